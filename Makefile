@@ -1,0 +1,73 @@
+# ncclprof — build, test and benchmark.
+#   make          the plugin library, the test host, the empty plugin (benchmark floor)
+#   make test     every test (Go, Python, sanitizers); needs no GPU
+#   make bench    the benchmarks (results go in the README)
+
+GO      ?= go
+CC      ?= gcc
+BUILD   := build
+VERSION := 0.1.0
+
+PLUGIN  := $(BUILD)/libnccl-profiler-ncclprof.so
+HOST    := $(BUILD)/ncclprof-testhost
+EMPTY   := $(BUILD)/libnccl-profiler-empty.so
+
+CORE_SRC := plugin/core.c plugin/adapters.c plugin/control.c
+CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h
+HOST_SRC := testhost/main.c testhost/emit.c testhost/world.c testhost/scenarios.c \
+            testhost/fuzz.c testhost/bench.c
+HOST_HDR := testhost/emit.h testhost/world.h testhost/scenarios.h plugin/abi.h
+GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(wildcard go.sum)
+
+WARN     := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
+HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN)
+
+.PHONY: all test test-go test-sanitize bench clean sanitize
+
+all: $(PLUGIN) $(HOST) $(EMPTY)
+
+$(PLUGIN): $(GO_SRC) $(CORE_SRC) $(CORE_HDR)
+	@mkdir -p $(BUILD)
+	$(GO) build -buildmode=c-shared -trimpath -ldflags='-s -w' -o $@ ./plugin
+	@rm -f $(BUILD)/libnccl-profiler-ncclprof.h
+
+$(HOST): $(HOST_SRC) $(HOST_HDR)
+	@mkdir -p $(BUILD)
+	$(CC) $(HOST_CFLAGS) -o $@ $(HOST_SRC) -ldl -lpthread
+
+$(EMPTY): testhost/empty.c plugin/abi.h
+	@mkdir -p $(BUILD)
+	$(CC) -std=gnu11 -O2 -fPIC -shared $(WARN) -o $@ $<
+
+# Sanitizer builds: the C core with the C drainer (no Go runtime), and a host built the same.
+SAN_SRC := $(CORE_SRC) testhost/cdrain.c
+$(BUILD)/asan/libnccl-profiler-ncclprof.so: $(SAN_SRC) $(CORE_HDR)
+	@mkdir -p $(BUILD)/asan
+	$(CC) -std=gnu11 -O1 -g -fPIC -shared -fsanitize=address,undefined -fno-omit-frame-pointer \
+	  -fno-sanitize-recover=undefined $(WARN) -o $@ $(SAN_SRC) -lpthread
+$(BUILD)/asan/ncclprof-testhost: $(HOST_SRC) $(HOST_HDR)
+	@mkdir -p $(BUILD)/asan
+	$(CC) $(HOST_CFLAGS) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
+	  -fno-sanitize-recover=undefined -o $@ $(HOST_SRC) -ldl -lpthread
+$(BUILD)/tsan/libnccl-profiler-ncclprof.so: $(SAN_SRC) $(CORE_HDR)
+	@mkdir -p $(BUILD)/tsan
+	$(CC) -std=gnu11 -O1 -g -fPIC -shared -fsanitize=thread -DNP_TSAN $(WARN) -o $@ $(SAN_SRC) -lpthread
+$(BUILD)/tsan/ncclprof-testhost: $(HOST_SRC) $(HOST_HDR)
+	@mkdir -p $(BUILD)/tsan
+	$(CC) $(HOST_CFLAGS) -O1 -fsanitize=thread -o $@ $(HOST_SRC) -ldl -lpthread
+
+sanitize: $(BUILD)/asan/libnccl-profiler-ncclprof.so $(BUILD)/asan/ncclprof-testhost \
+          $(BUILD)/tsan/libnccl-profiler-ncclprof.so $(BUILD)/tsan/ncclprof-testhost
+
+# Seconds each sanitizer fuzz run lasts in `make test` (per ABI version tried).
+FUZZ_SECONDS ?= 4
+
+test: all sanitize
+	NCCLPROF_FUZZ_SECONDS=$(FUZZ_SECONDS) $(GO) test -count=1 ./...
+
+bench: all
+	@echo "== plugin callback cost (testhost bench, median of 7 runs) =="
+	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out $(HOST) --lib $(PLUGIN) --empty-lib $(EMPTY) --reps 7 bench
+
+clean:
+	rm -rf $(BUILD)

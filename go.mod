@@ -1,0 +1,3 @@
+module github.com/ncclprof/ncclprof
+
+go 1.25.0

@@ -1,0 +1,795 @@
+// Package aggregate turns the plugin's event windows into what users measure: per-operation
+// counts, bytes and times, rank-to-rank latency and bandwidth, and per-channel transfer stats.
+//
+// It follows the seed design's four phases for every window of a communicator:
+//  1. track Coll/P2p operations (and their API and Group parents);
+//  2. fold ProxySteps into their ProxyOp: a transfer is a send step that reached SendWait,
+//     its time is stop − SendWait and its size the step's transSize;
+//  3. link ProxyOps (and KernelCh) to their Coll/P2p: an operation completes at its last
+//     child's stop, so its time is Coll start → last ProxyOp/KernelCh stop;
+//  4. compute: per-operation stats, per rank-pair fits, per-channel stats.
+//
+// Unlike the seed, windows do not have to contain whole families. Events still open when their
+// window was read are carried over and finished by later windows (their late stops arrive as
+// Late records), and an operation is held one more window to collect children that started
+// after its window closed. Everything pending ages out after MaxAgeWindows, so memory is
+// bounded even when NCCL never stops an event (CollNet ProxyOps).
+//
+// Conventions (documented in the README):
+//   - bytes of an operation are nccl-tests' "size": count × datatype size, times nranks for
+//     AllGather, ReduceScatter and AlltoAll;
+//   - rank-pair and channel stats use send-side transfers; receive steps add RecvBytes only;
+//   - a self send/recv (peer == rank) has no proxy children: it counts as an operation with
+//     its enqueue time and, with KernelCh enabled, its GPU time;
+//   - with API events (v5+), a single API call that NCCL expanded into several P2P tasks
+//     (groupDepth 1, two or more P2pApi) is reported as one AlltoAll, Gather or Scatter.
+package aggregate
+
+import (
+	"slices"
+
+	"github.com/ncclprof/ncclprof/internal/event"
+	"github.com/ncclprof/ncclprof/internal/linfit"
+)
+
+// MaxAgeWindows bounds how many windows of its communicator a pending event may wait.
+const MaxAgeWindows = 8
+
+// Op is one completed operation, as handed to OnOp.
+type Op struct {
+	Comm                       Comm
+	Func, Algo, Proto, Dtype   string
+	Seq                        uint64
+	NChannels                  int
+	Peer, Root                 int
+	Count, Bytes               uint64
+	Start, Enqueued, End       event.Ticks // End: last child stop (0 without completion)
+	EnqueueNs, CompletionNs    float64
+	GPUNs, APINs               float64
+	HasCompletion, HasGPU      bool
+	Transfers, TransferBytes   uint64
+	TransferSize, TransferTime Dist // per transfer, bytes and ns
+	Incomplete, Rebuilt        bool
+	Members                    int // P2P tasks of a rebuilt operation
+	AlgBWGBps, BusBWGBps       float64
+}
+
+// Result is everything aggregated for one communicator.
+type Result struct {
+	Comm     Comm
+	Ops      map[OpKey]*OpStats
+	Pairs    map[PairKey]*PairStats
+	Channels map[ChannelKey]*ChannelStats
+	Health   Health
+}
+
+func newResult(c Comm) *Result {
+	return &Result{Comm: c, Ops: map[OpKey]*OpStats{}, Pairs: map[PairKey]*PairStats{},
+		Channels: map[ChannelKey]*ChannelStats{}}
+}
+
+// Aggregator holds pending events of every communicator. Use it from one goroutine.
+type Aggregator struct {
+	// TicksPerNs converts the hot path's counter to nanoseconds.
+	TicksPerNs float64
+	// OnOp, if set, receives every completed operation.
+	OnOp  func(*Op)
+	comms map[uint32]*commState
+}
+
+// New returns an aggregator for a counter running at ticksPerNs.
+func New(ticksPerNs float64) *Aggregator {
+	return &Aggregator{TicksPerNs: ticksPerNs, comms: map[uint32]*commState{}}
+}
+
+type opEntry struct {
+	op             Op
+	handle         uint64
+	stopped        bool
+	open           int // children started and not stopped
+	born, last     int // window sequence numbers
+	api            *apiEntry
+	gpuMin, gpuMax uint64
+	expired        bool // a child was given up
+}
+
+type proxyEntry struct {
+	rec       event.Record
+	op        *opEntry
+	born      int
+	stopped   bool
+	stoppedAt int      // window it stopped in
+	totals    []uint64 // v1–v3: running totals its steps reported, sorted
+}
+
+// KeepStoppedWindows is how many more windows a stopped ProxyOp stays reachable for its
+// steps: a step lands in a later window than its op when the op's window filled up.
+const KeepStoppedWindows = 2
+
+type stepEntry struct {
+	rec  event.Record
+	born int
+}
+
+type apiEntry struct {
+	rec   event.Record
+	group *groupEntry
+	born  int
+}
+
+type groupEntry struct {
+	rec      event.Record
+	p2pAPIs  int
+	collAPIs int
+	linked   map[*apiEntry]bool // P2pApi calls whose P2p task has been seen
+	pending  int                // member operations not yet complete
+	members  []*Op
+	born     int
+	finished bool
+}
+
+type commState struct {
+	info    Comm
+	seq     int
+	res     *Result
+	ops     map[uint64]*opEntry
+	proxies map[uint64]*proxyEntry
+	steps   map[uint64]*stepEntry  // open steps, carried over
+	kernels map[uint64]*proxyEntry // open KernelCh, carried over
+	apis    map[uint64]*apiEntry
+	groups  map[uint64]*groupEntry
+}
+
+func (a *Aggregator) state(c Comm) *commState {
+	cs := a.comms[c.Index]
+	if cs == nil || cs.info.Incarnation != c.Incarnation {
+		cs = &commState{res: newResult(c), ops: map[uint64]*opEntry{},
+			proxies: map[uint64]*proxyEntry{}, steps: map[uint64]*stepEntry{},
+			kernels: map[uint64]*proxyEntry{}, apis: map[uint64]*apiEntry{},
+			groups: map[uint64]*groupEntry{}}
+		a.comms[c.Index] = cs
+	}
+	cs.info = c // v1–v3 learn hash and rank after init
+	cs.res.Comm = c
+	return cs
+}
+
+func (a *Aggregator) ns(d event.Ticks) float64 {
+	if a.TicksPerNs <= 0 {
+		return float64(d)
+	}
+	return float64(d) / a.TicksPerNs
+}
+
+// level orders a window's records so parents are registered before children whatever slot
+// (and so whatever thread's block) they landed in.
+func level(t event.Type) int {
+	switch t {
+	case event.Late:
+		return 0
+	case event.GroupAPI, event.Group:
+		return 1
+	case event.CollAPI, event.P2pAPI, event.KernelLaunch:
+		return 2
+	case event.Coll, event.P2p, event.CeColl:
+		return 3
+	case event.ProxyOp, event.KernelCh, event.CeSync, event.CeBatch:
+		return 4
+	case event.ProxyStep:
+		return 5
+	default:
+		return 6
+	}
+}
+
+// Window processes one window of a communicator; windows of a communicator must arrive in the
+// order they were closed. recs is reordered in place.
+func (a *Aggregator) Window(c Comm, recs []event.Record) {
+	cs := a.state(c)
+	cs.seq++
+	cs.res.Health.Windows++
+	cs.res.Health.Records += uint64(len(recs))
+	slices.SortStableFunc(recs, func(x, y event.Record) int {
+		if lx, ly := level(x.Type), level(y.Type); lx != ly {
+			return lx - ly
+		}
+		if x.Start < y.Start {
+			return -1
+		}
+		if x.Start > y.Start {
+			return 1
+		}
+		return 0
+	})
+	for i := range recs {
+		a.record(cs, &recs[i])
+	}
+	a.sweep(cs, false)
+}
+
+// Finalize completes everything pending for the communicator and returns its result.
+func (a *Aggregator) Finalize(c Comm) *Result {
+	cs := a.state(c)
+	a.sweep(cs, true)
+	delete(a.comms, c.Index)
+	return cs.res
+}
+
+// Results returns the current results of every live communicator (for periodic export).
+func (a *Aggregator) Results() []*Result {
+	out := make([]*Result, 0, len(a.comms))
+	for _, cs := range a.comms {
+		out = append(out, cs.res)
+	}
+	return out
+}
+
+func (a *Aggregator) record(cs *commState, r *event.Record) {
+	if r.Flags&event.ParentStale != 0 {
+		cs.res.Health.ParentCarried++
+	}
+	switch r.Type {
+	case event.Late:
+		a.late(cs, r)
+	case event.GroupAPI:
+		cs.groups[r.Handle] = &groupEntry{rec: *r, linked: map[*apiEntry]bool{}, born: cs.seq}
+	case event.CollAPI, event.P2pAPI:
+		e := &apiEntry{rec: *r, born: cs.seq}
+		if g := a.group(r.Parent); g != nil {
+			e.group = g
+			if r.Type == event.P2pAPI {
+				g.p2pAPIs++
+			} else {
+				g.collAPIs++
+			}
+		}
+		cs.apis[r.Handle] = e
+	case event.Coll, event.P2p:
+		a.track(cs, r)
+	case event.ProxyOp:
+		a.proxyOp(cs, r)
+	case event.KernelCh:
+		a.kernelCh(cs, r)
+	case event.ProxyStep:
+		a.step(cs, r)
+	}
+}
+
+// group finds a GroupApi entry by handle in whichever communicator's window recorded it
+// (NCCL starts one GroupApi for a thread's whole group, across communicators).
+func (a *Aggregator) group(h uint64) *groupEntry {
+	if !event.IsHandle(h) {
+		return nil
+	}
+	if cs := a.comms[event.HandleComm(h)]; cs != nil {
+		return cs.groups[h]
+	}
+	return nil
+}
+
+// Phase 1: a Coll or P2p operation.
+func (a *Aggregator) track(cs *commState, r *event.Record) {
+	e := &opEntry{handle: r.Handle, born: cs.seq, last: cs.seq}
+	o := &e.op
+	o.Comm = cs.info
+	o.Func, o.Algo, o.Proto, o.Dtype = r.Func, r.Algo, r.Proto, r.Dtype
+	o.Seq, o.NChannels, o.Count = r.Seq, int(r.NChannels), r.Count
+	o.Peer, o.Root = int(r.Peer), int(r.Root)
+	if r.Type == event.Coll {
+		o.Peer = -1
+	} else {
+		o.Root = -1
+	}
+	if o.Comm.Rank == 0 && r.Rank != 0 {
+		o.Comm.Rank = int(r.Rank)
+	}
+	_, mul := Factor(o.Func, cs.info.NRanks)
+	o.Bytes = r.Count * event.DtypeSize(r.Dtype) * mul
+	o.Start = r.Start
+	if r.Flags&event.Open == 0 {
+		e.stopped = true
+		o.Enqueued = r.Stop
+	}
+	if api := cs.apis[r.Parent]; api != nil {
+		e.api = api
+		if g := api.group; g != nil {
+			g.linked[api] = true
+			g.pending++
+		}
+	}
+	cs.ops[r.Handle] = e
+}
+
+// opFor finds the operation a child names as parent.
+func (a *Aggregator) opFor(h uint64) *opEntry {
+	if !event.IsHandle(h) {
+		return nil
+	}
+	if cs := a.comms[event.HandleComm(h)]; cs != nil {
+		return cs.ops[h]
+	}
+	return nil
+}
+
+// Phase 3 (registration): a ProxyOp attaches to its operation.
+func (a *Aggregator) proxyOp(cs *commState, r *event.Record) {
+	p := &proxyEntry{rec: *r, born: cs.seq}
+	if r.Flags&event.Foreign != 0 {
+		cs.res.Health.Foreign++
+	} else if p.op = a.opFor(r.Parent); p.op == nil {
+		cs.res.Health.OrphanProxy++
+	}
+	if p.op != nil {
+		p.op.open++
+		p.op.last = cs.seq
+	}
+	cs.proxies[r.Handle] = p
+	if r.Flags&event.Open == 0 {
+		a.proxyStopped(cs, p, r.Stop)
+	}
+}
+
+func (a *Aggregator) proxyStopped(cs *commState, p *proxyEntry, stop event.Ticks) {
+	p.rec.Stop = stop
+	p.stopped = true
+	p.stoppedAt = cs.seq
+	if o := p.op; o != nil {
+		o.open--
+		o.last = cs.seq
+		if stop > o.op.End {
+			o.op.End = stop
+		}
+	}
+}
+
+// KernelCh: GPU channel times; its stop record marks the channel's completion.
+func (a *Aggregator) kernelCh(cs *commState, r *event.Record) {
+	k := &proxyEntry{rec: *r, born: cs.seq}
+	if k.op = a.opFor(r.Parent); k.op == nil {
+		cs.res.Health.OrphanKernel++
+		return
+	}
+	k.op.open++
+	k.op.last = cs.seq
+	if r.Flags&event.Open == 0 {
+		a.kernelStopped(cs, k, r)
+		return
+	}
+	cs.kernels[r.Handle] = k
+}
+
+func (a *Aggregator) kernelStopped(cs *commState, k *proxyEntry, r *event.Record) {
+	o := k.op
+	o.open--
+	o.last = cs.seq
+	end := r.Stop
+	if r.Aux != 0 {
+		end = r.Aux // the KernelChStop state: the channel's stop, before NCCL's stopEvent
+	}
+	if end > o.op.End {
+		o.op.End = end
+	}
+	if r.PTimerStart != 0 && r.PTimerStop >= r.PTimerStart {
+		if o.gpuMin == 0 || r.PTimerStart < o.gpuMin {
+			o.gpuMin = r.PTimerStart
+		}
+		if r.PTimerStop > o.gpuMax {
+			o.gpuMax = r.PTimerStop
+		}
+	}
+	delete(cs.kernels, r.Handle)
+}
+
+// Phase 2: a ProxyStep is folded into its ProxyOp once stopped.
+func (a *Aggregator) step(cs *commState, r *event.Record) {
+	a.noteTotal(r)
+	if r.Flags&event.Open != 0 {
+		cs.steps[r.Handle] = &stepEntry{rec: *r, born: cs.seq}
+		return
+	}
+	a.stepStopped(cs, r)
+}
+
+func (a *Aggregator) proxyFor(h uint64) *proxyEntry {
+	if !event.IsHandle(h) {
+		return nil
+	}
+	if cs := a.comms[event.HandleComm(h)]; cs != nil {
+		return cs.proxies[h]
+	}
+	return nil
+}
+
+// noteTotal remembers a v1–v3 step's running total on its ProxyOp as soon as it is known, so
+// later steps can subtract it whatever order they stop in.
+func (a *Aggregator) noteTotal(r *event.Record) {
+	if r.Flags&event.Cumulative == 0 {
+		return
+	}
+	if p := a.proxyFor(r.Parent); p != nil {
+		if i, found := slices.BinarySearch(p.totals, r.Bytes); !found {
+			p.totals = slices.Insert(p.totals, i, r.Bytes)
+		}
+	}
+}
+
+// transferBytes is a step's own size: for v1–v3 its running total minus the previous one.
+func transferBytes(p *proxyEntry, r *event.Record) uint64 {
+	if r.Flags&event.Cumulative == 0 {
+		return r.Bytes
+	}
+	i, _ := slices.BinarySearch(p.totals, r.Bytes)
+	if i == 0 {
+		return r.Bytes
+	}
+	return r.Bytes - p.totals[i-1]
+}
+
+func (a *Aggregator) stepStopped(cs *commState, r *event.Record) {
+	p := a.proxyFor(r.Parent)
+	if p == nil {
+		cs.res.Health.OrphanSteps++
+		return
+	}
+	size := transferBytes(p, r)
+	pr := &p.rec
+	hash := cs.info.Hash
+	if p.op != nil {
+		hash = p.op.op.Comm.Hash
+	}
+	rank := int(pr.Rank)
+	pair := cs.pair(PairKey{CommHash: hash, Rank: rank, Peer: int(pr.Peer)})
+	if !pr.IsSend {
+		if size > 0 {
+			pair.RecvBytes += size
+			pair.RecvTransfers++
+		}
+		return
+	}
+	sw := r.States[event.SendWait]
+	if sw == 0 || r.Stop < sw {
+		return // the step never reached the network
+	}
+	t := a.ns(r.Stop - sw)
+	pair.SentBytes += size
+	pair.SendTransfers++
+	pair.Fit.Add(size, t)
+	ch := cs.channel(ChannelKey{CommHash: hash, Rank: rank, Channel: int(pr.Channel)})
+	ch.Transfers++
+	ch.Bytes += size
+	ch.TransferSize.add(float64(size))
+	ch.TransferTime.add(t)
+	ch.Fit.Add(size, t)
+	if o := p.op; o != nil {
+		o.op.Transfers++
+		o.op.TransferBytes += size
+		o.op.TransferSize.add(float64(size))
+		o.op.TransferTime.add(t)
+	}
+}
+
+// late applies a stop or state that arrived after its event's window was read.
+func (a *Aggregator) late(cs *commState, r *event.Record) {
+	h := r.LateTarget
+	stop := r.LateState == event.LateStop
+	switch {
+	case cs.steps[h] != nil:
+		s := &cs.steps[h].rec
+		if stop {
+			s.Stop = r.Start
+			s.Flags &^= event.Open
+			delete(cs.steps, h)
+			a.stepStopped(cs, s)
+		} else {
+			applyStepState(s, r)
+			a.noteTotal(s)
+		}
+	case cs.proxies[h] != nil && !cs.proxies[h].stopped:
+		if stop {
+			a.proxyStopped(cs, cs.proxies[h], r.Start)
+		}
+	case cs.kernels[h] != nil:
+		k := cs.kernels[h]
+		if stop {
+			k.rec.Stop = r.Start
+			a.kernelStopped(cs, k, &k.rec)
+		} else if r.LateState == event.StateKernelChStop {
+			k.rec.Aux = r.Start
+			if r.LateArgs != 0 {
+				k.rec.PTimerStop = r.LateArg0
+			}
+		}
+	case cs.ops[h] != nil:
+		if stop {
+			e := cs.ops[h]
+			e.stopped = true
+			e.op.Enqueued = r.Start
+		}
+	case cs.apis[h] != nil:
+		if stop {
+			cs.apis[h].rec.Stop = r.Start
+			cs.apis[h].rec.Flags &^= event.Open
+		}
+	case cs.groups[h] != nil:
+		if stop {
+			cs.groups[h].rec.Stop = r.Start
+			cs.groups[h].rec.Flags &^= event.Open
+		}
+	default:
+		cs.res.Health.LateUnmatched++
+		return
+	}
+	cs.res.Health.LateApplied++
+}
+
+// applyStepState mirrors the C side's ProxyStep state cells for a carried-over step.
+func applyStepState(s *event.Record, r *event.Record) {
+	c, ok := event.StepCell(r.LateState)
+	if !ok {
+		return
+	}
+	if s.States[c] == 0 {
+		s.States[c] = r.Start
+	}
+	if c == event.SendPeerWait {
+		s.PeerWaits++
+	}
+	if (c == event.SendWait || c == event.RecvFlushWait) && r.LateArgs != 0 {
+		s.Bytes = r.LateArg0
+		if r.LateArgs == 2 {
+			s.Flags |= event.Cumulative
+		}
+	}
+}
+
+func (cs *commState) pair(k PairKey) *PairStats {
+	p := cs.res.Pairs[k]
+	if p == nil {
+		p = &PairStats{}
+		cs.res.Pairs[k] = p
+	}
+	return p
+}
+
+func (cs *commState) channel(k ChannelKey) *ChannelStats {
+	c := cs.res.Channels[k]
+	if c == nil {
+		c = &ChannelStats{}
+		cs.res.Channels[k] = c
+	}
+	return c
+}
+
+func opKey(o *Op) OpKey {
+	return OpKey{CommHash: o.Comm.Hash, Rank: o.Comm.Rank, Func: o.Func, Algo: o.Algo,
+		Proto: o.Proto, NChannels: o.NChannels}
+}
+
+// sweep completes operations that are done (stopped, no open children, and one window has
+// passed without new children) and expires what waited too long. With all set (finalize)
+// everything pending completes now.
+func (a *Aggregator) sweep(cs *commState, all bool) {
+	old := func(born int) bool { return all || cs.seq-born >= MaxAgeWindows }
+	for h, p := range cs.proxies {
+		if p.stopped {
+			if all || cs.seq-p.stoppedAt >= KeepStoppedWindows {
+				delete(cs.proxies, h)
+			}
+		} else if old(p.born) {
+			a.expire(cs, p.op, all)
+			delete(cs.proxies, h)
+		}
+	}
+	for h, k := range cs.kernels {
+		if old(k.born) {
+			a.expire(cs, k.op, all)
+			delete(cs.kernels, h)
+		}
+	}
+	for h, s := range cs.steps {
+		if old(s.born) {
+			delete(cs.steps, h)
+			if !all {
+				cs.res.Health.Expired++
+			}
+		}
+	}
+	done := make([]*opEntry, 0, len(cs.ops))
+	for _, e := range cs.ops {
+		quiet := e.stopped && e.open <= 0 && cs.seq > e.last
+		if quiet || old(e.born) {
+			done = append(done, e)
+		}
+	}
+	slices.SortFunc(done, func(x, y *opEntry) int { return cmpTicks(x.op.Start, y.op.Start) })
+	for _, e := range done {
+		delete(cs.ops, e.handle)
+		a.complete(cs, e)
+	}
+	for h, g := range cs.groups {
+		whole := len(g.linked) == g.p2pAPIs && g.pending == 0 && g.rec.Flags&event.Open == 0
+		if (whole && cs.seq > g.born) || old(g.born) {
+			a.finishGroup(cs, g)
+			delete(cs.groups, h)
+		}
+	}
+	for h, e := range cs.apis {
+		if old(e.born) {
+			delete(cs.apis, h)
+		}
+	}
+}
+
+// expire gives up on a child that never stopped (a ProxyOp NCCL starts but never stops on
+// CollNet, say): its operation completes without it and is marked incomplete.
+func (a *Aggregator) expire(cs *commState, o *opEntry, final bool) {
+	if o != nil {
+		o.open--
+		o.expired = true
+	}
+	if !final {
+		cs.res.Health.Expired++
+	}
+}
+
+func cmpTicks(x, y event.Ticks) int {
+	switch {
+	case x < y:
+		return -1
+	case x > y:
+		return 1
+	}
+	return 0
+}
+
+// complete finishes one operation: times, bandwidth, and its stats (or its group's).
+func (a *Aggregator) complete(cs *commState, e *opEntry) {
+	o := &e.op
+	o.Incomplete = e.open > 0 || !e.stopped || e.expired
+	if e.stopped && o.Enqueued >= o.Start {
+		o.EnqueueNs = a.ns(o.Enqueued - o.Start)
+	}
+	if o.End > o.Start {
+		o.HasCompletion = true
+		o.CompletionNs = a.ns(o.End - o.Start)
+	}
+	if e.gpuMax > e.gpuMin && e.gpuMin != 0 {
+		o.HasGPU = true
+		o.GPUNs = float64(e.gpuMax - e.gpuMin) // GPU globaltimer is in ns
+	}
+	if api := e.api; api != nil && api.rec.Flags&event.Open == 0 && api.rec.Stop >= api.rec.Start {
+		o.APINs = a.ns(api.rec.Stop - api.rec.Start)
+	}
+	if g := a.rebuildGroup(e); g != nil {
+		g.pending--
+		g.members = append(g.members, o)
+		return
+	}
+	a.emit(cs, o)
+}
+
+// rebuildGroup is the group an operation belongs to when its API call was one AlltoAll,
+// Gather or Scatter that NCCL expanded into P2P tasks.
+func (a *Aggregator) rebuildGroup(e *opEntry) *groupEntry {
+	if e.api == nil || e.api.group == nil {
+		return nil
+	}
+	g := e.api.group
+	if g.finished || g.rec.N != 1 || g.p2pAPIs < 2 || g.collAPIs > 0 {
+		return nil
+	}
+	return g
+}
+
+func (a *Aggregator) finishGroup(cs *commState, g *groupEntry) {
+	g.finished = true
+	if len(g.members) == 0 {
+		return
+	}
+	sends, recvs := map[int]bool{}, map[int]bool{}
+	var sendBytes, recvBytes uint64
+	r := *g.members[0]
+	r.Rebuilt, r.Members = true, len(g.members)
+	r.Transfers, r.TransferBytes, r.HasGPU, r.HasCompletion, r.Incomplete = 0, 0, false, false, false
+	r.TransferSize, r.TransferTime, r.APINs = Dist{}, Dist{}, 0
+	var gpu float64
+	for _, m := range g.members {
+		if m.Func == "Send" {
+			sends[m.Peer] = true
+			sendBytes += m.Bytes
+		} else {
+			recvs[m.Peer] = true
+			recvBytes += m.Bytes
+		}
+		r.Start = min(r.Start, m.Start)
+		r.Enqueued = max(r.Enqueued, m.Enqueued)
+		r.End = max(r.End, m.End)
+		r.Transfers += m.Transfers
+		r.TransferBytes += m.TransferBytes
+		r.TransferSize.merge(m.TransferSize)
+		r.TransferTime.merge(m.TransferTime)
+		r.Incomplete = r.Incomplete || m.Incomplete
+		gpu = max(gpu, m.GPUNs)
+		r.HasGPU = r.HasGPU || m.HasGPU
+		r.APINs += m.APINs
+	}
+	n := cs.info.NRanks
+	switch {
+	case n > 0 && len(sends) == n && len(recvs) == n:
+		r.Func = "AlltoAll"
+	case len(sends) == 1 && (len(recvs) == 0 || len(recvs) == n):
+		r.Func, r.Root = "Gather", firstKey(sends)
+	case (len(sends) == 0 || len(sends) == n) && len(recvs) == 1:
+		r.Func, r.Root = "Scatter", firstKey(recvs)
+	default:
+		r.Func = "GroupedP2p"
+	}
+	r.Peer = -1
+	r.Bytes = max(sendBytes, recvBytes)
+	r.Algo, r.Proto = "", ""
+	r.EnqueueNs = a.ns(r.Enqueued - r.Start)
+	r.GPUNs = gpu
+	r.CompletionNs = 0
+	if r.End > r.Start {
+		r.HasCompletion = true
+		r.CompletionNs = a.ns(r.End - r.Start)
+	}
+	a.emit(cs, &r)
+}
+
+func firstKey(m map[int]bool) int {
+	for k := range m {
+		return k
+	}
+	return -1
+}
+
+// emit records a finished operation in its stats and hands it to OnOp.
+func (a *Aggregator) emit(cs *commState, o *Op) {
+	t := o.CompletionNs
+	if !o.HasCompletion {
+		t = o.GPUNs
+	}
+	o.AlgBWGBps, o.BusBWGBps = bandwidths(o.Func, o.Comm.NRanks, o.Bytes, t)
+	k := opKey(o)
+	s := cs.res.Ops[k]
+	if s == nil {
+		s = &OpStats{}
+		cs.res.Ops[k] = s
+	}
+	s.Count++
+	s.Bytes += o.Bytes
+	if o.EnqueueNs > 0 {
+		s.Enqueue.add(o.EnqueueNs)
+	}
+	if o.HasCompletion {
+		s.Completion.add(o.CompletionNs)
+	} else {
+		s.NoCompletion++
+	}
+	if o.HasGPU {
+		s.GPU.add(o.GPUNs)
+	}
+	if o.APINs > 0 {
+		s.API.add(o.APINs)
+	}
+	if o.Incomplete {
+		s.Incomplete++
+	}
+	if o.AlgBWGBps > 0 {
+		s.AlgBW.add(finite(o.AlgBWGBps))
+		s.BusBW.add(finite(o.BusBWGBps))
+	}
+	s.Transfers += o.Transfers
+	s.TransferBytes += o.TransferBytes
+	s.TransferSize.merge(o.TransferSize)
+	s.TransferTime.merge(o.TransferTime)
+	if a.OnOp != nil {
+		a.OnOp(o)
+	}
+}
+
+// Fits returns the rank-pair fit in both modes.
+func (p *PairStats) Fits() (avg, mn linfit.Result) {
+	return p.Fit.Fit(linfit.AVG), p.Fit.Fit(linfit.MIN)
+}

@@ -1,0 +1,172 @@
+package aggregate
+
+import (
+	"math"
+
+	"github.com/ncclprof/ncclprof/internal/linfit"
+)
+
+// Comm identifies a communicator as the plugin saw it. Hash is the same on every rank of the
+// communicator, so results are keyed by (Hash, Rank).
+type Comm struct {
+	Index       uint32 `json:"-"`
+	Incarnation uint64 `json:"-"`
+	Hash        uint64 `json:"comm_hash"`
+	Name        string `json:"name"`
+	Rank        int    `json:"rank"`
+	NRanks      int    `json:"nranks"`
+	NNodes      int    `json:"nnodes"`
+	ABI         int    `json:"abi_version"`
+}
+
+// Dist summarises a quantity: count, sum, min, max.
+type Dist struct {
+	N   uint64  `json:"n"`
+	Sum float64 `json:"sum"`
+	Min float64 `json:"min"`
+	Max float64 `json:"max"`
+}
+
+func (d *Dist) add(v float64) {
+	if d.N == 0 || v < d.Min {
+		d.Min = v
+	}
+	if d.N == 0 || v > d.Max {
+		d.Max = v
+	}
+	d.N++
+	d.Sum += v
+}
+
+func (d *Dist) merge(o Dist) {
+	if o.N == 0 {
+		return
+	}
+	if d.N == 0 {
+		*d = o
+		return
+	}
+	d.Min = min(d.Min, o.Min)
+	d.Max = max(d.Max, o.Max)
+	d.N += o.N
+	d.Sum += o.Sum
+}
+
+// Mean is Sum/N (0 when empty).
+func (d Dist) Mean() float64 {
+	if d.N == 0 {
+		return 0
+	}
+	return d.Sum / float64(d.N)
+}
+
+// OpKey groups operations the way users compare them.
+type OpKey struct {
+	CommHash  uint64
+	Rank      int
+	Func      string
+	Algo      string
+	Proto     string
+	NChannels int
+}
+
+// OpStats accumulate completed operations of one OpKey. Times are in ns.
+type OpStats struct {
+	Count         uint64 `json:"count"`
+	Bytes         uint64 `json:"bytes"`
+	Enqueue       Dist   `json:"enqueue_ns"`    // NCCL's Coll/P2p start → stop (the upload)
+	Completion    Dist   `json:"completion_ns"` // start → last ProxyOp or KernelCh stop
+	GPU           Dist   `json:"gpu_ns"`        // KernelCh: max over channels of GPU stop − start
+	API           Dist   `json:"api_ns"`        // v5+: time inside the API call (CollApi/P2pApi)
+	NoCompletion  uint64 `json:"no_completion"` // ops without children to time their completion
+	Incomplete    uint64 `json:"incomplete"`    // ops given up with children still open
+	Transfers     uint64 `json:"transfers"`
+	TransferBytes uint64 `json:"transfer_bytes"`
+	TransferSize  Dist   `json:"transfer_size_bytes"`
+	TransferTime  Dist   `json:"transfer_time_ns"`
+	AlgBW         Dist   `json:"algbw_gbps"` // GB/s, per op
+	BusBW         Dist   `json:"busbw_gbps"`
+}
+
+// PairKey is a directed rank pair on one communicator (Rank sends to Peer).
+type PairKey struct {
+	CommHash uint64
+	Rank     int
+	Peer     int
+}
+
+// PairStats hold what went between two ranks. Latency and bandwidth come from a fit of
+// send-side transfer time on transfer size (see linfit); receive-side steps include waiting for
+// the sender, so they count bytes but are not fitted.
+type PairStats struct {
+	SentBytes     uint64     `json:"sent_bytes"`
+	RecvBytes     uint64     `json:"recv_bytes"`
+	SendTransfers uint64     `json:"send_transfers"`
+	RecvTransfers uint64     `json:"recv_transfers"`
+	Fit           linfit.Acc `json:"-"`
+}
+
+// ChannelKey is one channel of one rank on one communicator.
+type ChannelKey struct {
+	CommHash uint64
+	Rank     int
+	Channel  int
+}
+
+// ChannelStats hold send-side transfers of one channel.
+type ChannelStats struct {
+	Transfers    uint64     `json:"transfers"`
+	Bytes        uint64     `json:"bytes"`
+	TransferSize Dist       `json:"transfer_size_bytes"`
+	TransferTime Dist       `json:"transfer_time_ns"`
+	Fit          linfit.Acc `json:"-"`
+}
+
+// Health counts what the aggregation could not use, per communicator.
+type Health struct {
+	Records       uint64 `json:"records"`
+	Windows       uint64 `json:"windows"`
+	LateApplied   uint64 `json:"late_applied"`
+	LateUnmatched uint64 `json:"late_unmatched"`
+	OrphanSteps   uint64 `json:"orphan_steps"`    // ProxyStep whose ProxyOp was not recorded
+	OrphanProxy   uint64 `json:"orphan_proxyops"` // ProxyOp whose Coll/P2p was not recorded
+	OrphanKernel  uint64 `json:"orphan_kernelch"`
+	ParentCarried uint64 `json:"parent_carried"` // child started after its parent's window was read (normal)
+	Foreign       uint64 `json:"foreign_pxn"`
+	Expired       uint64 `json:"expired"` // pending entries given up after MaxAgeWindows
+}
+
+// Factor is nccl-tests' bus-bandwidth factor for an operation on n ranks, and the factor that
+// turns the per-rank count into nccl-tests' "size" (total bytes of the operation).
+func Factor(fn string, n int) (bus float64, sizeMul uint64) {
+	if n < 1 {
+		n = 1
+	}
+	fn1 := float64(n)
+	switch fn {
+	case "AllReduce":
+		return 2 * (fn1 - 1) / fn1, 1
+	case "AllGather", "ReduceScatter", "AlltoAll":
+		return (fn1 - 1) / fn1, uint64(n)
+	default: // Broadcast, Reduce, Send, Recv, SendRecv, Gather, Scatter
+		return 1, 1
+	}
+}
+
+// bandwidths in GB/s (bytes per ns) as nccl-tests defines them: algbw = size/time,
+// busbw = algbw × factor.
+func bandwidths(fn string, n int, bytes uint64, ns float64) (alg, bus float64) {
+	if ns <= 0 || bytes == 0 {
+		return 0, 0
+	}
+	f, _ := Factor(fn, n)
+	alg = float64(bytes) / ns
+	return alg, alg * f
+}
+
+func finite(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0
+	}
+	return v
+}

@@ -1,0 +1,523 @@
+/*
+ * adapters.c — the exported ncclProfiler_v1 … ncclProfiler_v6 tables and one thin adapter per
+ * ABI version. An adapter reads its version's descriptor and state arguments and calls the
+ * version-free starters below; nothing past this file knows about versions.
+ *
+ * Differences handled here (docs/nccl-profiler-api.md §1, §2.6, §7):
+ *   - init argument order: v1–v3 (ctx, mask); v4 (ctx, mask, name, hash, …); v5/v6 (ctx, id,
+ *     mask, name, …). v1–v3 learn the communicator's hash, name and rank from Coll/P2p.
+ *   - `type` is uint8_t up to v4 and uint64_t from v5.
+ *   - v1 passes func/datatype/algo/proto as enum values; they become the same strings v2+ use.
+ *   - Coll/P2p parent: the Group event up to v4; the CollApi/P2pApi event from v5, with the
+ *     Group in parentGroup.
+ *   - State arguments: v1–v3 carry cumulative bytes on ProxyOp states; v4+ carry per-step bytes
+ *     on ProxyStep states, the GPU stop time on KernelChStop, payloads on NetPluginUpdate.
+ *   - PXN: a ProxyOp whose pid is not ours comes from another process; its context and parent
+ *     are that process's pointers and are never dereferenced.
+ */
+#include "hot.h"
+
+np_comm* np_pxn_target(void);
+void np_learn_comm(np_comm* c, uint64_t hash, const char* name, int rank);
+void np_net_start_payload(np_event* ev, const void* data);
+
+/* ------------------------------------------------------------------- v1 enum names */
+
+static const char* const np_func_names[] = {"Broadcast", "Reduce",   "AllGather", "ReduceScatter",
+                                            "AllReduce", "SendRecv", "Send",      "Recv"};
+static const char* const np_dtype_names[] = {
+    "ncclInt8",    "ncclUint8",   "ncclInt32",   "ncclUint32",     "ncclInt64",     "ncclUint64",
+    "ncclFloat16", "ncclFloat32", "ncclFloat64", "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2"};
+static const char* const np_algo_names[] = {"TREE", "RING",      "COLLNET_DIRECT", "COLLNET_CHAIN",
+                                            "NVLS", "NVLS_TREE", "PAT"};
+static const char* const np_proto_names[] = {"LL", "LL128", "SIMPLE"};
+static const char np_unknown[] = "Unknown";
+
+#define NP_NAME(table, v) \
+  ((v) < sizeof(table) / sizeof(table[0]) ? table[(v)] : np_unknown)
+
+/* ------------------------------------------------------------------- common starters */
+
+/* Checks the handle pointer, writes a safe default, filters the type by the mask, and maps the
+ * NCCL type bit to the internal type. Returns 0 when there is nothing to record. */
+static inline int np_admit(void** eHandle, const void* d, uint64_t bit, int* type) {
+  if (NP_UNLIKELY(eHandle == NULL)) {
+    np_count(NP_C_NULL_HANDLE);
+    return 0;
+  }
+  *eHandle = (void*)NP_H_DISABLED; /* NCCL may reuse a stale slot if we leave it unwritten */
+  if (NP_UNLIKELY(d == NULL)) {
+    np_count(NP_C_NULL_DESCR);
+    return 0;
+  }
+  if (NP_UNLIKELY(bit == 0 || (bit & (bit - 1)) != 0 || bit > NPABI_CE_BATCH)) {
+    np_count(NP_C_UNKNOWN_TYPE);
+    return 0;
+  }
+  if (!(__atomic_load_n(&np_record_mask, __ATOMIC_RELAXED) & bit)) {
+    *eHandle = (void*)NP_H_SKIPPED;
+    return 0;
+  }
+  *type = __builtin_ctzll(bit) + 1;
+  return 1;
+}
+
+/* The communicator an event is recorded in. Proxy children follow their parent's handle, which
+ * is always ours, so PXN steps land beside their foreign op without touching the context. */
+static inline np_comm* np_target(void* ctx, int type, uint64_t parent) {
+  np_comm* c = NULL;
+  if (type == NP_T_PROXY_STEP || type == NP_T_NET_PLUGIN) c = np_comm_of_handle(parent);
+  if (c == NULL) c = np_comm_of_ctx(ctx);
+  if (NP_UNLIKELY(c == NULL) && ctx != NULL) np_count(NP_C_FOREIGN_CONTEXT);
+  return c;
+}
+
+static inline int np_rank_or_comm(np_comm* c, int rank) { return rank ? rank : np_comm_rank(c); }
+
+/* Group, ProxyCtrl, and other events with no fields of their own. */
+static inline void np_start_plain(void* ctx, int type, int abi, void** eh, uint64_t parent) {
+  np_comm* c = np_target(ctx, type, parent);
+  np_pending p;
+  if (c && np_begin(c, type, abi, parent, np_comm_rank(c), 0, eh, &p)) np_commit(&p);
+}
+
+static inline void np_start_coll(void* ctx, int abi, void** eh, uint64_t parent, int rank,
+                                 uint64_t seq, const char* func, uint64_t count, const char* dtype,
+                                 const char* algo, const char* proto, int root, uint8_t nch,
+                                 uint8_t nwarps, uint64_t parent_group) {
+  np_comm* c = np_target(ctx, NP_T_COLL, parent);
+  np_pending p;
+  if (!c || !np_begin(c, NP_T_COLL, abi, parent, rank, 0, eh, &p)) return;
+  p.ev->u.coll.seq = seq;
+  p.ev->u.coll.func = func;
+  p.ev->u.coll.count = count;
+  p.ev->u.coll.dtype = dtype;
+  p.ev->u.coll.algo = algo;
+  p.ev->u.coll.proto = proto;
+  p.ev->u.coll.root = root;
+  p.ev->u.coll.nchannels = nch;
+  p.ev->u.coll.nwarps = nwarps;
+  p.ev->u.coll.parent_group = parent_group;
+  np_commit(&p);
+}
+
+static inline void np_start_p2p(void* ctx, int abi, void** eh, uint64_t parent, int rank,
+                                const char* func, uint64_t count, const char* dtype, int peer,
+                                uint8_t nch, uint64_t parent_group) {
+  np_comm* c = np_target(ctx, NP_T_P2P, parent);
+  np_pending p;
+  if (!c || !np_begin(c, NP_T_P2P, abi, parent, rank, 0, eh, &p)) return;
+  p.ev->u.p2p.func = func;
+  p.ev->u.p2p.count = count;
+  p.ev->u.p2p.dtype = dtype;
+  p.ev->u.p2p.peer = peer;
+  p.ev->u.p2p.nchannels = nch;
+  p.ev->u.p2p.parent_group = parent_group;
+  np_commit(&p);
+}
+
+static inline void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t parent, int rank,
+                                     pid_t pid, uint8_t channel, int peer, int nsteps, int chunk,
+                                     int is_send) {
+  np_comm* c;
+  uint16_t flags = 0;
+  if (pid != np_pid) { /* PXN: context and parent belong to the originating process */
+    c = np_pxn_target();
+    flags = NP_F_FOREIGN;
+    parent = 0;
+    np_count(NP_C_FOREIGN_EVENT);
+  } else {
+    c = np_target(ctx, NP_T_PROXY_OP, parent);
+  }
+  np_pending p;
+  if (!c || !np_begin(c, NP_T_PROXY_OP, abi, parent, rank, flags, eh, &p)) return;
+  p.ev->u.op.pid = pid;
+  p.ev->u.op.channel = channel;
+  p.ev->u.op.peer = peer;
+  p.ev->u.op.nsteps = nsteps;
+  p.ev->u.op.chunk = chunk;
+  p.ev->u.op.is_send = (uint8_t)(is_send != 0);
+  np_commit(&p);
+}
+
+static inline void np_start_proxy_step(void* ctx, int abi, void** eh, uint64_t parent, int rank,
+                                       int step) {
+  np_comm* c = np_target(ctx, NP_T_PROXY_STEP, parent);
+  np_pending p;
+  if (!c || !np_begin(c, NP_T_PROXY_STEP, abi, parent, rank, 0, eh, &p)) return;
+  p.ev->u.step.step = step;
+  np_commit(&p);
+}
+
+static inline void np_start_kernel_ch(void* ctx, int abi, void** eh, uint64_t parent,
+                                      uint8_t channel, uint64_t ptimer) {
+  np_comm* c = np_target(ctx, NP_T_KERNEL_CH, parent);
+  np_pending p;
+  if (!c || !np_begin(c, NP_T_KERNEL_CH, abi, parent, np_comm_rank(c), 0, eh, &p)) return;
+  p.ev->u.kch.channel = channel;
+  p.ev->u.kch.ptimer_start = ptimer;
+  np_commit(&p);
+}
+
+static inline void np_start_net(void* ctx, int abi, void** eh, uint64_t parent, int rank,
+                                int64_t id, const void* data) {
+  np_comm* c = np_target(ctx, NP_T_NET_PLUGIN, parent);
+  np_pending p;
+  if (!c || !np_begin(c, NP_T_NET_PLUGIN, abi, parent, rank, 0, eh, &p)) return;
+  p.ev->u.net.id = id;
+  np_net_start_payload(p.ev, data);
+  np_commit(&p);
+}
+
+/* ------------------------------------------------------------------- v1–v3 */
+
+static void np_learn(void* ctx, uint64_t hash, const char* name, int rank) {
+  np_comm* c = np_comm_of_ctx(ctx);
+  if (c && NP_UNLIKELY(!__atomic_load_n(&c->learned, __ATOMIC_ACQUIRE)))
+    np_learn_comm(c, hash, name, rank);
+}
+
+static npabi_result_t np_start_v1(void* ctx, void** eh, npabi_descr_v1_t* d) {
+  int type;
+  if (!np_admit(eh, d, d ? d->type : 0, &type)) return NPABI_SUCCESS;
+  uint64_t parent = (uint64_t)(uintptr_t)d->parentObj;
+  switch (type) {
+  case NP_T_COLL:
+    np_learn(ctx, d->coll.commHash, d->coll.name, d->rank);
+    np_start_coll(ctx, 1, eh, parent, d->rank, d->coll.seqNumber,
+                  NP_NAME(np_func_names, d->coll.func), d->coll.count,
+                  NP_NAME(np_dtype_names, d->coll.datatype), NP_NAME(np_algo_names, d->coll.algo),
+                  NP_NAME(np_proto_names, d->coll.proto), d->coll.root, d->coll.nMaxChannels,
+                  d->coll.nWarps, parent);
+    break;
+  case NP_T_P2P:
+    np_learn(ctx, d->p2p.commHash, d->p2p.name, d->rank);
+    np_start_p2p(ctx, 1, eh, parent, d->rank, NP_NAME(np_func_names, d->p2p.func), d->p2p.count,
+                 NP_NAME(np_dtype_names, d->p2p.datatype), d->p2p.peer, 0, parent);
+    break;
+  case NP_T_PROXY_OP:
+    np_start_proxy_op(ctx, 1, eh, parent, d->rank, d->proxyOp.pid, d->proxyOp.channelId,
+                      d->proxyOp.peer, d->proxyOp.nSteps, d->proxyOp.chunkSize, d->proxyOp.isSend);
+    break;
+  case NP_T_PROXY_STEP:
+    np_start_proxy_step(ctx, 1, eh, parent, d->rank, d->proxyStep.step);
+    break;
+  case NP_T_GROUP:
+  case NP_T_PROXY_CTRL:
+    np_start_plain(ctx, type, 1, eh, parent);
+    break;
+  default:
+    np_count(NP_C_UNKNOWN_TYPE);
+  }
+  return NPABI_SUCCESS;
+}
+
+/* v2 and v3 differ only in where coll's trailing fields sit and in v3's two new members. */
+#define NP_START_V2_V3(N)                                                                         \
+  static npabi_result_t np_start_v##N(void* ctx, void** eh, npabi_descr_v##N##_t* d) {            \
+    int type;                                                                                     \
+    if (!np_admit(eh, d, d ? d->type : 0, &type)) return NPABI_SUCCESS;                           \
+    uint64_t parent = (uint64_t)(uintptr_t)d->parentObj;                                          \
+    switch (type) {                                                                               \
+    case NP_T_COLL:                                                                               \
+      np_learn(ctx, d->coll.commHash, d->coll.name, d->rank);                                     \
+      np_start_coll(ctx, N, eh, parent, d->rank, d->coll.seqNumber, d->coll.func, d->coll.count,  \
+                    d->coll.datatype, d->coll.algo, d->coll.proto, d->coll.root,                  \
+                    d->coll.nMaxChannels, d->coll.nWarps, parent);                                \
+      break;                                                                                      \
+    case NP_T_P2P:                                                                                \
+      np_learn(ctx, d->p2p.commHash, d->p2p.name, d->rank);                                       \
+      np_start_p2p(ctx, N, eh, parent, d->rank, d->p2p.func, d->p2p.count, d->p2p.datatype,       \
+                   d->p2p.peer, 0, parent);                                                       \
+      break;                                                                                      \
+    case NP_T_PROXY_OP:                                                                           \
+      np_start_proxy_op(ctx, N, eh, parent, d->rank, d->proxyOp.pid, d->proxyOp.channelId,        \
+                        d->proxyOp.peer, d->proxyOp.nSteps, d->proxyOp.chunkSize,                 \
+                        d->proxyOp.isSend);                                                       \
+      break;                                                                                      \
+    case NP_T_PROXY_STEP:                                                                         \
+      np_start_proxy_step(ctx, N, eh, parent, d->rank, d->proxyStep.step);                        \
+      break;                                                                                      \
+    NP_START_V3_EXTRA_##N                                                                         \
+    case NP_T_GROUP:                                                                              \
+    case NP_T_PROXY_CTRL:                                                                         \
+      np_start_plain(ctx, type, N, eh, parent);                                                   \
+      break;                                                                                      \
+    default:                                                                                      \
+      np_count(NP_C_UNKNOWN_TYPE);                                                                \
+    }                                                                                             \
+    return NPABI_SUCCESS;                                                                         \
+  }
+#define NP_START_V3_EXTRA_2
+#define NP_START_V3_EXTRA_3                                                                       \
+  case NP_T_KERNEL_CH:                                                                            \
+    np_start_kernel_ch(ctx, 3, eh, parent, d->kernelCh.channelId, 0);                            \
+    break;                                                                                        \
+  case NP_T_NET_PLUGIN:                                                                           \
+    np_start_net(ctx, 3, eh, parent, d->rank, d->netPlugin.id, d->netPlugin.data);                \
+    break;
+NP_START_V2_V3(2)
+NP_START_V2_V3(3)
+
+/* v1–v3 state arguments: ProxyOp states carry cumulative bytes, ProxyCtrl the appended count.
+ * A transfer's size reaches its ProxyStep through the op state NCCL records right before the
+ * step state, on the same thread: the total is remembered there and handed to that step. */
+static npabi_result_t np_record_v1(void* h, npabi_state_t s, npabi_args_v1_t* a) {
+  if ((s == NPABI_PROXY_STEP_SEND_WAIT || s == NPABI_PROXY_STEP_RECV_FLUSH_WAIT) && a == NULL) {
+    np_thread* t = np_tls;
+    if (t && t->memo_valid) {
+      t->memo_valid = 0;
+      np_state(h, s, t->memo_cum, 0, 2);
+      return NPABI_SUCCESS;
+    }
+  }
+  if ((s == NPABI_PROXY_OP_SEND_TRANSMITTED || s == NPABI_PROXY_OP_RECV_RECEIVED) && a) {
+    np_thread* t = np_tls ? np_tls : np_thread_attach();
+    if (t) {
+      t->memo_cum = a->proxyOp.transSize;
+      t->memo_valid = 1;
+    }
+  }
+  if (s <= NPABI_PROXY_OP_RECV_DONE)
+    np_state(h, s, a ? a->proxyOp.transSize : 0, a ? (uint64_t)a->proxyOp.steps : 0, a != NULL);
+  else if (s >= NPABI_PROXY_CTRL_IDLE && s <= NPABI_PROXY_CTRL_APPEND_END)
+    np_state(h, s, a ? (uint64_t)(uint32_t)a->proxyCtrl.appendedProxyOps : 0, 0, a != NULL);
+  else
+    np_state(h, s, 0, 0, 0);
+  return NPABI_SUCCESS;
+}
+
+/* ------------------------------------------------------------------- v4 */
+
+static npabi_result_t np_start_v4(void* ctx, void** eh, npabi_descr_v4_t* d) {
+  int type;
+  if (!np_admit(eh, d, d ? d->type : 0, &type)) return NPABI_SUCCESS;
+  uint64_t parent = (uint64_t)(uintptr_t)d->parentObj;
+  switch (type) {
+  case NP_T_COLL:
+    np_start_coll(ctx, 4, eh, parent, d->rank, d->coll.seqNumber, d->coll.func, d->coll.count,
+                  d->coll.datatype, d->coll.algo, d->coll.proto, d->coll.root, d->coll.nChannels,
+                  d->coll.nWarps, parent);
+    break;
+  case NP_T_P2P:
+    np_start_p2p(ctx, 4, eh, parent, d->rank, d->p2p.func, d->p2p.count, d->p2p.datatype,
+                 d->p2p.peer, d->p2p.nChannels, parent);
+    break;
+  case NP_T_PROXY_OP:
+    np_start_proxy_op(ctx, 4, eh, parent, d->rank, d->proxyOp.pid, d->proxyOp.channelId,
+                      d->proxyOp.peer, d->proxyOp.nSteps, d->proxyOp.chunkSize, d->proxyOp.isSend);
+    break;
+  case NP_T_PROXY_STEP:
+    np_start_proxy_step(ctx, 4, eh, parent, d->rank, d->proxyStep.step);
+    break;
+  case NP_T_KERNEL_CH:
+    np_start_kernel_ch(ctx, 4, eh, parent, d->kernelCh.channelId, d->kernelCh.pTimer);
+    break;
+  case NP_T_NET_PLUGIN:
+    np_start_net(ctx, 4, eh, parent, d->rank, d->netPlugin.id, d->netPlugin.data);
+    break;
+  case NP_T_GROUP:
+  case NP_T_PROXY_CTRL:
+    np_start_plain(ctx, type, 4, eh, parent);
+    break;
+  default:
+    np_count(NP_C_UNKNOWN_TYPE);
+  }
+  return NPABI_SUCCESS;
+}
+
+/* v4+ state arguments: one 8-byte union whose meaning depends on the state. NCCL's v5 adapter
+ * passes uninitialised args for states that carry none, so only the listed states read them. */
+static npabi_result_t np_record_v4(void* h, npabi_state_t s, npabi_args_v4_t* a) {
+  switch (s) {
+  case NPABI_PROXY_STEP_SEND_WAIT:
+  case NPABI_PROXY_STEP_RECV_FLUSH_WAIT:
+    np_state(h, s, a ? a->proxyStep.transSize : 0, 0, a != NULL);
+    break;
+  case NPABI_PROXY_CTRL_APPEND_END:
+    np_state(h, s, a ? (uint64_t)(uint32_t)a->proxyCtrl.appendedProxyOps : 0, 0, a != NULL);
+    break;
+  case NPABI_KERNEL_CH_STOP:
+    np_state(h, s, a ? a->kernelCh.pTimer : 0, 0, a != NULL);
+    break;
+  case NPABI_NET_PLUGIN_UPDATE:
+    np_state(h, s, a ? (uint64_t)(uintptr_t)a->netPlugin.data : 0, 0, a != NULL);
+    break;
+  default:
+    np_state(h, s, 0, 0, 0);
+  }
+  return NPABI_SUCCESS;
+}
+
+/* ------------------------------------------------------------------- v5 and v6 */
+
+/* The members v5 and v6 share (identical layout, pinned in abi.h). */
+static inline void np_start_v5_members(void* ctx, void** eh, int abi, int type,
+                                       const npabi_descr_v5_t* d) {
+  uint64_t parent = (uint64_t)(uintptr_t)d->parentObj;
+  np_comm* c;
+  np_pending p;
+  switch (type) {
+  case NP_T_COLL:
+    np_start_coll(ctx, abi, eh, parent, d->rank, d->coll.seqNumber, d->coll.func, d->coll.count,
+                  d->coll.datatype, d->coll.algo, d->coll.proto, d->coll.root, d->coll.nChannels,
+                  d->coll.nWarps, (uint64_t)(uintptr_t)d->coll.parentGroup);
+    return;
+  case NP_T_P2P:
+    np_start_p2p(ctx, abi, eh, parent, d->rank, d->p2p.func, d->p2p.count, d->p2p.datatype,
+                 d->p2p.peer, d->p2p.nChannels, (uint64_t)(uintptr_t)d->p2p.parentGroup);
+    return;
+  case NP_T_PROXY_OP:
+    np_start_proxy_op(ctx, abi, eh, parent, d->rank, d->proxyOp.pid, d->proxyOp.channelId,
+                      d->proxyOp.peer, d->proxyOp.nSteps, d->proxyOp.chunkSize, d->proxyOp.isSend);
+    return;
+  case NP_T_PROXY_STEP:
+    np_start_proxy_step(ctx, abi, eh, parent, d->rank, d->proxyStep.step);
+    return;
+  case NP_T_KERNEL_CH:
+    np_start_kernel_ch(ctx, abi, eh, parent, d->kernelCh.channelId, d->kernelCh.pTimer);
+    return;
+  case NP_T_NET_PLUGIN:
+    np_start_net(ctx, abi, eh, parent, d->rank, d->netPlugin.id, d->netPlugin.data);
+    return;
+  case NP_T_GROUP:
+  case NP_T_PROXY_CTRL:
+    np_start_plain(ctx, type, abi, eh, parent);
+    return;
+  case NP_T_GROUP_API:
+    c = np_target(ctx, type, parent);
+    if (!c || !np_begin(c, type, abi, parent, np_comm_rank(c), 0, eh, &p)) return;
+    p.ev->u.gapi.depth = d->groupApi.groupDepth;
+    p.ev->u.gapi.graph = d->groupApi.graphCaptured;
+    np_commit(&p);
+    return;
+  case NP_T_COLL_API:
+    c = np_target(ctx, type, parent);
+    if (!c || !np_begin(c, type, abi, parent, np_comm_rank(c), 0, eh, &p)) return;
+    p.ev->u.api.func = d->collApi.func;
+    p.ev->u.api.count = d->collApi.count;
+    p.ev->u.api.dtype = d->collApi.datatype;
+    p.ev->u.api.root = d->collApi.root;
+    p.ev->u.api.stream = (uint64_t)(uintptr_t)d->collApi.stream;
+    p.ev->u.api.graph = d->collApi.graphCaptured;
+    np_commit(&p);
+    return;
+  case NP_T_P2P_API:
+    c = np_target(ctx, type, parent);
+    if (!c || !np_begin(c, type, abi, parent, np_comm_rank(c), 0, eh, &p)) return;
+    p.ev->u.api.func = d->p2pApi.func;
+    p.ev->u.api.count = d->p2pApi.count;
+    p.ev->u.api.dtype = d->p2pApi.datatype;
+    p.ev->u.api.root = -1;
+    p.ev->u.api.stream = (uint64_t)(uintptr_t)d->p2pApi.stream;
+    p.ev->u.api.graph = d->p2pApi.graphCaptured;
+    np_commit(&p);
+    return;
+  case NP_T_KERNEL_LAUNCH:
+    c = np_target(ctx, type, parent);
+    if (!c || !np_begin(c, type, abi, parent, np_comm_rank(c), 0, eh, &p)) return;
+    p.ev->u.launch.stream = (uint64_t)(uintptr_t)d->kernelLaunch.stream;
+    np_commit(&p);
+    return;
+  default:
+    np_count(NP_C_UNKNOWN_TYPE);
+  }
+}
+
+static npabi_result_t np_start_v5(void* ctx, void** eh, npabi_descr_v5_t* d) {
+  int type;
+  if (np_admit(eh, d, d ? d->type : 0, &type)) np_start_v5_members(ctx, eh, 5, type, d);
+  return NPABI_SUCCESS;
+}
+
+/* CE events (v6): recorded with their CPU enqueue interval. Their GPU timing would need CUDA
+ * events on ceColl.stream; the plugin does not link CUDA, so it is not measured. */
+static npabi_result_t np_start_v6(void* ctx, void** eh, npabi_descr_v6_t* d) {
+  int type;
+  if (!np_admit(eh, d, d ? d->type : 0, &type)) return NPABI_SUCCESS;
+  if (type < NP_T_CE_COLL) {
+    np_start_v5_members(ctx, eh, 6, type, (const npabi_descr_v5_t*)d);
+    return NPABI_SUCCESS;
+  }
+  uint64_t parent = (uint64_t)(uintptr_t)d->parentObj;
+  np_comm* c = np_target(ctx, type, parent);
+  np_pending p;
+  if (!c || !np_begin(c, type, 6, parent, np_rank_or_comm(c, d->rank), 0, eh, &p))
+    return NPABI_SUCCESS;
+  if (type == NP_T_CE_COLL) {
+    p.ev->u.ce.seq = d->ceColl.seqNumber;
+    p.ev->u.ce.func = d->ceColl.func;
+    p.ev->u.ce.count = d->ceColl.count;
+    p.ev->u.ce.root = d->ceColl.root;
+    p.ev->u.ce.dtype = d->ceColl.datatype;
+    p.ev->u.ce.sync = d->ceColl.syncStrategy;
+    p.ev->u.ce.intra_sync = d->ceColl.intraBatchSync;
+    p.ev->u.ce.batch_size = d->ceColl.batchSize;
+    p.ev->u.ce.num_batches = d->ceColl.numBatches;
+    p.ev->u.ce.ce_seq = d->ceColl.ceSeqNum;
+    p.ev->u.ce.stream = (uint64_t)(uintptr_t)d->ceColl.stream;
+  } else if (type == NP_T_CE_SYNC) {
+    p.ev->u.ceaux.flag = d->ceCollSync.isComplete;
+    p.ev->u.ceaux.n = d->ceCollSync.nRanks;
+  } else {
+    p.ev->u.ceaux.n = d->ceCollBatch.numOps;
+    p.ev->u.ceaux.total_bytes = d->ceCollBatch.totalBytes;
+    p.ev->u.ceaux.flag = d->ceCollBatch.useIntraSync;
+  }
+  np_commit(&p);
+  return NPABI_SUCCESS;
+}
+
+/* ------------------------------------------------------------------- init, stop, finalize */
+
+static npabi_result_t np_init_v1(void** ctx, int* mask) {
+  if (ctx) *ctx = np_init_comm(1, 0, NULL, 0, 0, 0, NULL, mask);
+  return NPABI_SUCCESS;
+}
+static npabi_result_t np_init_v2(void** ctx, int* mask) {
+  if (ctx) *ctx = np_init_comm(2, 0, NULL, 0, 0, 0, NULL, mask);
+  return NPABI_SUCCESS;
+}
+static npabi_result_t np_init_v3(void** ctx, int* mask) {
+  if (ctx) *ctx = np_init_comm(3, 0, NULL, 0, 0, 0, NULL, mask);
+  return NPABI_SUCCESS;
+}
+static npabi_result_t np_init_v4(void** ctx, int* mask, const char* name, uint64_t hash,
+                                 int nnodes, int nranks, int rank, npabi_logger_t log) {
+  if (ctx) *ctx = np_init_comm(4, hash, name, nnodes, nranks, rank, log, mask);
+  return NPABI_SUCCESS;
+}
+static npabi_result_t np_init_v5(void** ctx, uint64_t id, int* mask, const char* name, int nnodes,
+                                 int nranks, int rank, npabi_logger_t log) {
+  if (ctx) *ctx = np_init_comm(5, id, name, nnodes, nranks, rank, log, mask);
+  return NPABI_SUCCESS;
+}
+static npabi_result_t np_init_v6(void** ctx, uint64_t id, int* mask, const char* name, int nnodes,
+                                 int nranks, int rank, npabi_logger_t log) {
+  if (ctx) *ctx = np_init_comm(6, id, name, nnodes, nranks, rank, log, mask);
+  return NPABI_SUCCESS;
+}
+
+static npabi_result_t np_stop_cb(void* h) {
+  np_stop(h);
+  return NPABI_SUCCESS;
+}
+
+static npabi_result_t np_finalize_cb(void* ctx) {
+  np_finalize_comm(ctx);
+  return NPABI_SUCCESS;
+}
+
+#define NP_EXPORT __attribute__((visibility("default")))
+NP_EXPORT npabi_profiler_v1_t ncclProfiler_v1 = {"ncclprof", np_init_v1, np_start_v1, np_stop_cb,
+                                                 np_record_v1, np_finalize_cb};
+NP_EXPORT npabi_profiler_v2_t ncclProfiler_v2 = {"ncclprof", np_init_v2, np_start_v2, np_stop_cb,
+                                                 np_record_v1, np_finalize_cb};
+NP_EXPORT npabi_profiler_v3_t ncclProfiler_v3 = {"ncclprof", np_init_v3, np_start_v3, np_stop_cb,
+                                                 np_record_v1, np_finalize_cb};
+NP_EXPORT npabi_profiler_v4_t ncclProfiler_v4 = {"ncclprof", np_init_v4, np_start_v4, np_stop_cb,
+                                                 np_record_v4, np_finalize_cb};
+NP_EXPORT npabi_profiler_v5_t ncclProfiler_v5 = {"ncclprof", np_init_v5, np_start_v5, np_stop_cb,
+                                                 np_record_v4, np_finalize_cb};
+NP_EXPORT npabi_profiler_v6_t ncclProfiler_v6 = {"ncclprof", np_init_v6, np_start_v6, np_stop_cb,
+                                                 np_record_v4, np_finalize_cb};

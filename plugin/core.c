@@ -1,0 +1,958 @@
+/*
+ * core.c — everything around the hot path that is not per-callback: configuration, the
+ * communicator table, thread registration, window rotation, state semantics, and the
+ * drainer's side of the window protocol (poll, export, release). See core.h for the design.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <sched.h>
+#include <semaphore.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+#include "hot.h"
+
+np_comm np_comms[NP_MAX_COMMS] __attribute__((aligned(64)));
+np_thread np_threads[NP_MAX_THREADS] __attribute__((aligned(64)));
+__thread np_thread* np_tls __attribute__((tls_model("initial-exec")));
+int np_clock = NP_CLOCK_MONO;
+int np_fence_mode = 1;
+uint32_t np_record_mask;
+pid_t np_pid;
+np_config np_cfg;
+uint64_t np_counters[NP_C_COUNT];
+
+static uint32_t np_threads_hwm; /* threads ever attached (scan bound) */
+static uint32_t np_comms_hwm;   /* comm indexes ever used (scan bound) */
+static pthread_key_t np_thread_key;
+static pthread_once_t np_once = PTHREAD_ONCE_INIT;
+static sem_t np_sem;
+static int np_setup_done;
+static npabi_logger_t np_logger; /* the first logger NCCL gave us */
+static int* np_mask_ptr;         /* NCCL's process-wide activation mask */
+static double np_ticks_per_ns = 3.0; /* refined by the drainer (np_set_tick_rate) */
+
+/* ------------------------------------------------------------------- logging */
+
+void np_log(int level, const char* msg) {
+  npabi_logger_t log = __atomic_load_n(&np_logger, __ATOMIC_ACQUIRE);
+  if (log) log(level, NPABI_LOGSYS_INIT | NPABI_LOGSYS_PROFILE, "ncclprof", 0, "%s", msg);
+  else if (level <= NPABI_LOG_WARN) fprintf(stderr, "ncclprof: %s\n", msg);
+}
+
+static void np_logf(int level, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  np_log(level, buf);
+}
+
+/* ------------------------------------------------------------------- configuration */
+
+static const struct {
+  const char* name;
+  uint32_t bits;
+} np_mask_names[] = {
+    {"group", NPABI_GROUP},          {"coll", NPABI_COLL},
+    {"p2p", NPABI_P2P},              {"proxyop", NPABI_PROXY_OP},
+    {"proxystep", NPABI_PROXY_STEP}, {"proxyctrl", NPABI_PROXY_CTRL},
+    {"kernelch", NPABI_KERNEL_CH},   {"netplugin", NPABI_NET_PLUGIN},
+    {"groupapi", NPABI_GROUP_API},   {"collapi", NPABI_COLL_API},
+    {"p2papi", NPABI_P2P_API},       {"kernellaunch", NPABI_KERNEL_LAUNCH},
+    {"cecoll", NPABI_CE_COLL},       {"cesync", NPABI_CE_SYNC},
+    {"cebatch", NPABI_CE_BATCH},     {"all", NPABI_ALL_TYPES},
+    {"none", 0},
+    /* What the metrics need; KernelCh is opt-in (users report its cost on small messages). */
+    {"default", NPABI_GROUP | NPABI_COLL | NPABI_P2P | NPABI_PROXY_OP | NPABI_PROXY_STEP |
+                    NPABI_GROUP_API | NPABI_COLL_API | NPABI_P2P_API | NPABI_KERNEL_LAUNCH},
+};
+
+/* NCCLPROF_EVENT_MASK: a number (decimal or 0x hex) or names joined by ',', '|' or '+'. */
+uint32_t np_parse_mask(const char* s, int* ok) {
+  *ok = 1;
+  if (s == NULL || *s == 0) return np_mask_names[17].bits;
+  char* end;
+  unsigned long v = strtoul(s, &end, 0);
+  if (end != s && *end == 0) return (uint32_t)v & NPABI_ALL_TYPES;
+  uint32_t mask = 0;
+  const char* p = s;
+  while (*p) {
+    while (*p == ',' || *p == '|' || *p == '+' || *p == ' ') p++;
+    const char* q = p;
+    while (*q && *q != ',' && *q != '|' && *q != '+' && *q != ' ') q++;
+    if (q == p) break;
+    size_t n = (size_t)(q - p);
+    int found = 0;
+    for (size_t i = 0; i < sizeof np_mask_names / sizeof np_mask_names[0]; i++) {
+      if (strlen(np_mask_names[i].name) == n && strncasecmp(p, np_mask_names[i].name, n) == 0) {
+        mask |= np_mask_names[i].bits;
+        found = 1;
+      }
+    }
+    if (!found) *ok = 0;
+    p = q;
+  }
+  return mask;
+}
+
+static uint64_t np_env_u64(const char* name, uint64_t def, uint64_t lo, uint64_t hi) {
+  const char* s = getenv(name);
+  if (s == NULL || *s == 0) return def;
+  char* end;
+  unsigned long long v = strtoull(s, &end, 0);
+  if (end == s || *end != 0 || v < lo || v > hi) {
+    np_logf(NPABI_LOG_WARN, "%s=%s is not a number in [%llu, %llu]; using %llu", name, s,
+            (unsigned long long)lo, (unsigned long long)hi, (unsigned long long)def);
+    return def;
+  }
+  return v;
+}
+
+static void np_read_config(void) {
+  const char* en = getenv("NCCLPROF_ENABLE");
+  np_cfg.disabled = en != NULL && (strcmp(en, "0") == 0 || strcasecmp(en, "false") == 0);
+  int ok;
+  const char* m = getenv("NCCLPROF_EVENT_MASK");
+  np_cfg.mask = np_parse_mask(m, &ok);
+  if (!ok)
+    np_logf(NPABI_LOG_WARN, "NCCLPROF_EVENT_MASK=%s has unknown names; recording mask 0x%x", m,
+            np_cfg.mask);
+  np_cfg.nwin = (uint32_t)np_env_u64("NCCLPROF_WINDOWS", 4, 2, NP_MAX_WINDOWS);
+  np_cfg.nslots = (uint32_t)np_env_u64("NCCLPROF_WINDOW_SLOTS", 8192, 256, NP_MAX_SLOTS);
+  uint64_t bytes = (uint64_t)np_cfg.nwin * np_cfg.nslots * NP_SLOT_BYTES;
+  if (bytes > NP_MAX_COMM_BYTES) {
+    uint32_t fit = (uint32_t)(NP_MAX_COMM_BYTES / NP_SLOT_BYTES / np_cfg.nwin);
+    np_logf(NPABI_LOG_WARN,
+            "NCCLPROF_WINDOWS x NCCLPROF_WINDOW_SLOTS needs %llu MiB per communicator, over the "
+            "32 MiB cap; using %u slots per window",
+            (unsigned long long)(bytes >> 20), fit);
+    np_cfg.nslots = fit;
+  }
+  np_cfg.block = np_cfg.nslots >= 4096 ? 16 : 4;
+  np_cfg.trigger = np_cfg.nslots / 4 * 3;
+  np_cfg.window_ns = np_env_u64("NCCLPROF_WINDOW_MS", 1000, 1, 3600000) * 1000000ull;
+  /* Waiting for a closed window's open events only saves carrying them over (the drainer
+   * links across windows), so the waits are short: at least 2 ms for stops already on their
+   * way, at most NCCLPROF_GRACE_MS. */
+  np_cfg.grace_max_ns = np_env_u64("NCCLPROF_GRACE_MS", 100, 1, 60000) * 1000000ull;
+  np_cfg.grace_min_ns = np_cfg.grace_max_ns < 2000000ull ? np_cfg.grace_max_ns : 2000000ull;
+  np_cfg.finalize_wait_ns = np_env_u64("NCCLPROF_FINALIZE_TIMEOUT_MS", 5000, 0, 600000) * 1000000ull;
+  np_record_mask = np_cfg.mask;
+}
+
+/* ------------------------------------------------------------------- clock */
+
+static int np_tsc_invariant(void) {
+#if defined(__x86_64__)
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u) return 0;
+  __get_cpuid(0x80000007u, &a, &b, &c, &d);
+  return (d >> 8) & 1;
+#else
+  return 0;
+#endif
+}
+
+static void np_pick_clock(void) {
+  const char* want = getenv("NCCLPROF_CLOCK");
+  int force_mono = want && strcasecmp(want, "monotonic") == 0;
+#if defined(__x86_64__)
+  if (!force_mono && (np_tsc_invariant() || (want && strcasecmp(want, "tsc") == 0))) {
+    np_clock = NP_CLOCK_TSC;
+    return;
+  }
+  if (!force_mono)
+    np_log(NPABI_LOG_INFO, "TSC is not invariant on this CPU; timestamps use CLOCK_MONOTONIC");
+#elif defined(__aarch64__)
+  if (!force_mono) {
+    np_clock = NP_CLOCK_CNTVCT;
+    return;
+  }
+#endif
+  np_clock = NP_CLOCK_MONO;
+}
+
+uint64_t np_now(void) { return np_ticks(); }
+int np_clock_kind(void) { return np_clock; }
+
+uint64_t np_clock_nominal_hz(void) {
+#if defined(__aarch64__)
+  if (np_clock == NP_CLOCK_CNTVCT) {
+    uint64_t f;
+    __asm__ __volatile__("mrs %0, cntfrq_el0" : "=r"(f));
+    return f;
+  }
+#endif
+  return np_clock == NP_CLOCK_MONO ? 1000000000ull : 0;
+}
+
+void np_clock_sample(uint64_t* before, uint64_t* mono_raw_ns, uint64_t* real_ns, uint64_t* after) {
+  struct timespec m, r;
+  *before = np_ticks();
+  clock_gettime(CLOCK_MONOTONIC_RAW, &m);
+  clock_gettime(CLOCK_REALTIME, &r);
+  *after = np_ticks();
+  *mono_raw_ns = (uint64_t)m.tv_sec * 1000000000ull + (uint64_t)m.tv_nsec;
+  *real_ns = (uint64_t)r.tv_sec * 1000000000ull + (uint64_t)r.tv_nsec;
+}
+
+void np_set_tick_rate(double ticks_per_ns) {
+  if (ticks_per_ns > 0) np_ticks_per_ns = ticks_per_ns;
+}
+
+static uint64_t np_ns_to_ticks(uint64_t ns) { return (uint64_t)((double)ns * np_ticks_per_ns); }
+
+/* ------------------------------------------------------------------- threads */
+
+static void np_thread_exit(void* arg) {
+  np_thread* t = (np_thread*)arg;
+  np_tls = NULL;
+  for (int i = 0; i < NP_TCACHE; i++) t->cache[i].valid = 0;
+  __atomic_store_n(&t->used, 0, __ATOMIC_RELEASE);
+}
+
+static void np_setup_once(void) {
+  np_pid = getpid();
+  pthread_key_create(&np_thread_key, np_thread_exit);
+  sem_init(&np_sem, 0, 0);
+  np_read_config();
+  np_pick_clock();
+  np_ticks_per_ns = np_clock == NP_CLOCK_MONO ? 1.0 : np_ticks_per_ns;
+#if !defined(NP_TSAN)
+  long q = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  if (q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+      syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
+    np_fence_mode = 0;
+#endif
+  __atomic_store_n(&np_setup_done, 1, __ATOMIC_RELEASE);
+}
+
+static void np_setup(void) { pthread_once(&np_once, np_setup_once); }
+
+/* First callback of a thread: take a free per-thread state. Runs once per thread. */
+np_thread* np_thread_attach(void) {
+  np_setup();
+  uint32_t tid = (uint32_t)syscall(SYS_gettid);
+  for (uint32_t i = 0; i < NP_MAX_THREADS; i++) {
+    uint32_t k = (tid + i) % NP_MAX_THREADS;
+    uint32_t expect = 0;
+    if (__atomic_load_n(&np_threads[k].used, __ATOMIC_RELAXED) == 0 &&
+        __atomic_compare_exchange_n(&np_threads[k].used, &expect, 1, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED)) {
+      np_thread* t = &np_threads[k];
+      t->tid = tid;
+      for (int j = 0; j < NP_TCACHE; j++) t->cache[j].valid = 0;
+      uint32_t hwm = __atomic_load_n(&np_threads_hwm, __ATOMIC_RELAXED);
+      while (k + 1 > hwm &&
+             !__atomic_compare_exchange_n(&np_threads_hwm, &hwm, k + 1, 0, __ATOMIC_RELEASE,
+                                          __ATOMIC_RELAXED)) {
+      }
+      pthread_setspecific(np_thread_key, t);
+      np_tls = t;
+      return t;
+    }
+  }
+  return NULL; /* more than NP_MAX_THREADS threads at once: their events are dropped */
+}
+
+/* ------------------------------------------------------------------- communicators */
+
+static uint32_t np_random32(void) {
+  uint32_t r = 0;
+  if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) /* mix the clock instead */
+    r = (uint32_t)(np_ticks() * 0x9E3779B97F4A7C15ull >> 32) ^ (uint32_t)getpid();
+  return r | 1;
+}
+
+/* Maps a communicator's windows the first time its table entry is used; the memory and the
+ * window geometry then stay for the life of the process (config is read once). */
+static int np_map_comm(np_comm* c, uint32_t idx) {
+  size_t bytes = (size_t)np_cfg.nwin * np_cfg.nslots * NP_SLOT_BYTES;
+  if (c->mem) return 1;
+  /* Populated at init so no callback ever takes a page fault on a fresh slot. */
+  void* m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                 -1, 0);
+  if (m == MAP_FAILED) return 0;
+  c->mem = m;
+  c->mem_bytes = bytes;
+  c->idx = idx;
+  c->nwin = np_cfg.nwin;
+  c->nslots = np_cfg.nslots;
+  c->block = np_cfg.block;
+  c->trigger = np_cfg.trigger;
+  for (uint32_t w = 0; w < c->nwin; w++) {
+    c->win[w].slots = (np_event*)((char*)m + (size_t)w * c->nslots * NP_SLOT_BYTES);
+    /* Epochs start at a random value so a value NCCL never got from us (a corrupted or
+     * made-up handle) matches a live window with probability 2^-32, not because small
+     * epochs are common. */
+    __atomic_store_n(&c->win[w].se, NP_SE(np_random32(), NP_W_FREE), __ATOMIC_RELEASE);
+  }
+  return 1;
+}
+
+static int np_quiesce(void);
+
+
+/* Starts a new incarnation of a communicator entry: fresh epochs (handles of the previous one
+ * stay stale forever), window 0 filling. Waits first for callbacks that may still be running
+ * on the previous incarnation's windows (they re-check the state and bail). */
+static void np_open_comm(np_comm* c) {
+  for (int i = 0; i < 50 && !np_quiesce(); i++) {
+  }
+  while (__atomic_exchange_n(&c->rotating, 1, __ATOMIC_ACQUIRE)) {
+  }
+  __atomic_store_n(&c->dropped, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->stale, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->late, 0, __ATOMIC_RELAXED);
+  c->incarnation++;
+  uint64_t now = np_ticks();
+  for (uint32_t w = 0; w < c->nwin; w++) {
+    np_window* win = &c->win[w];
+    uint32_t ep = NP_SE_EPOCH(win->se) + 1;
+    __atomic_store_n(&win->claimed, 0, __ATOMIC_RELAXED);
+    win->scan_from = 0;
+    __atomic_store_n(&win->open_tsc, now, __ATOMIC_RELAXED);
+    __atomic_store_n(&win->close_tsc, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&win->se, NP_SE(ep, w == 0 ? NP_W_FILLING : NP_W_FREE), __ATOMIC_RELEASE);
+  }
+  __atomic_store_n(&c->cur, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->rotating, 0, __ATOMIC_RELEASE);
+}
+
+static void np_bump_hwm(uint32_t* hwm, uint32_t v) {
+  uint32_t cur = __atomic_load_n(hwm, __ATOMIC_RELAXED);
+  while (v > cur && !__atomic_compare_exchange_n(hwm, &cur, v, 0, __ATOMIC_RELEASE,
+                                                 __ATOMIC_RELAXED)) {
+  }
+}
+
+/* The process-wide communicator that holds ProxyOps other processes' proxies started (PXN). */
+static np_comm* np_pxn_comm(void) {
+  np_comm* c = &np_comms[NP_PXN_COMM];
+  uint32_t st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+  if (st == NP_COMM_ACTIVE) return c;
+  uint32_t expect = NP_COMM_UNUSED;
+  if (!__atomic_compare_exchange_n(&c->state, &expect, NP_COMM_INITIALIZING, 0, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_RELAXED))
+    return NULL;
+  if (!np_map_comm(c, NP_PXN_COMM)) {
+    __atomic_store_n(&c->state, NP_COMM_UNUSED, __ATOMIC_RELEASE);
+    return NULL;
+  }
+  np_open_comm(c);
+  snprintf(c->name, sizeof c->name, "pxn");
+  c->rank = -1;
+  np_bump_hwm(&np_comms_hwm, 1);
+  __atomic_store_n(&c->state, NP_COMM_ACTIVE, __ATOMIC_RELEASE);
+  return c;
+}
+
+np_comm* np_pxn_target(void) {
+  np_comm* c = &np_comms[NP_PXN_COMM];
+  return __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == NP_COMM_ACTIVE ? c : NULL;
+}
+
+void* np_init_comm(int abi, uint64_t comm_hash, const char* name, int nnodes, int nranks,
+                   int rank, npabi_logger_t logfn, int* mask_ptr) {
+  np_setup();
+  if (logfn) {
+    npabi_logger_t none = NULL;
+    __atomic_compare_exchange_n(&np_logger, &none, logfn, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+  }
+  if (np_cfg.disabled) {
+    if (mask_ptr) *mask_ptr = 0;
+    np_count(NP_C_INIT_DISABLED);
+    return NULL;
+  }
+  /* The mask is one process-wide int; keep its address so the control API can change it. */
+  if (mask_ptr) {
+    *mask_ptr = (int)np_cfg.mask;
+    __atomic_store_n(&np_mask_ptr, mask_ptr, __ATOMIC_RELEASE);
+  }
+  np_pxn_comm();
+  for (uint32_t i = 1; i < NP_MAX_COMMS; i++) {
+    np_comm* c = &np_comms[i];
+    uint32_t expect = NP_COMM_UNUSED;
+    if (__atomic_load_n(&c->state, __ATOMIC_RELAXED) != NP_COMM_UNUSED ||
+        !__atomic_compare_exchange_n(&c->state, &expect, NP_COMM_INITIALIZING, 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+      continue;
+    if (!np_map_comm(c, i)) {
+      __atomic_store_n(&c->state, NP_COMM_UNUSED, __ATOMIC_RELEASE);
+      np_count(NP_C_INIT_DISABLED);
+      np_logf(NPABI_LOG_WARN, "cannot map %zu bytes for event windows (%s); not profiling "
+              "this communicator", (size_t)np_cfg.nwin * np_cfg.nslots * NP_SLOT_BYTES,
+              strerror(errno));
+      return NULL;
+    }
+    np_open_comm(c);
+    c->abi = abi;
+    c->comm_hash = comm_hash;
+    c->nnodes = nnodes;
+    c->nranks = nranks;
+    c->rank = rank;
+    __atomic_store_n(&c->learned, abi >= 4, __ATOMIC_RELEASE);
+    c->log = logfn;
+    snprintf(c->name, sizeof c->name, "%s", name ? name : "");
+    np_bump_hwm(&np_comms_hwm, i + 1);
+    __atomic_store_n(&c->state, NP_COMM_ACTIVE, __ATOMIC_RELEASE);
+    np_kick();
+    return c;
+  }
+  np_count(NP_C_INIT_DISABLED);
+  np_logf(NPABI_LOG_WARN, "more than %d communicators in this process; not profiling this one",
+          NP_MAX_COMMS - 1);
+  return NULL;
+}
+
+/* v1–v3 pass the communicator's identity in Coll/P2p descriptors instead of init. */
+void np_learn_comm(np_comm* c, uint64_t hash, const char* name, int rank) {
+  uint32_t expect = 0;
+  if (!__atomic_compare_exchange_n(&c->learned, &expect, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+    return; /* learned already, or another thread is learning */
+  c->comm_hash = hash;
+  __atomic_store_n(&c->rank, rank, __ATOMIC_RELAXED); /* read by callbacks on other threads */
+  if (name) snprintf(c->name, sizeof c->name, "%s", name);
+  __atomic_store_n(&c->learned, 1, __ATOMIC_RELEASE);
+}
+
+void np_finalize_comm(void* context) {
+  if (context == NULL) { /* NCCL 2.23–2.27 finalize a NULL context */
+    np_count(NP_C_NULL_FINALIZE);
+    return;
+  }
+  np_comm* c = np_comm_of_ctx(context);
+  if (c == NULL) return;
+  uint32_t expect = NP_COMM_ACTIVE;
+  if (!__atomic_compare_exchange_n(&c->state, &expect, NP_COMM_FINALIZING, 0, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_RELAXED))
+    return;
+  np_kick();
+  /* Wait (bounded) for the drainer to process what this communicator recorded, so its
+   * summary and trace are complete when NCCL's commDestroy returns. */
+  uint64_t waited = 0;
+  const uint64_t step = 1000000; /* 1 ms */
+  while (waited < np_cfg.finalize_wait_ns) {
+    if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == NP_COMM_DRAINED) {
+      __atomic_store_n(&c->state, NP_COMM_UNUSED, __ATOMIC_RELEASE);
+      return;
+    }
+    struct timespec ts = {0, (long)step};
+    nanosleep(&ts, NULL);
+    waited += step;
+  }
+  expect = NP_COMM_FINALIZING;
+  if (__atomic_compare_exchange_n(&c->state, &expect, NP_COMM_ABANDONED, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_RELAXED)) {
+    np_logf(NPABI_LOG_WARN, "finalize of communicator %llx rank %d did not finish processing "
+            "within NCCLPROF_FINALIZE_TIMEOUT_MS; it continues in the background",
+            (unsigned long long)c->comm_hash, c->rank);
+    return;
+  }
+  __atomic_store_n(&c->state, NP_COMM_UNUSED, __ATOMIC_RELEASE); /* drained meanwhile */
+}
+
+/* ------------------------------------------------------------------- windows */
+
+/* Moves the communicator from window `from` to a FREE one. If none is free the current window
+ * keeps filling (and drops once full) until the drainer gives one back. */
+void np_rotate(np_comm* c, uint32_t from) {
+  if (__atomic_exchange_n(&c->rotating, 1, __ATOMIC_ACQUIRE)) return;
+  np_window* w = &c->win[from];
+  uint64_t se = __atomic_load_n(&w->se, __ATOMIC_ACQUIRE);
+  if (__atomic_load_n(&c->cur, __ATOMIC_ACQUIRE) == from && NP_SE_STATE(se) == NP_W_FILLING) {
+    for (uint32_t k = 1; k < c->nwin; k++) {
+      uint32_t n = (from + k) % c->nwin;
+      np_window* nw = &c->win[n];
+      uint64_t nse = __atomic_load_n(&nw->se, __ATOMIC_ACQUIRE);
+      if (NP_SE_STATE(nse) != NP_W_FREE) continue;
+      uint64_t now = np_ticks();
+      __atomic_store_n(&nw->open_tsc, now, __ATOMIC_RELAXED);
+      __atomic_store_n(&nw->se, NP_SE(NP_SE_EPOCH(nse), NP_W_FILLING), __ATOMIC_RELEASE);
+      __atomic_store_n(&w->close_tsc, now, __ATOMIC_RELAXED);
+      __atomic_store_n(&w->se, NP_SE(NP_SE_EPOCH(se), NP_W_CLOSING), __ATOMIC_RELEASE);
+      __atomic_store_n(&c->cur, n, __ATOMIC_RELEASE);
+      break;
+    }
+  }
+  __atomic_store_n(&c->rotating, 0, __ATOMIC_RELEASE);
+}
+
+void np_late(np_comm* c, np_thread* t, uint64_t h, uint32_t state, uint64_t a0, uint64_t a1,
+             int has_args) {
+  uint32_t wi, s, ep;
+  np_event* ev = np_claim(c, t, &wi, &s, &ep);
+  if (ev == NULL) {
+    __atomic_fetch_add(&c->dropped, 1, __ATOMIC_RELAXED);
+    np_count(NP_C_DROPPED_FULL);
+    return;
+  }
+  ev->parent = 0;
+  ev->t_start = np_ticks();
+  ev->t_stop = ev->t_start;
+  ev->tid = t->tid;
+  ev->rank = np_comm_rank(c);
+  ev->nstates = 0;
+  ev->sflags = 0;
+  memset(&ev->u, 0, sizeof ev->u);
+  ev->u.late.target = h;
+  ev->u.late.state = state;
+  ev->u.late.arg0 = a0;
+  ev->u.late.arg1 = a1;
+  ev->u.late.has_args = (uint8_t)has_args;
+  ev->done = 1;
+  __atomic_store_n(&ev->hdr, (uint64_t)ep | ((uint64_t)NP_T_LATE << 32), __ATOMIC_RELEASE);
+  __atomic_fetch_add(&c->late, 1, __ATOMIC_RELAXED);
+  np_count(NP_C_LATE);
+}
+
+/* Copies the network plugin's descriptor (IB queue pair or socket) behind netPlugin.data. */
+static void np_copy_net_payload(np_event* ev, const void* data) {
+  if (data == NULL) return;
+  uint32_t kind = (uint32_t)ev->u.net.id & NPABI_NET_TYPE_MASK;
+  size_t n = kind == NPABI_NET_TYPE_IB ? sizeof(npabi_net_ib_v1_t)
+           : kind == NPABI_NET_TYPE_SOCK ? sizeof(npabi_net_sock_v1_t) : 0;
+  if (n) memcpy(ev->u.net.payload, data, n);
+}
+
+static int np_step_cell(int state) {
+  switch (state) {
+  case NPABI_PROXY_STEP_SEND_GPU_WAIT: return NP_ST_SEND_GPU_WAIT;
+  case NPABI_PROXY_STEP_SEND_PEER_WAIT: return NP_ST_SEND_PEER_WAIT;
+  case NPABI_PROXY_STEP_SEND_WAIT: return NP_ST_SEND_WAIT;
+  case NPABI_PROXY_STEP_RECV_WAIT: return NP_ST_RECV_WAIT;
+  case NPABI_PROXY_STEP_RECV_FLUSH_WAIT: return NP_ST_RECV_FLUSH_WAIT;
+  case NPABI_PROXY_STEP_RECV_GPU_WAIT: return NP_ST_RECV_GPU_WAIT;
+  default: return -1;
+  }
+}
+
+void np_apply_state(np_event* ev, int state, uint64_t a0, uint64_t a1, int has_args,
+                    uint64_t now) {
+  (void)a1;
+  ev->nstates++;
+  switch (np_ev_type(ev)) {
+  case NP_T_PROXY_STEP: {
+    int cell = np_step_cell(state);
+    if (cell < 0) break;
+    if (cell == NP_ST_SEND_PEER_WAIT) ev->u.step.npeerwait++;
+    if (ev->u.step.t_state[cell] == 0) ev->u.step.t_state[cell] = now;
+    if ((cell == NP_ST_SEND_WAIT || cell == NP_ST_RECV_FLUSH_WAIT) && has_args) {
+      ev->u.step.trans_size = a0;
+      if (has_args == 2) ev->sflags |= NP_F_CUMULATIVE;
+    }
+    return;
+  }
+  case NP_T_PROXY_OP:
+    if (state == NPABI_PROXY_OP_IN_PROGRESS) {
+      if (ev->u.op.t_progress == 0) ev->u.op.t_progress = now;
+      return;
+    }
+    if (state >= NPABI_PROXY_OP_SEND_POSTED && state <= NPABI_PROXY_OP_RECV_DONE) {
+      if (ev->u.op.t_progress == 0) ev->u.op.t_progress = now;
+      if (has_args && a0 > ev->u.op.trans_size) ev->u.op.trans_size = a0;
+      return;
+    }
+    break;
+  case NP_T_PROXY_CTRL:
+    if (state < NPABI_PROXY_CTRL_IDLE || state > NPABI_PROXY_CTRL_APPEND_END) break;
+    if (ev->u.ctrl.t_first == 0) {
+      ev->u.ctrl.t_first = now;
+      ev->u.ctrl.first = (uint8_t)state;
+    }
+    ev->u.ctrl.t_last = now;
+    ev->u.ctrl.last = (uint8_t)state;
+    if (state == NPABI_PROXY_CTRL_APPEND_END && has_args) ev->u.ctrl.appended = (int32_t)a0;
+    return;
+  case NP_T_KERNEL_CH:
+    if (state != NPABI_KERNEL_CH_STOP) break;
+    if (has_args) ev->u.kch.ptimer_stop = a0;
+    ev->u.kch.t_stop_state = now;
+    return;
+  case NP_T_NET_PLUGIN:
+    if (state != NPABI_NET_PLUGIN_UPDATE) break;
+    if (ev->u.net.t_update == 0) ev->u.net.t_update = now;
+    ev->u.net.nupdates++;
+    if (has_args) np_copy_net_payload(ev, (const void*)(uintptr_t)a0);
+    return;
+  case NP_T_GROUP_API:
+    if (state == NPABI_GROUP_START_API_STOP) {
+      ev->u.gapi.t_start_api_stop = now;
+      return;
+    }
+    if (state == NPABI_GROUP_END_API_START) {
+      ev->u.gapi.t_end_api_start = now;
+      return;
+    }
+    break;
+  }
+  np_count(NP_C_UNKNOWN_STATE);
+}
+
+void np_net_start_payload(np_event* ev, const void* data) { np_copy_net_payload(ev, data); }
+
+/* ------------------------------------------------------------------- drainer */
+
+void np_kick(void) {
+  if (!__atomic_load_n(&np_setup_done, __ATOMIC_ACQUIRE)) return;
+  int v = 0;
+  if (sem_getvalue(&np_sem, &v) == 0 && v > 0) return;
+  sem_post(&np_sem);
+}
+
+void np_wait(int timeout_ms) {
+  if (timeout_ms < 0) {
+    while (!__atomic_load_n(&np_setup_done, __ATOMIC_ACQUIRE)) {
+      struct timespec ts = {0, 20000000};
+      nanosleep(&ts, NULL);
+    }
+    while (sem_wait(&np_sem) != 0 && errno == EINTR) {
+    }
+    return;
+  }
+  if (!__atomic_load_n(&np_setup_done, __ATOMIC_ACQUIRE)) {
+    struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+    return;
+  }
+  struct timespec dl;
+  clock_gettime(CLOCK_REALTIME, &dl);
+  dl.tv_sec += timeout_ms / 1000;
+  dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+  if (dl.tv_nsec >= 1000000000) {
+    dl.tv_sec++;
+    dl.tv_nsec -= 1000000000;
+  }
+  while (sem_timedwait(&np_sem, &dl) != 0 && errno == EINTR) {
+  }
+}
+
+/* Whether a CLOSING window still has events that started and have not stopped. */
+static int np_has_open(np_window* w, uint32_t epoch, uint32_t nslots) {
+  uint32_t n = __atomic_load_n(&w->claimed, __ATOMIC_ACQUIRE);
+  if (n > nslots) n = nslots;
+  for (uint32_t i = w->scan_from; i < n; i++) {
+    np_event* ev = &w->slots[i];
+    uint64_t hdr = __atomic_load_n(&ev->hdr, __ATOMIC_ACQUIRE);
+    if ((uint32_t)hdr != epoch) continue; /* a hole: claimed in a block but unused so far */
+    if (!__atomic_load_n(&ev->done, __ATOMIC_ACQUIRE)) {
+      w->scan_from = i;
+      return 1;
+    }
+  }
+  w->scan_from = n;
+  return 0;
+}
+
+/* Waits until no thread is inside a callback that began before the windows were sealed.
+ * Returns 0 if some thread stayed inside longer than the bound (try again next poll). */
+static int np_quiesce(void) {
+#if !defined(NP_TSAN)
+  if (!np_fence_mode) syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+  else __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+  uint32_t n = __atomic_load_n(&np_threads_hwm, __ATOMIC_ACQUIRE);
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t a = __atomic_load_n(&np_threads[i].active, __ATOMIC_SEQ_CST);
+    if (!(a & 1)) continue;
+    for (int spin = 0; spin < 20000; spin++) { /* ≈ 20 ms at most */
+      if (__atomic_load_n(&np_threads[i].active, __ATOMIC_SEQ_CST) != a) goto next;
+      if (spin < 100) sched_yield();
+      else {
+        struct timespec ts = {0, 1000};
+        nanosleep(&ts, NULL);
+      }
+    }
+    np_count(NP_C_QUIESCE_TIMEOUT);
+    return 0;
+  next:;
+  }
+  return 1;
+}
+
+/* CLOSING and SEALED windows of a communicator in the order they were closed. */
+static int np_closed_in_order(np_comm* c, uint32_t* order) {
+  int n = 0;
+  for (uint32_t k = 0; k < c->nwin; k++) {
+    uint32_t st = NP_SE_STATE(__atomic_load_n(&c->win[k].se, __ATOMIC_ACQUIRE));
+    if (st != NP_W_CLOSING && st != NP_W_SEALED) continue;
+    int j = n++;
+    while (j > 0 && __atomic_load_n(&c->win[order[j - 1]].close_tsc, __ATOMIC_RELAXED) >
+                        __atomic_load_n(&c->win[k].close_tsc, __ATOMIC_RELAXED)) {
+      order[j] = order[j - 1];
+      j--;
+    }
+    order[j] = k;
+  }
+  return n;
+}
+
+static int np_free_windows(np_comm* c) {
+  int n = 0;
+  for (uint32_t k = 0; k < c->nwin; k++)
+    n += NP_SE_STATE(__atomic_load_n(&c->win[k].se, __ATOMIC_ACQUIRE)) == NP_W_FREE;
+  return n;
+}
+
+/* Seals a communicator's closed windows oldest first, so a window is never processed before an
+ * older one that may hold its events' parents. The oldest is sealed without waiting when fewer
+ * than two windows are free, so a burst never waits behind a grace period and drops. */
+static int np_poll_comm(np_comm* c, uint32_t i, int fin, uint64_t now, np_ready* out, int max) {
+  uint64_t gmin = np_ns_to_ticks(np_cfg.grace_min_ns), gmax = np_ns_to_ticks(np_cfg.grace_max_ns);
+  uint32_t cur = __atomic_load_n(&c->cur, __ATOMIC_ACQUIRE);
+  np_window* cw = &c->win[cur];
+  if (__atomic_load_n(&cw->claimed, __ATOMIC_RELAXED) > 0 &&
+      (fin || now - __atomic_load_n(&cw->open_tsc, __ATOMIC_RELAXED) >=
+                  np_ns_to_ticks(np_cfg.window_ns)))
+    np_rotate(c, cur);
+  uint32_t order[NP_MAX_WINDOWS];
+  int nclosed = np_closed_in_order(c, order), n = 0;
+  int pressure = np_free_windows(c) < 2;
+  for (int j = 0; j < nclosed && n < max; j++) {
+    np_window* w = &c->win[order[j]];
+    uint64_t se = __atomic_load_n(&w->se, __ATOMIC_ACQUIRE);
+    uint32_t ep = NP_SE_EPOCH(se);
+    if (NP_SE_STATE(se) == NP_W_CLOSING) {
+      uint64_t age = now - __atomic_load_n(&w->close_tsc, __ATOMIC_RELAXED);
+      int early = fin || (pressure && j == 0);
+      int at_max = age >= gmax;
+      if (!early && !at_max && (age < gmin || np_has_open(w, ep, c->nslots))) break;
+      if (at_max && !early && np_has_open(w, ep, c->nslots)) np_count(NP_C_SEALED_AT_MAX_GRACE);
+      __atomic_store_n(&w->se, NP_SE(ep, NP_W_SEALED), __ATOMIC_SEQ_CST);
+    }
+    uint32_t claimed = __atomic_load_n(&w->claimed, __ATOMIC_ACQUIRE);
+    out[n].comm = i;
+    out[n].win = order[j];
+    out[n].epoch = ep;
+    out[n].claimed = claimed < c->nslots ? claimed : c->nslots;
+    out[n].open_tsc = __atomic_load_n(&w->open_tsc, __ATOMIC_RELAXED);
+    n++;
+  }
+  return n;
+}
+
+int np_poll(np_ready* out, int max, int flush) {
+  uint64_t now = np_ticks();
+  int n = 0;
+  uint32_t hwm = __atomic_load_n(&np_comms_hwm, __ATOMIC_ACQUIRE);
+  for (uint32_t i = 0; i < hwm && n < max; i++) {
+    np_comm* c = &np_comms[i];
+    uint32_t st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+    if (st != NP_COMM_ACTIVE && st != NP_COMM_FINALIZING && st != NP_COMM_ABANDONED) continue;
+    n += np_poll_comm(c, i, flush || st != NP_COMM_ACTIVE, now, out + n, max - n);
+  }
+  if (n > 0 && !np_quiesce()) return 0; /* sealed windows stay SEALED: retried next poll */
+  return n;
+}
+
+int np_export(const np_ready* r, np_record* out, int max) {
+  np_comm* c = &np_comms[r->comm];
+  np_window* w = &c->win[r->win];
+  int n = 0;
+  for (uint32_t i = 0; i < r->claimed && n < max; i++) {
+    const np_event* ev = &w->slots[i];
+    uint64_t hdr = __atomic_load_n(&ev->hdr, __ATOMIC_ACQUIRE);
+    if ((uint32_t)hdr != r->epoch) continue;
+    np_record* o = &out[n++];
+    memset(o, 0, sizeof *o);
+    o->type = (uint8_t)(hdr >> 32);
+    o->abi = (uint8_t)(hdr >> 40);
+    o->flags = (uint16_t)((hdr >> 48) | ev->sflags | (ev->done ? 0 : NP_F_OPEN));
+    o->handle = np_handle(r->comm, r->win, i, r->epoch);
+    o->parent = ev->parent;
+    o->t_start = ev->t_start;
+    o->t_stop = ev->t_stop;
+    o->tid = ev->tid;
+    o->rank = ev->rank;
+    o->nstates = ev->nstates;
+    switch (o->type) {
+    case NP_T_COLL:
+      o->seq = ev->u.coll.seq;
+      o->count = ev->u.coll.count;
+      o->parent_group = ev->u.coll.parent_group;
+      o->func = ev->u.coll.func;
+      o->dtype = ev->u.coll.dtype;
+      o->algo = ev->u.coll.algo;
+      o->proto = ev->u.coll.proto;
+      o->root = ev->u.coll.root;
+      o->nchannels = ev->u.coll.nchannels;
+      o->nwarps = ev->u.coll.nwarps;
+      break;
+    case NP_T_P2P:
+      o->count = ev->u.p2p.count;
+      o->parent_group = ev->u.p2p.parent_group;
+      o->func = ev->u.p2p.func;
+      o->dtype = ev->u.p2p.dtype;
+      o->peer = ev->u.p2p.peer;
+      o->nchannels = ev->u.p2p.nchannels;
+      break;
+    case NP_T_PROXY_OP:
+      o->t_aux = ev->u.op.t_progress;
+      o->bytes_aux = ev->u.op.trans_size;
+      o->pid = ev->u.op.pid;
+      o->peer = ev->u.op.peer;
+      o->nsteps = ev->u.op.nsteps;
+      o->chunk = ev->u.op.chunk;
+      o->channel = ev->u.op.channel;
+      o->is_send = ev->u.op.is_send;
+      break;
+    case NP_T_PROXY_STEP:
+      memcpy(o->t_state, ev->u.step.t_state, sizeof o->t_state);
+      o->bytes_aux = ev->u.step.trans_size;
+      o->step = ev->u.step.step;
+      o->npeerwait = ev->u.step.npeerwait;
+      break;
+    case NP_T_KERNEL_CH:
+      o->ptimer_start = ev->u.kch.ptimer_start;
+      o->ptimer_stop = ev->u.kch.ptimer_stop;
+      o->t_aux = ev->u.kch.t_stop_state;
+      o->channel = ev->u.kch.channel;
+      break;
+    case NP_T_NET_PLUGIN:
+      o->net_id = ev->u.net.id;
+      o->t_aux = ev->u.net.t_update;
+      o->aux = ev->u.net.nupdates;
+      memcpy(o->net_payload, ev->u.net.payload, sizeof o->net_payload);
+      break;
+    case NP_T_PROXY_CTRL:
+      o->t_state[0] = ev->u.ctrl.t_first;
+      o->t_state[1] = ev->u.ctrl.t_last;
+      o->first_state = ev->u.ctrl.first;
+      o->last_state = ev->u.ctrl.last;
+      o->aux = ev->u.ctrl.appended;
+      break;
+    case NP_T_GROUP_API:
+      o->t_state[0] = ev->u.gapi.t_start_api_stop;
+      o->t_state[1] = ev->u.gapi.t_end_api_start;
+      o->aux = ev->u.gapi.depth;
+      o->graph = ev->u.gapi.graph;
+      break;
+    case NP_T_COLL_API:
+    case NP_T_P2P_API:
+      o->count = ev->u.api.count;
+      o->stream = ev->u.api.stream;
+      o->func = ev->u.api.func;
+      o->dtype = ev->u.api.dtype;
+      o->root = ev->u.api.root;
+      o->graph = ev->u.api.graph;
+      break;
+    case NP_T_KERNEL_LAUNCH:
+      o->stream = ev->u.launch.stream;
+      break;
+    case NP_T_CE_COLL:
+      o->seq = ev->u.ce.seq;
+      o->count = ev->u.ce.count;
+      o->stream = ev->u.ce.stream;
+      o->func = ev->u.ce.func;
+      o->dtype = ev->u.ce.dtype;
+      o->sync = ev->u.ce.sync;
+      o->root = ev->u.ce.root;
+      o->batch_size = ev->u.ce.batch_size;
+      o->num_batches = ev->u.ce.num_batches;
+      o->ce_seq = ev->u.ce.ce_seq;
+      o->graph = ev->u.ce.intra_sync;
+      break;
+    case NP_T_CE_SYNC:
+    case NP_T_CE_BATCH:
+      o->bytes_aux = ev->u.ceaux.total_bytes;
+      o->aux = ev->u.ceaux.n;
+      o->graph = ev->u.ceaux.flag;
+      break;
+    case NP_T_LATE:
+      o->late_target = ev->u.late.target;
+      o->late_state = ev->u.late.state;
+      o->late_arg0 = ev->u.late.arg0;
+      o->late_arg1 = ev->u.late.arg1;
+      o->late_has_args = ev->u.late.has_args;
+      break;
+    }
+  }
+  __atomic_fetch_add(&np_counters[NP_C_EVENTS], (uint64_t)n, __ATOMIC_RELAXED);
+  return n;
+}
+
+void np_release(const np_ready* r) {
+  np_window* w = &np_comms[r->comm].win[r->win];
+  w->scan_from = 0;
+  __atomic_store_n(&w->claimed, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&w->se, NP_SE(r->epoch + 1, NP_W_FREE), __ATOMIC_RELEASE);
+  __atomic_fetch_add(&np_counters[NP_C_WINDOWS_SEALED], 1, __ATOMIC_RELAXED);
+}
+
+int np_comm_get(uint32_t i, np_comm_info* o) {
+  if (i >= NP_MAX_COMMS || i >= __atomic_load_n(&np_comms_hwm, __ATOMIC_ACQUIRE)) return 0;
+  np_comm* c = &np_comms[i];
+  memset(o, 0, sizeof *o);
+  uint32_t st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+  if (st != NP_COMM_ACTIVE && st != NP_COMM_FINALIZING && st != NP_COMM_ABANDONED) {
+    o->state = NP_COMM_UNUSED; /* being set up or torn down: nothing to read yet */
+    return 1;
+  }
+  o->state = st == NP_COMM_ABANDONED ? NP_COMM_FINALIZING : (int32_t)st;
+  o->incarnation = c->incarnation;
+  if (__atomic_load_n(&c->learned, __ATOMIC_ACQUIRE) == 1) {
+    o->comm_hash = c->comm_hash;
+    o->rank = c->rank;
+    memcpy(o->name, c->name, sizeof o->name);
+  }
+  o->dropped = __atomic_load_n(&c->dropped, __ATOMIC_RELAXED);
+  o->stale = __atomic_load_n(&c->stale, __ATOMIC_RELAXED);
+  o->late = __atomic_load_n(&c->late, __ATOMIC_RELAXED);
+  o->name[sizeof o->name - 1] = 0;
+  o->nranks = c->nranks;
+  o->nnodes = c->nnodes;
+  o->abi = c->abi;
+  o->nwin = (int32_t)c->nwin;
+  o->nslots = (int32_t)c->nslots;
+  for (uint32_t k = 0; k < c->nwin; k++) {
+    uint64_t se = __atomic_load_n(&c->win[k].se, __ATOMIC_ACQUIRE);
+    uint32_t st = NP_SE_STATE(se);
+    if (st == NP_W_CLOSING || st == NP_W_SEALED ||
+        (st == NP_W_FILLING && __atomic_load_n(&c->win[k].claimed, __ATOMIC_RELAXED) > 0))
+      o->open_windows++;
+  }
+  return 1;
+}
+
+void np_comm_drained(uint32_t i) {
+  if (i == NP_PXN_COMM || i >= NP_MAX_COMMS) return;
+  np_comm* c = &np_comms[i];
+  uint32_t expect = NP_COMM_FINALIZING;
+  if (__atomic_compare_exchange_n(&c->state, &expect, NP_COMM_DRAINED, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_RELAXED))
+    return;
+  expect = NP_COMM_ABANDONED; /* finalize gave up waiting: the slot is free now */
+  __atomic_compare_exchange_n(&c->state, &expect, NP_COMM_UNUSED, 0, __ATOMIC_ACQ_REL,
+                              __ATOMIC_RELAXED);
+}
+
+void np_counters_read(uint64_t* out) {
+  for (int i = 0; i < NP_C_COUNT; i++) out[i] = __atomic_load_n(&np_counters[i], __ATOMIC_RELAXED);
+}
+
+int np_uses_membarrier(void) { return !np_fence_mode; }
+
+/* Runtime mask changes (control API): NCCL reads the int per operation. */
+int np_set_mask(uint32_t mask) {
+  int* p = __atomic_load_n(&np_mask_ptr, __ATOMIC_ACQUIRE);
+  __atomic_store_n(&np_record_mask, mask & NPABI_ALL_TYPES, __ATOMIC_RELEASE);
+  if (p == NULL) return 0;
+  __atomic_store_n(p, (int)(mask & NPABI_ALL_TYPES), __ATOMIC_RELEASE);
+  return 1;
+}
+
+uint32_t np_get_mask(void) { return __atomic_load_n(&np_record_mask, __ATOMIC_ACQUIRE); }

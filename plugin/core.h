@@ -1,0 +1,286 @@
+/*
+ * core.h — the plugin's hot path: per-communicator event windows and the one internal event
+ * record every ABI version is turned into.
+ *
+ * Threads and roles
+ *   - NCCL's threads (user, proxy progress, CUDA host callbacks, net plugin) call the adapters,
+ *     which call np_start / np_stop / np_record. These never lock, allocate, block or make a
+ *     system call (except gettid once per thread, the first time it calls).
+ *   - One drainer (the plugin's Go goroutine; a C thread in the sanitizer build) calls np_poll,
+ *     np_export and np_release to take closed windows, read them and give them back.
+ *
+ * Memory: a communicator owns `nwin` windows of `nslots` fixed 128-byte slots, mapped and
+ * touched once at init, then reused for the life of the process. Nothing grows after init.
+ *
+ * Handles: what startEvent returns is not a pointer but an encoded value
+ *   bit 0 = 1 | epoch (32) | slot (18) | window (3) | comm (10)
+ * so a handle NCCL passes back (as eHandle or as a child's parentObj) is checked against the
+ * window's current epoch without dereferencing anything. A stale handle (its window recycled:
+ * CUDA-graph replay, stop after finalize) is detected rather than corrupting another event.
+ * Handles with bit 0 clear are sentinels (dropped, not recorded) that every callback accepts.
+ *
+ * Window life cycle (one 64-bit word holds epoch and state, so both are read at once):
+ *   FREE → FILLING → CLOSING → SEALED → FREE (epoch + 1)
+ *   FILLING:  current window; new events claim slots here.
+ *   CLOSING:  rotated out (count or time trigger) but its events may still stop, record
+ *             states, and receive children (parent-aware routing keeps a collective and its
+ *             ProxyOps/ProxySteps together). The drainer seals it once nothing in it is open
+ *             (after a short minimum grace) or after the maximum grace, whichever is first,
+ *             so an operation that never gets children or never stops cannot hold it.
+ *   SEALED:   no writer can touch it (np_poll waited for quiescence); the drainer reads it.
+ * A stop or state that arrives after its window was sealed is written as a small LATE record
+ * into the communicator's current window; the drainer applies it to the event it carried over.
+ */
+#ifndef NCCLPROF_CORE_H
+#define NCCLPROF_CORE_H
+
+#include <stdint.h>
+
+#include "abi.h"
+
+#define NP_MAX_COMMS 1024 /* 10 handle bits; comm 0 holds PXN events of other processes */
+#define NP_MAX_WINDOWS 8  /* 3 handle bits */
+#define NP_MAX_SLOTS (1u << 18)
+#define NP_SLOT_BYTES 128
+#define NP_MAX_THREADS 4096
+#define NP_MAX_COMM_BYTES (32u << 20) /* hard cap on a communicator's window memory */
+#define NP_PXN_COMM 0
+#ifndef NCCLPROF_VERSION
+#define NCCLPROF_VERSION "0.1.0"
+#endif
+
+/* Internal event types: version-free, dense. NP_T_x == log2(NCCL bit) + 1 for real types. */
+enum {
+  NP_T_NONE = 0,
+  NP_T_GROUP, NP_T_COLL, NP_T_P2P, NP_T_PROXY_OP, NP_T_PROXY_STEP, NP_T_PROXY_CTRL,
+  NP_T_KERNEL_CH, NP_T_NET_PLUGIN, NP_T_GROUP_API, NP_T_COLL_API, NP_T_P2P_API,
+  NP_T_KERNEL_LAUNCH, NP_T_CE_COLL, NP_T_CE_SYNC, NP_T_CE_BATCH,
+  NP_T_LATE, /* a stop or state for an event whose window was already sealed */
+  NP_T_COUNT
+};
+
+/* Record flags (np_event.flags, np_record.flags). */
+enum {
+  NP_F_FOREIGN = 1 << 0,        /* PXN: started by another process's proxy; parent not ours */
+  NP_F_PARENT_STALE = 1 << 1,   /* parent handle was ours but its window had been recycled */
+  NP_F_PARENT_DROPPED = 1 << 2, /* parent was dropped (windows full) */
+  NP_F_STOP_TWICE = 1 << 3,
+  NP_F_AFTER_STOP = 1 << 4,     /* a state arrived after stop (ignored) */
+  NP_F_OPEN = 1 << 5,           /* exported while not yet stopped (np_record only) */
+  NP_F_ROUTED = 1 << 6,         /* placed in its parent's CLOSING window */
+  NP_F_CUMULATIVE = 1 << 7,     /* ProxyStep (v1–v3): trans_size is the op's running total */
+};
+
+/* Sentinel handles: non-NULL, bit 0 clear, accepted and ignored by stop/record. */
+#define NP_H_DROPPED ((uint64_t)0x2)  /* no slot was free */
+#define NP_H_SKIPPED ((uint64_t)0x4)  /* event type not recorded (mask) */
+#define NP_H_DISABLED ((uint64_t)0x6) /* context disabled or foreign */
+
+/* Which ProxyStep / ProxyCtrl state lands in which t_state[] cell. */
+enum {
+  NP_ST_SEND_GPU_WAIT = 0, NP_ST_SEND_PEER_WAIT = 1, NP_ST_SEND_WAIT = 2,
+  NP_ST_RECV_WAIT = 3, NP_ST_RECV_FLUSH_WAIT = 4, NP_ST_RECV_GPU_WAIT = 5,
+};
+
+/* One slot: the internal event record, written by the hot path. 128 bytes, 64-aligned. */
+typedef struct __attribute__((aligned(64))) np_event {
+  uint64_t hdr;    /* epoch | type << 32 | abi << 40 | flags << 48; stored last at start */
+  uint64_t parent; /* parentObj as NCCL passed it (a handle of ours or foreign) */
+  uint64_t t_start;
+  uint64_t t_stop;
+  uint32_t tid;
+  int32_t rank;
+  uint32_t done;    /* 1 once stopped; stored last by stop (release) */
+  uint16_t nstates; /* recordEventState calls */
+  uint16_t sflags;  /* flags set after start (stop twice, state after stop) */
+  union {
+    struct {
+      uint64_t seq, count, parent_group;
+      const char *func, *dtype, *algo, *proto;
+      int32_t root;
+      uint8_t nchannels, nwarps;
+    } coll;
+    struct {
+      uint64_t count, parent_group;
+      const char *func, *dtype;
+      int32_t peer;
+      uint8_t nchannels;
+    } p2p;
+    struct {
+      uint64_t t_progress; /* first InProgress (v4+) or first posted state (v1–v3) */
+      uint64_t trans_size; /* v1–v3: cumulative bytes from the op states */
+      int32_t pid, peer, nsteps, chunk;
+      uint8_t channel, is_send;
+    } op;
+    struct {
+      uint64_t t_state[6]; /* NP_ST_* */
+      uint64_t trans_size;
+      int32_t step;
+      uint16_t npeerwait;
+    } step;
+    struct {
+      uint64_t ptimer_start, ptimer_stop, t_stop_state;
+      uint8_t channel;
+    } kch;
+    struct {
+      int64_t id;
+      uint64_t t_update;
+      uint8_t payload[40]; /* copy of the IB or socket descriptor behind netPlugin.data */
+      uint16_t nupdates;
+    } net;
+    struct {
+      uint64_t t_first, t_last;
+      int32_t appended;
+      uint8_t first, last; /* npabi_state_t values */
+    } ctrl;
+    struct {
+      uint64_t t_start_api_stop, t_end_api_start;
+      int32_t depth;
+      uint8_t graph;
+    } gapi;
+    struct {
+      uint64_t count, stream;
+      const char *func, *dtype;
+      int32_t root;
+      uint8_t graph;
+    } api; /* CollApi and P2pApi */
+    struct {
+      uint64_t stream;
+    } launch;
+    struct {
+      uint64_t seq, count, stream;
+      const char *func, *dtype, *sync;
+      int32_t root;
+      uint32_t batch_size, num_batches, ce_seq;
+      uint8_t intra_sync;
+    } ce;
+    struct {
+      uint64_t total_bytes;
+      int32_t n; /* CeSync: nRanks; CeBatch: numOps */
+      uint8_t flag; /* CeSync: isComplete; CeBatch: useIntraSync */
+    } ceaux;
+    struct {
+      uint64_t target; /* the handle the stop/state was for */
+      uint64_t arg0, arg1;
+      uint32_t state;  /* npabi_state_t, or UINT32_MAX for a stop */
+      uint8_t has_args; /* 0 none, 1 arg0 is the value, 2 arg0 is a cumulative total */
+    } late;
+  } u;
+} np_event;
+_Static_assert(sizeof(np_event) == NP_SLOT_BYTES, "np_event is one 128-byte slot");
+
+/* The flat, union-free form the drainer reads (np_export). Strings are NCCL's static literals. */
+typedef struct np_record {
+  uint64_t handle, parent, parent_group, t_start, t_stop;
+  uint64_t seq, count, bytes_aux, stream, ptimer_start, ptimer_stop, t_aux;
+  uint64_t t_state[6];
+  uint64_t late_target, late_arg0, late_arg1;
+  const char *func, *dtype, *algo, *proto, *sync;
+  int64_t net_id;
+  uint32_t tid, nstates, late_state, ce_seq, batch_size, num_batches;
+  int32_t rank, peer, root, pid, nsteps, chunk, step, aux;
+  uint16_t flags, npeerwait;
+  uint8_t type, abi, channel, nchannels, nwarps, is_send, graph, first_state, last_state,
+      late_has_args;
+  uint8_t net_payload[40];
+} np_record;
+
+/* Communicator description for the drainer. */
+typedef struct np_comm_info {
+  uint64_t comm_hash, incarnation;
+  uint64_t dropped, stale, late;
+  char name[128];
+  int32_t rank, nranks, nnodes, abi, state, nwin, nslots, open_windows;
+} np_comm_info;
+
+/* Communicator states (np_comm_info.state). */
+enum { NP_COMM_UNUSED = 0, NP_COMM_ACTIVE = 1, NP_COMM_FINALIZING = 2, NP_COMM_DRAINED = 3 };
+
+/* A window handed to the drainer by np_poll. */
+typedef struct np_ready {
+  uint32_t comm, win, epoch, claimed;
+  uint64_t open_tsc; /* windows of one communicator are handed over oldest first */
+} np_ready;
+
+/* Process-wide counters, read by the drainer and the control API. Indexes into np_counters. */
+enum {
+  NP_C_EVENTS, NP_C_DROPPED_FULL, NP_C_DROPPED_THREADS, NP_C_NULL_HANDLE, NP_C_STALE_HANDLE,
+  NP_C_BAD_HANDLE, NP_C_NULL_DESCR, NP_C_UNKNOWN_TYPE, NP_C_UNKNOWN_STATE, NP_C_STOP_TWICE,
+  NP_C_AFTER_STOP, NP_C_FOREIGN_EVENT, NP_C_FOREIGN_CONTEXT, NP_C_LATE, NP_C_QUIESCE_TIMEOUT,
+  NP_C_INIT_DISABLED, NP_C_NULL_FINALIZE, NP_C_WINDOWS_SEALED, NP_C_SEALED_AT_MAX_GRACE,
+  NP_C_COUNT
+};
+
+/* ------------------------------------------------------------------- configuration */
+typedef struct np_config {
+  uint32_t mask;           /* activation mask written to NCCL */
+  uint32_t nwin, nslots;   /* windows per communicator and slots per window */
+  uint32_t block;          /* slots a thread claims at once */
+  uint32_t trigger;        /* slot index that rotates the window (count trigger) */
+  uint64_t window_ns;      /* time trigger (applied by the drainer) */
+  uint64_t grace_min_ns, grace_max_ns;
+  uint64_t finalize_wait_ns;
+  int disabled;            /* NCCLPROF_ENABLE=0 */
+} np_config;
+
+extern np_config np_cfg;
+extern uint64_t np_counters[NP_C_COUNT];
+
+/* ------------------------------------------------------------------- adapters */
+/* The per-callback functions (np_begin, np_commit, np_stop, np_state) are inline, in hot.h. */
+
+/* Lifecycle, called from init/finalize of every version. */
+void* np_init_comm(int abi, uint64_t comm_hash, const char* name, int nnodes, int nranks,
+                   int rank, npabi_logger_t logfn, int* mask_ptr);
+void np_finalize_comm(void* context);
+
+/* Counter bump for rare paths. */
+static inline void np_count(int which) {
+  __atomic_fetch_add(&np_counters[which], 1, __ATOMIC_RELAXED);
+}
+
+/* ------------------------------------------------------------------- drainer API */
+/* Blocks until there may be work or `timeout_ms` passes (-1: until the first init). */
+void np_wait(int timeout_ms);
+/* Wakes the drainer (finalize, flush). */
+void np_kick(void);
+/* Rotates windows that hit the time trigger, seals CLOSING windows that are ready, waits for
+ * writers to leave them, and lists them in out[] (at most max). Returns how many. With
+ * `flush` set, every open window is rotated and sealed now (finalize, explicit flush). */
+int np_poll(np_ready* out, int max, int flush);
+/* Copies the events of a sealed window into out[] (at most max); returns how many. */
+int np_export(const np_ready* w, np_record* out, int max);
+/* Gives a sealed window back (epoch + 1). */
+void np_release(const np_ready* w);
+/* Communicator table: info for index i; returns 0 when the index was never used. */
+int np_comm_get(uint32_t i, np_comm_info* out);
+/* Tells a finalizing communicator that everything it recorded has been processed. */
+void np_comm_drained(uint32_t i);
+/* Counter snapshot. */
+void np_counters_read(uint64_t* out);
+/* Clock: the hot path's counter, and a tight (counter, CLOCK_MONOTONIC_RAW, CLOCK_REALTIME)
+ * reading: counter sampled before and after the two clock reads. */
+uint64_t np_now(void);
+void np_clock_sample(uint64_t* before, uint64_t* mono_raw_ns, uint64_t* real_ns, uint64_t* after);
+int np_clock_kind(void); /* 0 TSC, 1 aarch64 counter, 2 CLOCK_MONOTONIC ns */
+uint64_t np_clock_nominal_hz(void); /* known frequency (aarch64 cntfrq, 1e9) or 0: calibrate */
+/* Whether writers are quiesced with membarrier (1) or fences (0). */
+int np_uses_membarrier(void);
+/* Flush requests from the control API: the one to serve (0: none), and its completion. */
+uint64_t np_flush_pending(void);
+void np_flush_done(uint64_t req);
+void np_set_tick_rate(double ticks_per_ns);
+/* Logs through NCCL's logger when one was given (warnings the drainer raises). */
+void np_log(int level, const char* msg);
+
+/* Encoded handle fields. */
+static inline uint64_t np_handle(uint32_t comm, uint32_t win, uint32_t slot, uint32_t epoch) {
+  return 1ull | ((uint64_t)epoch << 1) | ((uint64_t)slot << 33) | ((uint64_t)win << 51) |
+         ((uint64_t)comm << 54);
+}
+static inline uint32_t np_h_epoch(uint64_t h) { return (uint32_t)(h >> 1); }
+static inline uint32_t np_h_slot(uint64_t h) { return (uint32_t)(h >> 33) & (NP_MAX_SLOTS - 1); }
+static inline uint32_t np_h_win(uint64_t h) { return (uint32_t)(h >> 51) & 7u; }
+static inline uint32_t np_h_comm(uint64_t h) { return (uint32_t)(h >> 54); }
+
+#endif /* NCCLPROF_CORE_H */

@@ -1,0 +1,87 @@
+/*
+ * ncclprof-testhost — stands in for NCCL: loads a profiler plugin with dlopen(RTLD_NOW |
+ * RTLD_LOCAL) and dlsym("ncclProfiler_vN") as NCCL does, and replays NCCL's call sequences
+ * with known ground truth, a fuzzer, or the benchmark. No GPU needed.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "scenarios.h"
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: ncclprof-testhost --lib PLUGIN.so [options] SCENARIO\n"
+          "scenarios:\n"
+          "  allreduce  blocking AllReduces (ring), proxy send/recv ops with timed steps\n"
+          "  p2p        grouped sends/receives with every peer, distinct latency/bandwidth each\n"
+          "  alltoall   ncclAlltoAll as NCCL expands it into P2P tasks\n"
+          "  mixed      every event type, 3 threads, several communicators, PXN, graph replay\n"
+          "  cycles     communicators created and destroyed, with dlclose/dlopen in between\n"
+          "  fuzz       random and malformed calls from several threads for --seconds\n"
+          "  bench      callback cost against --empty-lib (prints JSON)\n"
+          "options:\n"
+          "  --abi N (1-6, default 6)  --rank R (0)  --nranks N (4)  --iters N (50)\n"
+          "  --channels N (2)  --kernel (emit KernelCh)  --comms N  --cycles N (3)\n"
+          "  --fast (no modelled transfer times)  --seconds S (fuzz, 5)  --threads N (fuzz, 3)\n"
+          "  --seed N  --truth FILE (write ground truth JSON)  --empty-lib PATH  --reps N (7)\n");
+  exit(2);
+}
+
+int main(int argc, char** argv) {
+  opts o = {.abi = 6, .rank = 0, .nranks = 4, .iters = 50, .channels = 2, .cycles = 3,
+            .realtime = 1, .seconds = 5, .threads = 3, .reps = 7, .seed = 1};
+  for (int i = 1; i < argc; i++) {
+    const char* a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+#define ARG(name) (!strcmp(a, name) && v && ++i)
+    if (ARG("--lib")) o.lib = v;
+    else if (ARG("--abi")) o.abi = atoi(v);
+    else if (ARG("--rank")) o.rank = atoi(v);
+    else if (ARG("--nranks")) o.nranks = atoi(v);
+    else if (ARG("--iters")) o.iters = atoi(v);
+    else if (ARG("--channels")) o.channels = atoi(v);
+    else if (ARG("--comms")) o.comms = atoi(v);
+    else if (ARG("--cycles")) o.cycles = atoi(v);
+    else if (ARG("--seconds")) o.seconds = atof(v);
+    else if (ARG("--threads")) o.threads = atoi(v);
+    else if (ARG("--seed")) o.seed = strtoull(v, NULL, 0);
+    else if (ARG("--truth")) o.truth = v;
+    else if (ARG("--empty-lib")) o.empty_lib = v;
+    else if (ARG("--reps")) o.reps = atoi(v);
+    else if (!strcmp(a, "--kernel")) o.kernel = 1;
+    else if (!strcmp(a, "--fast")) o.realtime = 0;
+    else if (a[0] == '-') usage();
+    else o.scenario = a;
+#undef ARG
+  }
+  if (!o.lib || !o.scenario || o.abi < 1 || o.abi > 6 || o.nranks < 1 || o.nranks > MAX_PEERS ||
+      o.rank < 0 || o.rank >= o.nranks || o.channels < 1 || o.channels > 32)
+    usage();
+  if (!strcmp(o.scenario, "bench")) {
+    if (!o.empty_lib) usage();
+    world_init(o.lib, 6, 0, 2, 0, o.seed);
+    return scenario_bench(&o);
+  }
+  world_init(o.lib, o.abi, o.rank, o.nranks, o.realtime, o.seed);
+  if (!strcmp(o.scenario, "fuzz")) return scenario_fuzz(&o);
+  if (!strcmp(o.scenario, "allreduce")) scenario_allreduce(&o);
+  else if (!strcmp(o.scenario, "p2p")) scenario_p2p(&o);
+  else if (!strcmp(o.scenario, "alltoall")) scenario_alltoall(&o);
+  else if (!strcmp(o.scenario, "mixed")) scenario_mixed(&o);
+  else if (!strcmp(o.scenario, "cycles")) scenario_cycles(&o);
+  else usage();
+  world_finalize_all();
+  if (o.truth) {
+    FILE* f = fopen(o.truth, strcmp(o.scenario, "cycles") ? "w" : "a");
+    if (!f) {
+      perror(o.truth);
+      return 1;
+    }
+    truth_write(f, o.scenario);
+    fclose(f);
+  }
+  return 0;
+}

@@ -1,0 +1,299 @@
+#define _GNU_SOURCE
+#include "world.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+world W;
+
+double now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+double real_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+uint64_t gpu_ns(void) {
+  double r = real_ns();
+  return (uint64_t)(r + W.gpu_offset_ns + (r - W.t_base_real) * W.gpu_drift_ppm * 1e-6);
+}
+
+void spin_until(double t) {
+  while (now_ns() < t) {
+  }
+}
+
+/* xorshift64*: deterministic per seed, shared by the host's threads only under qmu or in
+ * single-threaded phases (races would only perturb the sequence, never correctness). */
+uint64_t rnd(void) {
+  uint64_t x = W.rng;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  W.rng = x;
+  return x * 0x2545F4914F6CDD1Dull;
+}
+
+double rnd01(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
+
+void peer_model(int peer, double* latency_ns, double* bw_bps) {
+  int dist = ((peer - W.rank) % W.nranks + W.nranks) % W.nranks;
+  if (dist == 0) dist = 1;
+  *latency_ns = 2000.0 + 1500.0 * dist;
+  *bw_bps = 24e9 / dist;
+}
+
+void world_init(const char* lib, int abi, int rank, int nranks, int realtime, uint64_t seed) {
+  memset(&W, 0, sizeof W);
+  host_load(&W.plugin, lib, abi);
+  W.rank = rank;
+  W.nranks = nranks;
+  W.realtime = realtime;
+  W.gpu_offset_ns = 1234567.0; /* the GPU timer runs 1.234567 ms ahead of CLOCK_REALTIME */
+  W.gpu_drift_ppm = 20.0;
+  W.t_base_real = real_ns();
+  W.rng = (seed + 1) * 0x9E3779B97F4A7C15ull | 1; /* xorshift state must not be 0 */
+  pthread_mutex_init(&W.qmu, NULL);
+  pthread_cond_init(&W.qcv, NULL);
+  pthread_cond_init(&W.qdone, NULL);
+}
+
+hcomm* world_comm(const char* name, uint64_t hash, int nranks, int rank, int nnodes) {
+  if (W.ncomms >= MAX_COMMS) {
+    fprintf(stderr, "testhost: too many communicators\n");
+    exit(2);
+  }
+  hcomm* c = &W.comms[W.ncomms++];
+  memset(c, 0, sizeof *c);
+  snprintf(c->name, sizeof c->name, "%s", name);
+  c->hash = hash;
+  c->rank = rank;
+  c->nranks = nranks;
+  c->nnodes = nnodes;
+  pthread_mutex_init(&c->mu, NULL);
+  for (int p = 0; p < nranks && p < MAX_PEERS; p++)
+    peer_model(p, &c->pairs[p].latency_ns, &c->pairs[p].bandwidth_bps);
+  c->ctx = host_init(&W.plugin, c->name, hash, nnodes, nranks, rank);
+  return c;
+}
+
+void world_finalize_all(void) {
+  for (int i = 0; i < W.ncomms; i++) {
+    host_finalize(&W.plugin, W.comms[i].ctx);
+    W.comms[i].ctx = NULL;
+  }
+}
+
+int truth_op_add(hcomm* c, const char* func, const char* algo, const char* proto, int nch,
+                 uint64_t bytes) {
+  pthread_mutex_lock(&c->mu);
+  int i;
+  for (i = 0; i < c->nops; i++) {
+    truth_op* o = &c->ops[i];
+    if (!strcmp(o->func, func) && !strcmp(o->algo, algo) && !strcmp(o->proto, proto) &&
+        o->nchannels == nch)
+      break;
+  }
+  if (i == c->nops) {
+    if (c->nops == MAX_OPKEYS) {
+      pthread_mutex_unlock(&c->mu);
+      return -1;
+    }
+    c->nops++;
+    c->ops[i] = (truth_op){.func = func, .algo = algo, .proto = proto, .nchannels = nch};
+  }
+  c->ops[i].count++;
+  c->ops[i].bytes += bytes;
+  pthread_mutex_unlock(&c->mu);
+  return i;
+}
+
+void truth_completion(hcomm* c, int op, double ns) {
+  pthread_mutex_lock(&c->mu);
+  c->ops[op].completion_ns_sum += ns;
+  c->ops[op].completion_n++;
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* ------------------------------------------------------------------- proxy thread */
+
+typedef struct inflight {
+  void* h;
+  double deadline;
+  size_t size;
+} inflight;
+
+static void step_begin(const job* j, void* op, int idx, size_t* cum, inflight* f) {
+  host_plugin* p = &W.plugin;
+  host_ev e = {.type = NPABI_PROXY_STEP, .parent = op, .rank = j->comm->rank, .step = idx};
+  f->h = host_start(p, j->ctx, &e);
+  f->size = j->sizes[idx];
+  double lat, bw;
+  peer_model(j->peer, &lat, &bw);
+  if (j->is_send) {
+    host_step_state(p, op, f->h, NPABI_PROXY_STEP_SEND_GPU_WAIT, 0, cum);
+    for (int k = (int)(rnd() % 3); k > 0; k--) /* isend may not be accepted at once */
+      host_step_state(p, op, f->h, NPABI_PROXY_STEP_SEND_PEER_WAIT, 0, cum);
+    double t0 = now_ns();
+    host_step_state(p, op, f->h, NPABI_PROXY_STEP_SEND_WAIT, f->size, cum);
+    f->deadline = t0 + lat + (double)f->size / bw * 1e9;
+  } else {
+    host_step_state(p, op, f->h, NPABI_PROXY_STEP_RECV_WAIT, 0, cum);
+    f->deadline = now_ns() + lat + (double)f->size / bw * 1e9;
+  }
+}
+
+static void step_end(const job* j, void* op, inflight* f, size_t* cum) {
+  host_plugin* p = &W.plugin;
+  hcomm* c = j->comm;
+  if (!j->is_send) {
+    host_step_state(p, op, f->h, NPABI_PROXY_STEP_RECV_FLUSH_WAIT, f->size, cum);
+    host_step_state(p, op, f->h, NPABI_PROXY_STEP_RECV_GPU_WAIT, 0, cum);
+  }
+  host_stop(p, f->h);
+  if (f->h == NULL || j->pid != getpid()) return; /* not recorded, or another process's op */
+  pthread_mutex_lock(&c->mu);
+  truth_pair* tp = &c->pairs[j->peer % MAX_PEERS];
+  if (j->is_send) {
+    tp->sent_bytes += f->size;
+    tp->send_transfers++;
+    c->ch_transfers[j->channel % MAX_CHANNELS]++;
+    c->ch_bytes[j->channel % MAX_CHANNELS] += f->size;
+    if (j->channel + 1 > c->used_channels) c->used_channels = j->channel + 1;
+  } else {
+    tp->recv_bytes += f->size;
+    tp->recv_transfers++;
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+void run_job(const job* j) {
+  host_plugin* p = &W.plugin;
+  void* kch = NULL;
+  if (j->kernel) {
+    /* The proxy sees the GPU's start counter some polling delay after the GPU wrote it. */
+    host_ev k = {.type = NPABI_KERNEL_CH, .parent = j->parent, .channel = (uint8_t)j->channel,
+                 .ptimer = gpu_ns() - 300 - rnd() % 700};
+    kch = host_start(p, j->ctx, &k);
+  }
+  host_ev e = {.type = NPABI_PROXY_OP, .parent = j->parent, .rank = j->comm->rank, .pid = j->pid,
+               .channel = (uint8_t)j->channel, .peer = j->peer, .nsteps = j->nsteps,
+               .chunk = (int)j->sizes[0], .is_send = j->is_send};
+  void* op = j->nsteps > 0 ? host_start(p, j->ctx, &e) : NULL;
+  host_op_in_progress(p, op);
+  size_t cum = 0;
+  inflight fl[8];
+  int nfl = 0, next = 0, done = 0;
+  while (done < j->nsteps) {
+    while (nfl < 8 && next < j->nsteps) step_begin(j, op, next++, &cum, &fl[nfl++]);
+    /* NCCL's net.cc completes one op's steps in order (sub->done / sub->received advance a
+     * slot at a time), so the oldest in flight finishes first. */
+    if (W.realtime) spin_until(fl[0].deadline);
+    step_end(j, op, &fl[0], &cum);
+    memmove(&fl[0], &fl[1], (size_t)(--nfl) * sizeof fl[0]);
+    done++;
+  }
+  if (op) host_stop(p, op);
+  if (kch) {
+    host_kernel_stop(p, kch, gpu_ns() - 200 - rnd() % 500);
+    host_stop(p, kch);
+  }
+  if (j->last_of_op && j->truth_op >= 0) truth_completion(j->comm, j->truth_op, now_ns() - j->t_op_start);
+}
+
+static void* proxy_main(void* arg) {
+  (void)arg;
+  pthread_mutex_lock(&W.qmu);
+  for (;;) {
+    while (W.qhead == W.qtail && !W.stop) pthread_cond_wait(&W.qcv, &W.qmu);
+    if (W.qhead == W.qtail && W.stop) break;
+    job j = W.queue[W.qhead % 256];
+    W.qbusy = 1;
+    W.qhead++;
+    pthread_cond_broadcast(&W.qdone);
+    pthread_mutex_unlock(&W.qmu);
+    run_job(&j);
+    pthread_mutex_lock(&W.qmu);
+    W.qbusy = 0;
+    W.jobs_done++;
+    pthread_cond_broadcast(&W.qdone);
+  }
+  pthread_mutex_unlock(&W.qmu);
+  return NULL;
+}
+
+void proxy_start(void) { pthread_create(&W.proxy, NULL, proxy_main, NULL); }
+
+void proxy_submit(const job* j) {
+  pthread_mutex_lock(&W.qmu);
+  while (W.qtail - W.qhead >= 64) pthread_cond_wait(&W.qdone, &W.qmu); /* NCCL's bounded FIFO */
+  W.queue[W.qtail++ % 256] = *j;
+  pthread_cond_signal(&W.qcv);
+  pthread_mutex_unlock(&W.qmu);
+}
+
+void proxy_drain(void) {
+  pthread_mutex_lock(&W.qmu);
+  while (W.qhead != W.qtail || W.qbusy) pthread_cond_wait(&W.qdone, &W.qmu);
+  pthread_mutex_unlock(&W.qmu);
+}
+
+void proxy_stop(void) {
+  proxy_drain();
+  pthread_mutex_lock(&W.qmu);
+  W.stop = 1;
+  pthread_cond_broadcast(&W.qcv);
+  pthread_mutex_unlock(&W.qmu);
+  pthread_join(W.proxy, NULL);
+  W.stop = 0;
+}
+
+/* ------------------------------------------------------------------- truth */
+
+void truth_write(FILE* f, const char* scenario) {
+  fprintf(f, "{\"scenario\":\"%s\",\"abi\":%d,\"pid\":%d,\"rank\":%d,\"nranks\":%d,", scenario,
+          W.plugin.abi, (int)getpid(), W.rank, W.nranks);
+  fprintf(f, "\"gpu_offset_ns\":%.1f,\"gpu_drift_ppm\":%.3f,\"mask\":%d,", W.gpu_offset_ns,
+          W.gpu_drift_ppm, W.plugin.mask);
+  fprintf(f, "\"unwritten_handles\":%llu,\"comms\":[", (unsigned long long)host_unwritten_handles);
+  for (int i = 0; i < W.ncomms; i++) {
+    hcomm* c = &W.comms[i];
+    fprintf(f, "%s{\"name\":\"%s\",\"hash\":\"0x%016llx\",\"rank\":%d,\"nranks\":%d,\"ops\":[",
+            i ? "," : "", c->name, (unsigned long long)c->hash, c->rank, c->nranks);
+    for (int k = 0; k < c->nops; k++) {
+      truth_op* o = &c->ops[k];
+      fprintf(f,
+              "%s{\"func\":\"%s\",\"algo\":\"%s\",\"proto\":\"%s\",\"nchannels\":%d,"
+              "\"count\":%llu,\"bytes\":%llu,\"completion_ns_mean\":%.1f}",
+              k ? "," : "", o->func, o->algo, o->proto, o->nchannels,
+              (unsigned long long)o->count, (unsigned long long)o->bytes,
+              o->completion_n ? o->completion_ns_sum / (double)o->completion_n : 0.0);
+    }
+    fprintf(f, "],\"pairs\":[");
+    int first = 1;
+    for (int p = 0; p < MAX_PEERS && p < c->nranks; p++) {
+      truth_pair* t = &c->pairs[p];
+      if (!t->send_transfers && !t->recv_transfers) continue;
+      fprintf(f,
+              "%s{\"peer\":%d,\"latency_ns\":%.1f,\"bandwidth_Bps\":%.1f,\"sent_bytes\":%llu,"
+              "\"send_transfers\":%llu,\"recv_bytes\":%llu,\"recv_transfers\":%llu}",
+              first ? "" : ",", p, t->latency_ns, t->bandwidth_bps,
+              (unsigned long long)t->sent_bytes, (unsigned long long)t->send_transfers,
+              (unsigned long long)t->recv_bytes, (unsigned long long)t->recv_transfers);
+      first = 0;
+    }
+    fprintf(f, "],\"channels\":[");
+    for (int ch = 0; ch < c->used_channels; ch++)
+      fprintf(f, "%s{\"channel\":%d,\"transfers\":%llu,\"bytes\":%llu}", ch ? "," : "", ch,
+              (unsigned long long)c->ch_transfers[ch], (unsigned long long)c->ch_bytes[ch]);
+    fprintf(f, "]}");
+  }
+  fprintf(f, "]}\n");
+}

@@ -1,0 +1,110 @@
+/*
+ * world.h — the simulated NCCL process: communicators, the proxy progress thread that runs
+ * network operations with modelled timing, and the ground truth the tests compare against.
+ *
+ * Timing model: a send step's transfer takes latency + size / bandwidth of its peer (plus the
+ * machine's own noise); the proxy thread busy-waits until each step's deadline, with up to
+ * NCCL_STEPS (8) steps in flight, so the plugin's clock sees exactly those durations.
+ * The simulated GPU clock is CLOCK_REALTIME + gpu_offset_ns, drifting by gpu_drift_ppm.
+ */
+#ifndef NCCLPROF_TESTHOST_WORLD_H
+#define NCCLPROF_TESTHOST_WORLD_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "emit.h"
+
+#define MAX_PEERS 64
+#define MAX_OPKEYS 64
+#define MAX_CHANNELS 64
+#define MAX_COMMS 128
+
+typedef struct truth_op {
+  const char *func, *algo, *proto;
+  int nchannels;
+  uint64_t count, bytes;
+  double completion_ns_sum; /* host-side Coll start → last child stop */
+  uint64_t completion_n;
+} truth_op;
+
+typedef struct truth_pair {
+  double latency_ns, bandwidth_bps; /* the model */
+  uint64_t sent_bytes, send_transfers, recv_bytes, recv_transfers;
+} truth_pair;
+
+typedef struct hcomm {
+  void* ctx;
+  char name[64];
+  uint64_t hash;
+  int rank, nranks, nnodes;
+  uint64_t seq[16];
+  pthread_mutex_t mu; /* guards the truth below (user and proxy threads both add) */
+  truth_op ops[MAX_OPKEYS];
+  int nops;
+  truth_pair pairs[MAX_PEERS];
+  uint64_t ch_transfers[MAX_CHANNELS], ch_bytes[MAX_CHANNELS];
+  int used_channels;
+} hcomm;
+
+/* One network operation for the proxy thread (a ProxyOp and its steps). */
+typedef struct job {
+  hcomm* comm;
+  void* ctx;    /* the context NCCL would pass (foreign for PXN) */
+  void* parent; /* the Coll/P2p handle */
+  pid_t pid;
+  int channel, peer, is_send, nsteps;
+  size_t sizes[64]; /* per step */
+  int kernel;       /* also emit KernelCh for this channel */
+  int truth_op;     /* index into comm->ops for completion truth, or -1 */
+  double t_op_start; /* host CLOCK_MONOTONIC ns when the Coll started */
+  int last_of_op;    /* the op completes when this job finishes */
+} job;
+
+typedef struct world {
+  host_plugin plugin;
+  hcomm comms[MAX_COMMS];
+  int ncomms;
+  int rank, nranks;
+  int realtime; /* 1: busy-wait modelled transfer times; 0: as fast as possible (bench, fuzz) */
+  double gpu_offset_ns, gpu_drift_ppm;
+  double t_base_real;
+  uint64_t rng;
+  /* proxy thread */
+  pthread_t proxy;
+  pthread_mutex_t qmu;
+  pthread_cond_t qcv, qdone;
+  job queue[256];
+  int qhead, qtail, qbusy, stop;
+  uint64_t jobs_done;
+} world;
+
+extern world W;
+
+double now_ns(void);  /* CLOCK_MONOTONIC */
+double real_ns(void); /* CLOCK_REALTIME */
+uint64_t gpu_ns(void); /* simulated GPU %globaltimer */
+void spin_until(double t_mono_ns);
+uint64_t rnd(void);
+double rnd01(void);
+
+void world_init(const char* lib, int abi, int rank, int nranks, int realtime, uint64_t seed);
+hcomm* world_comm(const char* name, uint64_t hash, int nranks, int rank, int nnodes);
+void world_finalize_all(void);
+void proxy_start(void);
+void proxy_submit(const job* j); /* blocks while the queue is full */
+void proxy_drain(void);          /* waits until every submitted job ran */
+void proxy_stop(void);
+/* Runs one job on the calling thread (the proxy thread, or a PXN helper). */
+void run_job(const job* j);
+
+/* Per-peer model: latency and bandwidth of sends to `peer` from this rank. */
+void peer_model(int peer, double* latency_ns, double* bw_bps);
+
+int truth_op_add(hcomm* c, const char* func, const char* algo, const char* proto, int nch,
+                 uint64_t bytes);
+void truth_completion(hcomm* c, int op, double ns);
+void truth_write(FILE* f, const char* scenario);
+
+#endif
