@@ -22,7 +22,7 @@ GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(
 WARN     := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN)
 
-.PHONY: all test test-go test-sanitize bench clean sanitize
+.PHONY: all test bench demo clean sanitize
 
 all: $(PLUGIN) $(HOST) $(EMPTY)
 
@@ -68,6 +68,13 @@ test: all sanitize
 bench: all
 	@echo "== plugin callback cost (testhost bench, median of 7 runs) =="
 	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out $(HOST) --lib $(PLUGIN) --empty-lib $(EMPTY) --reps 7 bench
+
+# The embedded default: a simulated job through the real plugin, no GPU, no collector.
+demo: all
+	@rm -rf $(BUILD)/demo && mkdir -p $(BUILD)/demo
+	NCCLPROF_OUTPUT_DIR=$(BUILD)/demo NCCLPROF_EVENT_MASK=default,kernelch \
+	  $(HOST) --lib $(PLUGIN) --iters 300 --kernel --truth $(BUILD)/demo/truth.json mixed
+	@echo "summaries written:"; ls -1 $(BUILD)/demo/ncclprof-summary-*.json
 
 clean:
 	rm -rf $(BUILD)

@@ -78,7 +78,9 @@ static inline int np_rank_or_comm(np_comm* c, int rank) { return rank ? rank : n
 static inline void np_start_plain(void* ctx, int type, int abi, void** eh, uint64_t parent) {
   np_comm* c = np_target(ctx, type, parent);
   np_pending p;
-  if (c && np_begin(c, type, abi, parent, np_comm_rank(c), 0, eh, &p)) np_commit(&p);
+  if (!c || !np_begin(c, type, abi, parent, np_comm_rank(c), 0, eh, &p)) return;
+  if (type == NP_T_PROXY_CTRL) memset(&p.ev->u.ctrl, 0, sizeof p.ev->u.ctrl);
+  np_commit(&p);
 }
 
 static inline void np_start_coll(void* ctx, int abi, void** eh, uint64_t parent, int rank,
@@ -131,6 +133,8 @@ static inline void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t par
   }
   np_pending p;
   if (!c || !np_begin(c, NP_T_PROXY_OP, abi, parent, rank, flags, eh, &p)) return;
+  p.ev->u.op.t_progress = 0;
+  p.ev->u.op.trans_size = 0;
   p.ev->u.op.pid = pid;
   p.ev->u.op.channel = channel;
   p.ev->u.op.peer = peer;
@@ -145,6 +149,7 @@ static inline void np_start_proxy_step(void* ctx, int abi, void** eh, uint64_t p
   np_comm* c = np_target(ctx, NP_T_PROXY_STEP, parent);
   np_pending p;
   if (!c || !np_begin(c, NP_T_PROXY_STEP, abi, parent, rank, 0, eh, &p)) return;
+  memset(&p.ev->u.step, 0, sizeof p.ev->u.step);
   p.ev->u.step.step = step;
   np_commit(&p);
 }
@@ -156,6 +161,8 @@ static inline void np_start_kernel_ch(void* ctx, int abi, void** eh, uint64_t pa
   if (!c || !np_begin(c, NP_T_KERNEL_CH, abi, parent, np_comm_rank(c), 0, eh, &p)) return;
   p.ev->u.kch.channel = channel;
   p.ev->u.kch.ptimer_start = ptimer;
+  p.ev->u.kch.ptimer_stop = 0;
+  p.ev->u.kch.t_stop_state = 0;
   np_commit(&p);
 }
 
@@ -164,6 +171,7 @@ static inline void np_start_net(void* ctx, int abi, void** eh, uint64_t parent, 
   np_comm* c = np_target(ctx, NP_T_NET_PLUGIN, parent);
   np_pending p;
   if (!c || !np_begin(c, NP_T_NET_PLUGIN, abi, parent, rank, 0, eh, &p)) return;
+  memset(&p.ev->u.net, 0, sizeof p.ev->u.net);
   p.ev->u.net.id = id;
   np_net_start_payload(p.ev, data);
   np_commit(&p);
@@ -387,6 +395,7 @@ static inline void np_start_v5_members(void* ctx, void** eh, int abi, int type,
   case NP_T_GROUP_API:
     c = np_target(ctx, type, parent);
     if (!c || !np_begin(c, type, abi, parent, np_comm_rank(c), 0, eh, &p)) return;
+    p.ev->u.gapi.t_start_api_stop = p.ev->u.gapi.t_end_api_start = 0;
     p.ev->u.gapi.depth = d->groupApi.groupDepth;
     p.ev->u.gapi.graph = d->groupApi.graphCaptured;
     np_commit(&p);
@@ -457,6 +466,7 @@ static npabi_result_t np_start_v6(void* ctx, void** eh, npabi_descr_v6_t* d) {
     p.ev->u.ce.ce_seq = d->ceColl.ceSeqNum;
     p.ev->u.ce.stream = (uint64_t)(uintptr_t)d->ceColl.stream;
   } else if (type == NP_T_CE_SYNC) {
+    p.ev->u.ceaux.total_bytes = 0;
     p.ev->u.ceaux.flag = d->ceCollSync.isComplete;
     p.ev->u.ceaux.n = d->ceCollSync.nRanks;
   } else {

@@ -128,11 +128,14 @@ static void np_read_config(void) {
   int ok;
   const char* m = getenv("NCCLPROF_EVENT_MASK");
   np_cfg.mask = np_parse_mask(m, &ok);
-  if (!ok)
-    np_logf(NPABI_LOG_WARN, "NCCLPROF_EVENT_MASK=%s has unknown names; recording mask 0x%x", m,
-            np_cfg.mask);
+  if (!ok) {
+    np_cfg.mask = np_parse_mask(NULL, &ok);
+    np_logf(NPABI_LOG_WARN,
+            "NCCLPROF_EVENT_MASK=%s is not understood (use names such as default,kernelch or "
+            "coll|p2p, or a number); using the default mask 0x%x", m, np_cfg.mask);
+  }
   np_cfg.nwin = (uint32_t)np_env_u64("NCCLPROF_WINDOWS", 4, 2, NP_MAX_WINDOWS);
-  np_cfg.nslots = (uint32_t)np_env_u64("NCCLPROF_WINDOW_SLOTS", 8192, 256, NP_MAX_SLOTS);
+  np_cfg.nslots = (uint32_t)np_env_u64("NCCLPROF_WINDOW_SLOTS", 4096, 256, NP_MAX_SLOTS);
   uint64_t bytes = (uint64_t)np_cfg.nwin * np_cfg.nslots * NP_SLOT_BYTES;
   if (bytes > NP_MAX_COMM_BYTES) {
     uint32_t fit = (uint32_t)(NP_MAX_COMM_BYTES / NP_SLOT_BYTES / np_cfg.nwin);

@@ -223,8 +223,8 @@ typedef struct np_config {
   int disabled;            /* NCCLPROF_ENABLE=0 */
 } np_config;
 
-extern np_config np_cfg;
-extern uint64_t np_counters[NP_C_COUNT];
+extern __attribute__((visibility("hidden"))) np_config np_cfg;
+extern __attribute__((visibility("hidden"))) uint64_t np_counters[NP_C_COUNT];
 
 /* ------------------------------------------------------------------- adapters */
 /* The per-callback functions (np_begin, np_commit, np_stop, np_state) are inline, in hot.h. */

@@ -10,6 +10,7 @@
 #ifndef NCCLPROF_HOT_H
 #define NCCLPROF_HOT_H
 
+#include <stddef.h>
 #include <string.h>
 #if defined(__x86_64__)
 #include <x86intrin.h>
@@ -57,7 +58,11 @@ typedef struct np_comm {
   size_t mem_bytes;
   uint8_t pad2[40];
   np_window win[NP_MAX_WINDOWS];
+  uint8_t pad3[2048 - 288 - NP_MAX_WINDOWS * sizeof(np_window)];
 } np_comm;
+/* A power of two: a context's index is a shift, and a foreign pointer is rejected by a mask. */
+_Static_assert(sizeof(np_comm) == 2048, "np_comm is 2 KiB");
+_Static_assert(offsetof(np_comm, win) == 288, "update pad3 when np_comm's header changes");
 enum { NP_COMM_INITIALIZING = 5, NP_COMM_ABANDONED = 4 };
 
 /* Per-thread state. `active` is odd while the thread is inside a callback; only the owner
@@ -77,13 +82,15 @@ typedef struct np_thread {
 } np_thread;
 _Static_assert(sizeof(np_thread) == 128, "np_thread is two cache lines");
 
-extern np_comm np_comms[NP_MAX_COMMS];
-extern np_thread np_threads[NP_MAX_THREADS];
-extern __thread np_thread* np_tls __attribute__((tls_model("initial-exec")));
-extern int np_clock;      /* NP_CLOCK_* */
-extern int np_fence_mode; /* 1: no membarrier, writers fence */
-extern uint32_t np_record_mask;
-extern pid_t np_pid;
+/* Hidden: the hot path reaches them PC-relative, not through the GOT. */
+#define NP_HIDDEN __attribute__((visibility("hidden")))
+extern NP_HIDDEN np_comm np_comms[NP_MAX_COMMS];
+extern NP_HIDDEN np_thread np_threads[NP_MAX_THREADS];
+extern NP_HIDDEN __thread np_thread* np_tls __attribute__((tls_model("initial-exec")));
+extern NP_HIDDEN int np_clock;      /* NP_CLOCK_* */
+extern NP_HIDDEN int np_fence_mode; /* 1: no membarrier, writers fence */
+extern NP_HIDDEN uint32_t np_record_mask;
+extern NP_HIDDEN pid_t np_pid;
 enum { NP_CLOCK_TSC = 0, NP_CLOCK_CNTVCT = 1, NP_CLOCK_MONO = 2 };
 
 np_thread* np_thread_attach(void);
@@ -131,20 +138,20 @@ static inline void np_leave(np_thread* t) {
 #endif
 }
 
-/* A context NCCL passed, if it is one of ours and live. Never dereferences a foreign pointer:
- * contexts are elements of np_comms, so membership is an address range check. */
+/* A context NCCL passed, if it is one of ours. Never dereferences a foreign pointer: contexts
+ * are elements of np_comms, so membership is an address check. Whether it is live is checked
+ * by np_begin inside the active section. */
 static inline np_comm* np_comm_of_ctx(void* ctx) {
   uintptr_t off = (uintptr_t)ctx - (uintptr_t)np_comms;
-  if (off >= sizeof(np_comms) || off % sizeof(np_comm) != 0 || off == 0) return NULL;
-  np_comm* c = (np_comm*)ctx;
-  uint32_t st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
-  return (st == NP_COMM_ACTIVE || st == NP_COMM_FINALIZING) ? c : NULL;
+  if (off >= sizeof(np_comms) || (off & (sizeof(np_comm) - 1)) != 0 || off == 0) return NULL;
+  return (np_comm*)ctx;
 }
 
 /* The communicator a handle belongs to, if the handle is well formed and that comm is live. */
 static inline np_comm* np_comm_of_handle(uint64_t h) {
   if (!(h & 1)) return NULL;
   np_comm* c = &np_comms[np_h_comm(h)];
+  _Static_assert(NP_MAX_COMMS == 1024, "handles have 10 comm bits");
   uint32_t st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
   if (st != NP_COMM_ACTIVE && st != NP_COMM_FINALIZING) return NULL;
   if (np_h_win(h) >= c->nwin || np_h_slot(h) >= c->nslots) return NULL;
@@ -282,8 +289,7 @@ static inline int np_begin(np_comm* c, int type, int abi, uint64_t parent, int32
   ev->done = 0;
   ev->nstates = 0;
   ev->sflags = 0;
-  memset(&ev->u, 0, sizeof ev->u);
-  p->ev = ev;
+  p->ev = ev; /* the starter sets every field of its union member */
   p->t = t;
   p->hdr = (uint64_t)ep | ((uint64_t)type << 32) | ((uint64_t)abi << 40) | ((uint64_t)flags << 48);
   *eHandle = (void*)h;
@@ -312,19 +318,24 @@ void np_apply_state(np_event* ev, int state, uint64_t a0, uint64_t a1, int has_a
 /* Resolves a handle for stop/record, inside the active section: counts and returns NULL for
  * sentinels and bad or stale handles. */
 static inline np_comm* np_handle_comm(uint64_t h) {
-  if (NP_UNLIKELY(!(h & 1))) {
-    np_count(h == 0 ? NP_C_NULL_HANDLE : NP_C_BAD_HANDLE);
-    return NULL;
-  }
   np_comm* c = np_comm_of_handle(h);
   if (NP_UNLIKELY(c == NULL)) np_count(NP_C_STALE_HANDLE);
   return c;
 }
 
+/* Handles with bit 0 clear are NULL or our sentinels: nothing to do (NULL and unknown values
+ * are counted). */
+static inline int np_is_sentinel(uint64_t h) {
+  if (NP_LIKELY(h & 1)) return 0;
+  if (h != NP_H_DROPPED && h != NP_H_SKIPPED && h != NP_H_DISABLED)
+    np_count(h == 0 ? NP_C_NULL_HANDLE : NP_C_BAD_HANDLE);
+  return 1;
+}
+
 /* stopEvent, every version. */
 static inline void np_stop(void* handle) {
   uint64_t h = (uint64_t)(uintptr_t)handle;
-  if (h == NP_H_DROPPED || h == NP_H_SKIPPED || h == NP_H_DISABLED) return;
+  if (np_is_sentinel(h)) return;
   np_thread* t = np_enter();
   if (NP_UNLIKELY(t == NULL)) return;
   np_comm* c = np_handle_comm(h);
@@ -338,7 +349,9 @@ static inline void np_stop(void* handle) {
       ev->sflags |= NP_F_STOP_TWICE;
       np_count(NP_C_STOP_TWICE);
     } else {
-      ev->t_stop = np_ticks();
+      /* NCCL stops a KernelCh right after recording KernelChStop: that reading serves. */
+      uint64_t kst = np_ev_type(ev) == NP_T_KERNEL_CH ? ev->u.kch.t_stop_state : 0;
+      ev->t_stop = kst ? kst : np_ticks();
       __atomic_store_n(&ev->done, 1, __ATOMIC_RELEASE);
     }
   } else {
@@ -350,7 +363,7 @@ static inline void np_stop(void* handle) {
 /* recordEventState, every version, after the adapter turned its arguments into (a0, a1). */
 static inline void np_state(void* handle, int state, uint64_t a0, uint64_t a1, int has_args) {
   uint64_t h = (uint64_t)(uintptr_t)handle;
-  if (h == NP_H_DROPPED || h == NP_H_SKIPPED || h == NP_H_DISABLED) return;
+  if (np_is_sentinel(h)) return;
   np_thread* t = np_enter();
   if (NP_UNLIKELY(t == NULL)) return;
   np_comm* c = np_handle_comm(h);

@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "world.h"
 
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -30,14 +31,15 @@ void spin_until(double t) {
   }
 }
 
-/* xorshift64*: deterministic per seed, shared by the host's threads only under qmu or in
- * single-threaded phases (races would only perturb the sequence, never correctness). */
+/* xorshift64*, one stream per thread: the first call on a thread derives its state from the
+ * seed and the order in which threads first asked, so runs with a seed repeat. */
 uint64_t rnd(void) {
-  uint64_t x = W.rng;
+  static __thread uint64_t x;
+  static uint64_t threads;
+  if (x == 0) x = (W.rng + 0x632BE59BD9B4E019ull * __atomic_add_fetch(&threads, 1, __ATOMIC_RELAXED)) | 1;
   x ^= x >> 12;
   x ^= x << 25;
   x ^= x >> 27;
-  W.rng = x;
   return x * 0x2545F4914F6CDD1Dull;
 }
 
@@ -141,9 +143,10 @@ static void step_begin(const job* j, void* op, int idx, size_t* cum, inflight* f
     host_step_state(p, op, f->h, NPABI_PROXY_STEP_SEND_GPU_WAIT, 0, cum);
     for (int k = (int)(rnd() % 3); k > 0; k--) /* isend may not be accepted at once */
       host_step_state(p, op, f->h, NPABI_PROXY_STEP_SEND_PEER_WAIT, 0, cum);
-    double t0 = now_ns();
     host_step_state(p, op, f->h, NPABI_PROXY_STEP_SEND_WAIT, f->size, cum);
-    f->deadline = t0 + lat + (double)f->size / bw * 1e9;
+    /* The clock is read after the plugin stamped SendWait, so the interval it measures is never
+     * shorter than the model: scheduling noise only adds, which MIN mode discards. */
+    f->deadline = now_ns() + lat + (double)f->size / bw * 1e9;
   } else {
     host_step_state(p, op, f->h, NPABI_PROXY_STEP_RECV_WAIT, 0, cum);
     f->deadline = now_ns() + lat + (double)f->size / bw * 1e9;
@@ -257,12 +260,23 @@ void proxy_stop(void) {
 
 /* ------------------------------------------------------------------- truth */
 
+static int thread_count(void) {
+  DIR* d = opendir("/proc/self/task");
+  int n = 0;
+  if (!d) return -1;
+  for (struct dirent* e; (e = readdir(d));)
+    n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
 void truth_write(FILE* f, const char* scenario) {
   fprintf(f, "{\"scenario\":\"%s\",\"abi\":%d,\"pid\":%d,\"rank\":%d,\"nranks\":%d,", scenario,
           W.plugin.abi, (int)getpid(), W.rank, W.nranks);
   fprintf(f, "\"gpu_offset_ns\":%.1f,\"gpu_drift_ppm\":%.3f,\"mask\":%d,", W.gpu_offset_ns,
           W.gpu_drift_ppm, W.plugin.mask);
-  fprintf(f, "\"unwritten_handles\":%llu,\"comms\":[", (unsigned long long)host_unwritten_handles);
+  fprintf(f, "\"unwritten_handles\":%llu,\"threads\":%d,\"comms\":[",
+          (unsigned long long)host_unwritten_handles, thread_count());
   for (int i = 0; i < W.ncomms; i++) {
     hcomm* c = &W.comms[i];
     fprintf(f, "%s{\"name\":\"%s\",\"hash\":\"0x%016llx\",\"rank\":%d,\"nranks\":%d,\"ops\":[",

@@ -138,6 +138,7 @@ type commState struct {
 	kernels map[uint64]*proxyEntry // open KernelCh, carried over
 	apis    map[uint64]*apiEntry
 	groups  map[uint64]*groupEntry
+	others  map[uint64]int // open events of types not aggregated (Group, KernelLaunch, …): born
 }
 
 func (a *Aggregator) state(c Comm) *commState {
@@ -146,7 +147,7 @@ func (a *Aggregator) state(c Comm) *commState {
 		cs = &commState{res: newResult(c), ops: map[uint64]*opEntry{},
 			proxies: map[uint64]*proxyEntry{}, steps: map[uint64]*stepEntry{},
 			kernels: map[uint64]*proxyEntry{}, apis: map[uint64]*apiEntry{},
-			groups: map[uint64]*groupEntry{}}
+			groups: map[uint64]*groupEntry{}, others: map[uint64]int{}}
 		a.comms[c.Index] = cs
 	}
 	cs.info = c // v1–v3 learn hash and rank after init
@@ -252,6 +253,11 @@ func (a *Aggregator) record(cs *commState, r *event.Record) {
 		a.kernelCh(cs, r)
 	case event.ProxyStep:
 		a.step(cs, r)
+	default:
+		// Not aggregated, but its late stop must still be recognised as ours.
+		if r.Flags&event.Open != 0 {
+			cs.others[r.Handle] = cs.seq
+		}
 	}
 }
 
@@ -515,6 +521,10 @@ func (a *Aggregator) late(cs *commState, r *event.Record) {
 			cs.groups[h].rec.Stop = r.Start
 			cs.groups[h].rec.Flags &^= event.Open
 		}
+	case cs.others[h] != 0:
+		if stop {
+			delete(cs.others, h)
+		}
 	default:
 		cs.res.Health.LateUnmatched++
 		return
@@ -616,6 +626,11 @@ func (a *Aggregator) sweep(cs *commState, all bool) {
 	for h, e := range cs.apis {
 		if old(e.born) {
 			delete(cs.apis, h)
+		}
+	}
+	for h, born := range cs.others {
+		if old(born) {
+			delete(cs.others, h)
 		}
 	}
 }

@@ -1,0 +1,166 @@
+package hosttest
+
+// Truth is what the host knows it did (testhost/world.c truth_write).
+type Truth struct {
+	Scenario         string      `json:"scenario"`
+	ABI              int         `json:"abi"`
+	PID              int         `json:"pid"`
+	Rank             int         `json:"rank"`
+	NRanks           int         `json:"nranks"`
+	GPUOffsetNs      float64     `json:"gpu_offset_ns"`
+	GPUDriftPPM      float64     `json:"gpu_drift_ppm"`
+	Mask             int         `json:"mask"`
+	UnwrittenHandles int         `json:"unwritten_handles"`
+	Threads          int         `json:"threads"`
+	Comms            []TruthComm `json:"comms"`
+}
+
+// TruthComm is one communicator's ground truth.
+type TruthComm struct {
+	Name     string         `json:"name"`
+	Hash     string         `json:"hash"`
+	Rank     int            `json:"rank"`
+	NRanks   int            `json:"nranks"`
+	Ops      []TruthOp      `json:"ops"`
+	Pairs    []TruthPair    `json:"pairs"`
+	Channels []TruthChannel `json:"channels"`
+}
+
+// TruthOp counts the operations of one key and their total bytes.
+type TruthOp struct {
+	Func           string  `json:"func"`
+	Algo           string  `json:"algo"`
+	Proto          string  `json:"proto"`
+	NChannels      int     `json:"nchannels"`
+	Count          uint64  `json:"count"`
+	Bytes          uint64  `json:"bytes"`
+	CompletionMean float64 `json:"completion_ns_mean"`
+}
+
+// TruthPair is the model and the traffic of one peer.
+type TruthPair struct {
+	Peer          int     `json:"peer"`
+	LatencyNs     float64 `json:"latency_ns"`
+	BandwidthBps  float64 `json:"bandwidth_Bps"`
+	SentBytes     uint64  `json:"sent_bytes"`
+	SendTransfers uint64  `json:"send_transfers"`
+	RecvBytes     uint64  `json:"recv_bytes"`
+	RecvTransfers uint64  `json:"recv_transfers"`
+}
+
+// TruthChannel is the send traffic of one channel.
+type TruthChannel struct {
+	Channel   int    `json:"channel"`
+	Transfers uint64 `json:"transfers"`
+	Bytes     uint64 `json:"bytes"`
+}
+
+// Summary is the plugin's per-communicator JSON (plugin/summary.go).
+type Summary struct {
+	Version  int               `json:"ncclprof_summary_version"`
+	Host     string            `json:"host"`
+	PID      int               `json:"pid"`
+	Comm     SummaryComm       `json:"comm"`
+	Ops      []SummaryOp       `json:"operations"`
+	Pairs    []SummaryPair     `json:"rank_pairs"`
+	Channels []SummaryChannel  `json:"channels"`
+	Health   map[string]uint64 `json:"health"`
+	Counters map[string]uint64 `json:"process_counters"`
+}
+
+// SummaryComm identifies the communicator.
+type SummaryComm struct {
+	Hash   string `json:"comm_hash"`
+	Name   string `json:"name"`
+	Rank   int    `json:"rank"`
+	NRanks int    `json:"nranks"`
+	NNodes int    `json:"nnodes"`
+	ABI    int    `json:"abi_version"`
+}
+
+// Dist mirrors aggregate.Dist.
+type Dist struct {
+	N   uint64  `json:"n"`
+	Sum float64 `json:"sum"`
+	Min float64 `json:"min"`
+	Max float64 `json:"max"`
+}
+
+// Mean of the distribution.
+func (d Dist) Mean() float64 {
+	if d.N == 0 {
+		return 0
+	}
+	return d.Sum / float64(d.N)
+}
+
+// SummaryOp is one operation key's stats.
+type SummaryOp struct {
+	Func          string `json:"func"`
+	Algo          string `json:"algo"`
+	Proto         string `json:"proto"`
+	NChannels     int    `json:"nchannels"`
+	Count         uint64 `json:"count"`
+	Bytes         uint64 `json:"bytes"`
+	Enqueue       Dist   `json:"enqueue_ns"`
+	Completion    Dist   `json:"completion_ns"`
+	GPU           Dist   `json:"gpu_ns"`
+	API           Dist   `json:"api_ns"`
+	NoCompletion  uint64 `json:"no_completion"`
+	Incomplete    uint64 `json:"incomplete"`
+	Transfers     uint64 `json:"transfers"`
+	TransferBytes uint64 `json:"transfer_bytes"`
+	BusBW         Dist   `json:"busbw_gbps"`
+}
+
+// Fit mirrors linfit.Result.
+type Fit struct {
+	Points        uint64  `json:"points"`
+	DistinctSizes int     `json:"distinct_sizes"`
+	R2            float64 `json:"r2"`
+	LatencyNs     float64 `json:"latency_ns"`
+	BandwidthBps  float64 `json:"bandwidth_bytes_per_s"`
+	Trusted       bool    `json:"trusted"`
+}
+
+// SummaryPair is one rank pair.
+type SummaryPair struct {
+	Rank          int    `json:"rank"`
+	Peer          int    `json:"peer"`
+	SentBytes     uint64 `json:"sent_bytes"`
+	RecvBytes     uint64 `json:"recv_bytes"`
+	SendTransfers uint64 `json:"send_transfers"`
+	RecvTransfers uint64 `json:"recv_transfers"`
+	FitAvg        Fit    `json:"fit_avg"`
+	FitMin        Fit    `json:"fit_min"`
+}
+
+// SummaryChannel is one channel.
+type SummaryChannel struct {
+	Rank      int    `json:"rank"`
+	Channel   int    `json:"channel"`
+	Transfers uint64 `json:"transfers"`
+	Bytes     uint64 `json:"bytes"`
+	FitMin    Fit    `json:"fit_min"`
+}
+
+// Op finds an operation key in the summary.
+func (s *Summary) Op(fn, algo, proto string, nch int) *SummaryOp {
+	for i := range s.Ops {
+		o := &s.Ops[i]
+		if o.Func == fn && o.Algo == algo && o.Proto == proto && o.NChannels == nch {
+			return o
+		}
+	}
+	return nil
+}
+
+// Pair finds a rank pair in the summary.
+func (s *Summary) Pair(rank, peer int) *SummaryPair {
+	for i := range s.Pairs {
+		if s.Pairs[i].Rank == rank && s.Pairs[i].Peer == peer {
+			return &s.Pairs[i]
+		}
+	}
+	return nil
+}
