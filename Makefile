@@ -67,7 +67,10 @@ test: all sanitize
 
 bench: all
 	@echo "== plugin callback cost (testhost bench, median of 7 runs) =="
-	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out $(HOST) --lib $(PLUGIN) --empty-lib $(EMPTY) --reps 7 bench
+	@rm -rf $(BUILD)/bench-out
+	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out NCCLPROF_BENCH_TRACE_DIR=$(BUILD)/bench-out/trace \
+	  $(HOST) --lib $(PLUGIN) --empty-lib $(EMPTY) --reps 7 bench
+	@rm -rf $(BUILD)/bench-out/trace
 
 # The embedded default: a simulated job through the real plugin, no GPU, no collector.
 demo: all

@@ -59,3 +59,102 @@ uint64_t np_flush_pending(void) {
   return r > __atomic_load_n(&np_flush_ack, __ATOMIC_ACQUIRE) ? r : 0;
 }
 void np_flush_done(uint64_t req) { __atomic_store_n(&np_flush_ack, req, __ATOMIC_RELEASE); }
+
+/* ------------------------------------------------------------------- trace window, step label */
+
+/* Strings handed over from any thread: writers take a tiny spin lock (control calls only, never
+ * NCCL's threads) and bump a sequence number the drainer compares. */
+static int np_ctl_lock;
+static uint64_t np_trace_seq;
+static int np_trace_on;
+static char np_trace_dir[1024];
+/* Step labels, each with the time it was set: a ring the drainer empties. */
+#define NP_STEPS 64
+static uint64_t np_step_seq; /* labels ever set */
+static struct {
+  uint64_t tick;
+  char label[120];
+} np_steps[NP_STEPS];
+static uint64_t np_stats[NP_S_COUNT];
+
+static void np_ctl_acquire(void) {
+  while (__atomic_exchange_n(&np_ctl_lock, 1, __ATOMIC_ACQUIRE)) {
+  }
+}
+static void np_ctl_release(void) { __atomic_store_n(&np_ctl_lock, 0, __ATOMIC_RELEASE); }
+
+static void np_copy_str(char* dst, size_t cap, const char* src) {
+  size_t n = src ? strnlen(src, cap - 1) : 0;
+  if (n) memcpy(dst, src, n);
+  dst[n] = 0;
+}
+
+/* Starts a trace window: events processed from now on go to a new trace file in dir (NULL or
+ * "": NCCLPROF_TRACE_DIR, else NCCLPROF_OUTPUT_DIR). Returns 0. */
+NP_API int ncclprof_trace_start(const char* dir) {
+  np_ctl_acquire();
+  np_copy_str(np_trace_dir, sizeof np_trace_dir, dir);
+  np_trace_on = 1;
+  __atomic_add_fetch(&np_trace_seq, 1, __ATOMIC_RELEASE);
+  np_ctl_release();
+  np_kick();
+  return 0;
+}
+
+/* Ends the trace window: the file is completed and closed. Returns 0. */
+NP_API int ncclprof_trace_stop(void) {
+  np_ctl_acquire();
+  np_trace_on = 0;
+  __atomic_add_fetch(&np_trace_seq, 1, __ATOMIC_RELEASE);
+  np_ctl_release();
+  np_kick();
+  return 0;
+}
+
+/* Names the current training step (e.g. "step 12"): it goes into the trace as an instant
+ * event and into the metrics as an attribute. NULL or "" clears it. */
+NP_API int ncclprof_set_step(const char* label) {
+  uint64_t now = np_now();
+  np_ctl_acquire();
+  uint64_t i = np_step_seq % NP_STEPS;
+  np_steps[i].tick = now;
+  np_copy_str(np_steps[i].label, sizeof np_steps[i].label, label);
+  __atomic_add_fetch(&np_step_seq, 1, __ATOMIC_RELEASE);
+  np_ctl_release();
+  return 0;
+}
+
+/* Copies up to n of the drainer's statistics (order: NP_S_* in core.h); returns how many exist. */
+NP_API int ncclprof_stats(uint64_t* out, int n) {
+  for (int i = 0; i < n && i < NP_S_COUNT; i++) out[i] = __atomic_load_n(&np_stats[i], __ATOMIC_RELAXED);
+  return NP_S_COUNT;
+}
+
+/* Drainer side. */
+uint64_t np_trace_poll(int* on, char* dir, int cap) {
+  np_ctl_acquire();
+  uint64_t seq = np_trace_seq;
+  *on = np_trace_on;
+  np_copy_str(dir, (size_t)cap, np_trace_dir);
+  np_ctl_release();
+  return seq;
+}
+
+/* Label number `seq` (0-based) and when it was set; returns 0 if it is no longer in the ring
+ * (more than NP_STEPS labels since) or not set yet. */
+int np_step_get(uint64_t seq, uint64_t* tick, char* label, int cap) {
+  np_ctl_acquire();
+  int ok = seq < np_step_seq && np_step_seq - seq <= NP_STEPS;
+  if (ok) {
+    *tick = np_steps[seq % NP_STEPS].tick;
+    np_copy_str(label, (size_t)cap, np_steps[seq % NP_STEPS].label);
+  }
+  np_ctl_release();
+  return ok;
+}
+
+uint64_t np_step_count(void) { return __atomic_load_n(&np_step_seq, __ATOMIC_ACQUIRE); }
+
+void np_stat_set(int i, uint64_t v) {
+  if (i >= 0 && i < NP_S_COUNT) __atomic_store_n(&np_stats[i], v, __ATOMIC_RELAXED);
+}

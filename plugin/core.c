@@ -43,6 +43,7 @@ static int np_setup_done;
 static npabi_logger_t np_logger; /* the first logger NCCL gave us */
 static int* np_mask_ptr;         /* NCCL's process-wide activation mask */
 static double np_ticks_per_ns = 3.0; /* refined by the drainer (np_set_tick_rate) */
+static uint64_t np_setup_tick;        /* when the first communicator was created */
 
 /* ------------------------------------------------------------------- logging */
 
@@ -190,6 +191,7 @@ static void np_pick_clock(void) {
 }
 
 uint64_t np_now(void) { return np_ticks(); }
+uint64_t np_first_init(void) { return np_setup_tick; }
 int np_clock_kind(void) { return np_clock; }
 
 uint64_t np_clock_nominal_hz(void) {
@@ -234,6 +236,7 @@ static void np_setup_once(void) {
   sem_init(&np_sem, 0, 0);
   np_read_config();
   np_pick_clock();
+  np_setup_tick = np_ticks();
   np_ticks_per_ns = np_clock == NP_CLOCK_MONO ? 1.0 : np_ticks_per_ns;
 #if !defined(NP_TSAN)
   long q = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
@@ -752,11 +755,19 @@ int np_poll(np_ready* out, int max, int flush) {
   uint64_t now = np_ticks();
   int n = 0;
   uint32_t hwm = __atomic_load_n(&np_comms_hwm, __ATOMIC_ACQUIRE);
+  /* The PXN communicator is never finalized by NCCL: it is flushed whenever one is, so other
+   * processes' operations reach the summaries and traces before the job ends. */
+  int finalizing = 0;
+  for (uint32_t i = 1; i < hwm; i++) {
+    uint32_t st = __atomic_load_n(&np_comms[i].state, __ATOMIC_ACQUIRE);
+    finalizing |= st == NP_COMM_FINALIZING || st == NP_COMM_ABANDONED;
+  }
   for (uint32_t i = 0; i < hwm && n < max; i++) {
     np_comm* c = &np_comms[i];
     uint32_t st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
     if (st != NP_COMM_ACTIVE && st != NP_COMM_FINALIZING && st != NP_COMM_ABANDONED) continue;
-    n += np_poll_comm(c, i, flush || st != NP_COMM_ACTIVE, now, out + n, max - n);
+    int fin = flush || st != NP_COMM_ACTIVE || (i == NP_PXN_COMM && finalizing);
+    n += np_poll_comm(c, i, fin, now, out + n, max - n);
   }
   if (n > 0 && !np_quiesce()) return 0; /* sealed windows stay SEALED: retried next poll */
   return n;

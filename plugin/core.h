@@ -211,6 +211,16 @@ enum {
   NP_C_COUNT
 };
 
+/* Control API exported to Python (control.c). */
+const char* ncclprof_version(void);
+
+/* Statistics the drainer publishes for the control API (ncclprof_stats). */
+enum {
+  NP_S_TRACE_FILES, NP_S_TRACE_EVENTS, NP_S_TRACE_BYTES, NP_S_TRACE_ERRORS, NP_S_TRACE_SKIPPED,
+  NP_S_SUMMARIES, NP_S_METRICS_EXPORTS, NP_S_METRICS_FAILURES, NP_S_OPS_COMPLETED,
+  NP_S_COUNT
+};
+
 /* ------------------------------------------------------------------- configuration */
 typedef struct np_config {
   uint32_t mask;           /* activation mask written to NCCL */
@@ -261,11 +271,18 @@ void np_counters_read(uint64_t* out);
 /* Clock: the hot path's counter, and a tight (counter, CLOCK_MONOTONIC_RAW, CLOCK_REALTIME)
  * reading: counter sampled before and after the two clock reads. */
 uint64_t np_now(void);
+uint64_t np_first_init(void); /* counter value when the first communicator was created */
 void np_clock_sample(uint64_t* before, uint64_t* mono_raw_ns, uint64_t* real_ns, uint64_t* after);
 int np_clock_kind(void); /* 0 TSC, 1 aarch64 counter, 2 CLOCK_MONOTONIC ns */
 uint64_t np_clock_nominal_hz(void); /* known frequency (aarch64 cntfrq, 1e9) or 0: calibrate */
 /* Whether writers are quiesced with membarrier (1) or fences (0). */
 int np_uses_membarrier(void);
+/* Trace window and step label set through the control API (sequence numbers change on every
+ * call), and statistics the drainer publishes. */
+uint64_t np_trace_poll(int* on, char* dir, int cap);
+uint64_t np_step_count(void);
+int np_step_get(uint64_t seq, uint64_t* tick, char* label, int cap);
+void np_stat_set(int i, uint64_t v);
 /* Flush requests from the control API: the one to serve (0: none), and its completion. */
 uint64_t np_flush_pending(void);
 void np_flush_done(uint64_t req);

@@ -32,6 +32,7 @@ type drain struct {
 	mu    sync.Mutex
 	agg   *aggregate.Aggregator
 	clock *align.TickClock
+	cpu   *align.CPU
 	recs  []C.np_record
 	batch []event.Record
 	comms map[uint32]aggregate.Comm
@@ -56,8 +57,15 @@ func (d *drain) run() {
 	C.np_wait(-1)
 	d.clock = align.NewTickClock(tickSampler{}, float64(C.np_clock_nominal_hz()))
 	d.agg = aggregate.New(d.clock.TicksPerNs())
+	// An event can wait in an open window for its period plus the grace before it is read.
+	d.agg.WindowDelayNs = float64(C.np_cfg.window_ns+C.np_cfg.grace_max_ns) + float64(pollInterval)
 	d.recs = make([]C.np_record, int(C.np_cfg.nslots))
 	d.sinks = append(d.sinks, newSummaryWriter())
+	d.cpu = align.NewCPU(tickSampler{}, d.clock.TicksPerNs())
+	trace := newTraceSink(d.cpu) // the Chrome trace (plugin/trace.go)
+	d.sinks = append(d.sinks, trace)
+	d.agg.OnOp = trace.op
+	lastAnchor := time.Now()
 	var ready [maxReady]C.np_ready
 	wait := pollInterval
 	for {
@@ -85,6 +93,11 @@ func (d *drain) run() {
 			}
 		}
 		d.finishComms()
+		if time.Since(lastAnchor) >= 100*time.Millisecond {
+			d.cpu.Refresh() // a new TSC↔CLOCK_REALTIME anchor for the trace's timestamps
+			lastAnchor = time.Now()
+		}
+		trace.tick()
 		d.mu.Unlock()
 		if req != 0 {
 			C.np_flush_done(C.uint64_t(req))

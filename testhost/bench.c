@@ -31,6 +31,9 @@ typedef struct bench_lib {
   int (*set_mask)(int);
   int (*flush)(int);
   int (*counters)(uint64_t*, int);
+  int (*stats)(uint64_t*, int);
+  int (*trace_start)(const char*);
+  int (*trace_stop)(void);
 } bench_lib;
 
 typedef struct cbcount {
@@ -162,14 +165,14 @@ static uint64_t proxy_part(bench_lib* L, void* coll, int channels) {
 }
 
 typedef struct run {
-  double ns;
+  double ns, flush_ns; /* callbacks; the drainer's processing of them (untimed bursts' flush) */
   uint64_t callbacks, collectives;
 } run;
 
 /* One thread doing everything: `bursts` bursts of `per` collectives. With tsc, the empty
  * plugin's loop also reads the TSC once per callback (the floor the target is stated on). */
 static run run_one(bench_lib* L, int channels, int bursts, int per, int tsc) {
-  run r = {0, 0, 0};
+  run r = {0, 0, 0, 0};
   for (int b = 0; b < bursts; b++) {
     double t0 = now_ns();
     uint64_t n = 0;
@@ -187,7 +190,9 @@ static run run_one(bench_lib* L, int channels, int bursts, int per, int tsc) {
     r.ns += now_ns() - t0;
     r.callbacks += n;
     r.collectives += (uint64_t)per;
+    double f0 = now_ns();
     if (L->flush) L->flush(10000);
+    r.flush_ns += now_ns() - f0;
   }
   return r;
 }
@@ -220,7 +225,7 @@ static void* proxy_thread(void* a) {
 }
 
 static run run_two(bench_lib* L, int channels, int bursts, int per) {
-  run r = {0, 0, 0};
+  run r = {0, 0, 0, 0};
   for (int b = 0; b < bursts; b++) {
     static ring2 q;
     q.head = q.tail = 0;
@@ -269,6 +274,9 @@ static void open_lib(bench_lib* L, const char* path, const char* name) {
   L->set_mask = (int (*)(int))dlsym(h, "ncclprof_set_event_mask");
   L->flush = (int (*)(int))dlsym(h, "ncclprof_flush");
   L->counters = (int (*)(uint64_t*, int))dlsym(h, "ncclprof_counters");
+  L->stats = (int (*)(uint64_t*, int))dlsym(h, "ncclprof_stats");
+  L->trace_start = (int (*)(const char*))dlsym(h, "ncclprof_trace_start");
+  L->trace_stop = (int (*)(void))dlsym(h, "ncclprof_trace_stop");
   L->t->init(&L->ctx, 0xBE4C000000000001ull, &L->mask, name, 1, 2, 0, NULL);
 }
 
@@ -291,29 +299,41 @@ int scenario_bench(const opts* o) {
   open_lib(&prof, o->lib, "bench-ncclprof");
   int reps = o->reps >= 5 ? o->reps : 5;
   const int bursts = 20, per = 1000, channels = 2;
-  enum { E_FLOOR, E_FLOOR_TSC, P_DEFAULT, P_ALL, E_TWO, P_TWO_ALL, P_COLL1, E_COLL1, P_COLL2,
-         E_COLL2, P_COLL4, E_COLL4, NCONF };
+  enum { E_FLOOR, E_FLOOR_TSC, P_DEFAULT, P_ALL, P_TRACED, E_TWO, P_TWO_ALL, P_COLL1, E_COLL1,
+         P_COLL2, E_COLL2, P_COLL4, E_COLL4, NCONF };
   static const char* const names[NCONF] = {
       "empty_1thread", "empty_plus_tsc_1thread", "ncclprof_default_1thread",
-      "ncclprof_all_1thread", "empty_2threads", "ncclprof_all_2threads",
-      "ncclprof_collp2pkch_1ch", "empty_collp2pkch_1ch", "ncclprof_collp2pkch_2ch",
-      "empty_collp2pkch_2ch", "ncclprof_collp2pkch_4ch", "empty_collp2pkch_4ch"};
-  double per_cb[NCONF][64], per_coll[NCONF][64];
+      "ncclprof_all_1thread", "ncclprof_all_1thread_traced", "empty_2threads",
+      "ncclprof_all_2threads", "ncclprof_collp2pkch_1ch", "empty_collp2pkch_1ch",
+      "ncclprof_collp2pkch_2ch", "empty_collp2pkch_2ch", "ncclprof_collp2pkch_4ch",
+      "empty_collp2pkch_4ch"};
+  double per_cb[NCONF][64], per_coll[NCONF][64], flush_ns[NCONF][64];
+  uint64_t trace0[8] = {0}, trace1[8] = {0};
   uint64_t drops0 = dropped(&prof);
   const int kch = NPABI_COLL | NPABI_P2P | NPABI_KERNEL_CH;
   for (int rep = 0; rep < reps && rep < 64; rep++) {
     for (int c = 0; c < NCONF; c++) {
-      bench_lib* L = (c == P_DEFAULT || c == P_ALL || c == P_TWO_ALL || c == P_COLL1 ||
-                      c == P_COLL2 || c == P_COLL4) ? &prof : &empty;
+      bench_lib* L = (c == P_DEFAULT || c == P_ALL || c == P_TRACED || c == P_TWO_ALL ||
+                      c == P_COLL1 || c == P_COLL2 || c == P_COLL4) ? &prof : &empty;
       int mask = c == P_DEFAULT ? DEFAULT_MASK
                : (c >= P_COLL1) ? kch : NPABI_ALL_TYPES;
       L->mask = mask;
       if (L->set_mask) L->set_mask(mask);
       int ch = c == P_COLL1 || c == E_COLL1 ? 1 : c == P_COLL4 || c == E_COLL4 ? 4 : channels;
+      if (c == P_TRACED && L->trace_start) {
+        L->trace_start(getenv("NCCLPROF_BENCH_TRACE_DIR"));
+        if (L->stats) L->stats(trace0, 8);
+      }
       run r = (c == E_TWO || c == P_TWO_ALL) ? run_two(L, ch, bursts, per)
                                               : run_one(L, ch, bursts, per, c == E_FLOOR_TSC);
+      if (c == P_TRACED && L->trace_stop) {
+        if (L->stats) L->stats(trace1, 8); /* before the stop: the writes of this run only */
+        L->trace_stop();
+        L->flush(10000);
+      }
       per_cb[c][rep] = r.ns / (double)r.callbacks;
       per_coll[c][rep] = r.ns / (double)r.collectives;
+      flush_ns[c][rep] = r.flush_ns;
     }
   }
   uint64_t drops = dropped(&prof) - drops0;
@@ -330,6 +350,16 @@ int scenario_bench(const opts* o) {
   printf("},\"ratio_all_vs_empty_plus_tsc\":%.3f,\"ratio_default_vs_empty_plus_tsc\":%.3f,",
          med_cb[P_ALL] / med_cb[E_FLOOR_TSC], med_cb[P_DEFAULT] / med_cb[E_FLOOR_TSC]);
   printf("\"ratio_2threads_all_vs_empty\":%.3f,", med_cb[P_TWO_ALL] / med_cb[E_TWO]);
+  printf("\"ratio_traced_vs_untraced\":%.3f,", med_cb[P_TRACED] / med_cb[P_ALL]);
+  {
+    /* NP_S_TRACE_EVENTS = 1, NP_S_TRACE_BYTES = 2: of the last traced run. */
+    double ev = (double)(trace1[1] - trace0[1]), by = (double)(trace1[2] - trace0[2]);
+    double extra = median(flush_ns[P_TRACED], reps) - median(flush_ns[P_ALL], reps);
+    printf("\"trace\":{\"events\":%.0f,\"bytes_per_event\":%.1f,\"writer_events_per_s\":%.0f,"
+           "\"drain_ns_per_record_untraced\":%.1f},",
+           ev, ev > 0 ? by / ev : 0, extra > 0 ? ev / (extra * 1e-9) : 0,
+           median(flush_ns[P_ALL], reps) / ((double)bursts * per * 27));
+  }
   printf("\"plugin_ns_per_collective_collp2pkch\":{\"1ch\":%.1f,\"2ch\":%.1f,\"4ch\":%.1f}}\n",
          med_coll[P_COLL1] - med_coll[E_COLL1], med_coll[P_COLL2] - med_coll[E_COLL2],
          med_coll[P_COLL4] - med_coll[E_COLL4]);

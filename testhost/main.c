@@ -25,6 +25,8 @@ static void usage(void) {
           "options:\n"
           "  --abi N (1-6, default 6)  --rank R (0)  --nranks N (4)  --iters N (50)\n"
           "  --channels N (2)  --kernel (emit KernelCh)  --comms N  --cycles N (3)\n"
+          "  --control (allreduce: open a trace window for the middle third of the iterations\n"
+          "             with ncclprof_trace_start/stop, label each iteration ncclprof_set_step)\n"
           "  --fast (no modelled transfer times)  --seconds S (fuzz, 5)  --threads N (fuzz, 3)\n"
           "  --seed N  --truth FILE (write ground truth JSON)  --empty-lib PATH  --reps N (7)\n");
   exit(2);
@@ -52,6 +54,7 @@ int main(int argc, char** argv) {
     else if (ARG("--empty-lib")) o.empty_lib = v;
     else if (ARG("--reps")) o.reps = atoi(v);
     else if (!strcmp(a, "--kernel")) o.kernel = 1;
+    else if (!strcmp(a, "--control")) o.control = 1;
     else if (!strcmp(a, "--fast")) o.realtime = 0;
     else if (a[0] == '-') usage();
     else o.scenario = a;

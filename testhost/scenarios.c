@@ -5,6 +5,8 @@
 #define _GNU_SOURCE
 #include "scenarios.h"
 
+#include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -94,7 +96,7 @@ static int plan_jobs(hcomm* c, const op_spec* o, void* handle, int truth, int ch
 
 static void* group_api_begin(hcomm* c, int depth) {
   host_ev e = {.type = NPABI_GROUP_API, .depth = depth};
-  void* g = host_start(&W.plugin, c->ctx, &e);
+  void* g = start_event(c->ctx, &e, 0);
   host_group_api_state(&W.plugin, g, NPABI_GROUP_START_API_STOP);
   return g;
 }
@@ -111,15 +113,15 @@ void launch_group(hcomm* c, op_spec* ops, int n, int depth) {
                  .func = o->api_func ? o->api_func : o->func, .count = o->api_count ? o->api_count : o->count,
                  .dtype = o->api_dtype ? o->api_dtype : o->dtype, .root = o->root,
                  .stream = (void*)0x5000};
-    api[i] = host_start(p, c->ctx, &e);
+    api[i] = start_event(c->ctx, &e, 0);
     host_stop(p, api[i]);
   }
   host_group_api_state(p, gapi, NPABI_GROUP_END_API_START);
   host_ev kl = {.type = NPABI_KERNEL_LAUNCH, .parent = gapi, .stream = (void*)0x5000};
-  void* launch = host_start(p, c->ctx, &kl);
+  void* launch = start_event(c->ctx, &kl, 0);
   host_stop(p, launch);
   host_ev ge = {.type = NPABI_GROUP};
-  void* grp = host_start(p, c->ctx, &ge);
+  void* grp = start_event(c->ctx, &ge, 0);
   double t0 = now_ns();
   job jobs[128];
   int nj = 0;
@@ -131,7 +133,7 @@ void launch_group(hcomm* c, op_spec* ops, int n, int depth) {
                  .algo = o->algo, .proto = o->proto, .root = o->root, .peer = o->peer,
                  .nchannels = (uint8_t)o->nchannels, .nwarps = 16};
     if (!o->is_p2p) e.seq = c->seq[func_idx(o->func)]++;
-    void* h = host_start(p, c->ctx, &e);
+    void* h = start_event(c->ctx, &e, 1);
     int truth = -1;
     if (h && !o->no_truth)
       truth = truth_op_add(c, o->func, o->is_p2p ? "" : o->algo, o->is_p2p ? "" : o->proto,
@@ -169,10 +171,44 @@ static op_spec coll_spec(const char* func, int nch, int kernel) {
   return o;
 }
 
+/* The plugin's control API, as Python calls it through ctypes (NULL when the library has none). */
+typedef struct control {
+  int (*trace_start)(const char*);
+  int (*trace_stop)(void);
+  int (*set_step)(const char*);
+  int (*flush)(int);
+} control;
+
+static control control_api(void) {
+  control k = {(int (*)(const char*))dlsym(W.plugin.lib, "ncclprof_trace_start"),
+               (int (*)(void))dlsym(W.plugin.lib, "ncclprof_trace_stop"),
+               (int (*)(const char*))dlsym(W.plugin.lib, "ncclprof_set_step"),
+               (int (*)(int))dlsym(W.plugin.lib, "ncclprof_flush")};
+  return k;
+}
+
 void scenario_allreduce(const opts* op) {
   hcomm* c = world_comm("allreduce", 0xA11EDCE000000001ull + (uint64_t)op->seed, op->nranks, op->rank, 1);
+  control k = control_api();
   proxy_start();
   for (int i = 0; i < op->iters; i++) {
+    if (op->control && k.set_step) {
+      char label[32];
+      snprintf(label, sizeof label, "iter %d", i);
+      k.set_step(label);
+    }
+    if (op->control && k.trace_start && i == op->iters / 3) {
+      proxy_drain();
+      k.flush(5000); /* what came before stays out of the window */
+      k.trace_start(NULL);
+      k.flush(5000); /* the drainer has opened the window */
+    }
+    if (op->control && k.trace_stop && i == 2 * op->iters / 3) {
+      proxy_drain();
+      k.flush(5000);
+      k.trace_stop();
+      k.flush(5000);
+    }
     op_spec o = coll_spec("AllReduce", op->channels, op->kernel);
     o.algo = "RING";
     launch_group(c, &o, 1, 1);
@@ -231,15 +267,15 @@ void scenario_alltoall(const opts* op) {
 static void proxy_ctrl_burst(hcomm* c) {
   host_plugin* p = &W.plugin;
   host_ev e = {.type = NPABI_PROXY_CTRL};
-  void* h = host_start(p, c->ctx, &e);
+  void* h = start_event(c->ctx, &e, 0);
   host_ctrl_state(p, h, NPABI_PROXY_CTRL_SLEEP, 0);
   host_ctrl_state(p, h, NPABI_PROXY_CTRL_WAKEUP, 0);
   host_stop(p, h);
-  h = host_start(p, c->ctx, &e);
+  h = start_event(c->ctx, &e, 0);
   host_ctrl_state(p, h, NPABI_PROXY_CTRL_APPEND, 0);
   host_ctrl_state(p, h, NPABI_PROXY_CTRL_APPEND_END, 3);
   host_stop(p, h);
-  h = host_start(p, c->ctx, &e);
+  h = start_event(c->ctx, &e, 0);
   host_ctrl_state(p, h, NPABI_PROXY_CTRL_ACTIVE, 0);
   host_stop(p, h);
 }
@@ -250,7 +286,7 @@ static void net_events(hcomm* c, void* step) {
   static npabi_net_ib_v1_t ib = {.type = 1, .qp = {.device = 3, .wr_id = 77, .opcode = 2, .qpNum = 9, .length = 4096}};
   host_ev e = {.type = NPABI_NET_PLUGIN, .parent = step, .rank = c->rank,
                .net_id = NPABI_NET_TYPE_IB | 1, .net_data = &ib};
-  void* h = host_start(p, c->ctx, &e);
+  void* h = start_event(c->ctx, &e, 0);
   host_net_update(p, h, &ib);
   host_stop(p, h);
 }
@@ -263,12 +299,12 @@ static void pxn_ops(hcomm* c) {
   host_ev e = {.type = NPABI_PROXY_OP, .parent = (void*)0x7f00deadbeef, .rank = (c->rank + 1) % c->nranks,
                .pid = getpid() + 100000, .channel = 3, .peer = c->rank, .nsteps = 2,
                .chunk = 65536, .is_send = 1};
-  void* op = host_start(p, foreign_ctx, &e);
+  void* op = start_event(foreign_ctx, &e, 0);
   host_op_in_progress(p, op);
   size_t cum = 0;
   for (int s = 0; s < 2; s++) {
     host_ev se = {.type = NPABI_PROXY_STEP, .parent = op, .rank = e.rank, .step = s};
-    void* st = host_start(p, foreign_ctx, &se);
+    void* st = start_event(foreign_ctx, &se, 0);
     host_step_state(p, op, st, NPABI_PROXY_STEP_SEND_GPU_WAIT, 0, &cum);
     host_step_state(p, op, st, NPABI_PROXY_STEP_SEND_WAIT, 65536, &cum);
     if (s == 0) net_events(c, st);
@@ -290,12 +326,12 @@ static void* replay_main(void* a) {
   host_plugin* p = &W.plugin;
   for (int i = 0; i < r->n; i++) {
     host_ev ge = {.type = NPABI_GROUP};
-    void* grp = host_start(p, r->c->ctx, &ge);
+    void* grp = start_event(r->c->ctx, &ge, 0);
     host_ev e = {.type = NPABI_COLL, .parent = r->stale_api, .parent_group = grp, .rank = r->c->rank,
                  .comm_name = r->c->name, .comm_hash = r->c->hash, .func = "AllReduce",
                  .count = 4096, .dtype = "ncclFloat32", .algo = "RING", .proto = "LL",
                  .nchannels = 1, .seq = 0};
-    void* h = host_start(p, r->c->ctx, &e);
+    void* h = start_event(r->c->ctx, &e, 1);
     if (h) truth_op_add(r->c, "AllReduce", "RING", "LL", 1, 4096 * 4);
     job j = {.comm = r->c, .ctx = r->c->ctx, .parent = h, .pid = getpid(), .channel = 0,
              .peer = (r->c->rank + 1) % r->c->nranks, .is_send = 1, .nsteps = 1, .truth_op = -1};
@@ -312,12 +348,12 @@ static void ce_events(hcomm* c, void* coll_api) {
   host_ev e = {.type = NPABI_CE_COLL, .parent = coll_api, .rank = c->rank, .func = "AllGather",
                .count = 1 << 20, .dtype = "ncclInt8", .sync = "UC", .ce_seq = 5, .seq = 5,
                .stream = (void*)0x5000};
-  void* ce = host_start(p, c->ctx, &e);
+  void* ce = start_event(c->ctx, &e, 0);
   host_ev s = {.type = NPABI_CE_SYNC, .parent = ce, .rank = c->rank, .n = c->nranks, .flag = 1};
-  void* sh = host_start(p, c->ctx, &s);
+  void* sh = start_event(c->ctx, &s, 0);
   host_stop(p, sh);
   host_ev b = {.type = NPABI_CE_BATCH, .parent = ce, .rank = c->rank, .n = 4, .total_bytes = 1 << 20};
-  void* bh = host_start(p, c->ctx, &b);
+  void* bh = start_event(c->ctx, &b, 0);
   host_stop(p, bh);
   host_stop(p, ce);
 }
@@ -336,7 +372,7 @@ void scenario_mixed(const opts* op) {
   void* gapi = group_api_begin(cs[0], 1);
   host_ev capi = {.type = NPABI_COLL_API, .parent = gapi, .func = "AllReduce", .count = 4096,
                   .dtype = "ncclFloat32", .graph = 1, .stream = (void*)0x6000};
-  void* captured = host_start(&W.plugin, cs[0]->ctx, &capi);
+  void* captured = start_event(cs[0]->ctx, &capi, 0);
   host_stop(&W.plugin, captured);
   host_stop(&W.plugin, gapi);
 

@@ -11,6 +11,7 @@ typedef struct opts {
   const char* scenario;
   const char* truth; /* where to write the ground truth (JSON) */
   int abi, rank, nranks, iters, channels, kernel, comms, cycles, realtime, threads;
+  int control; /* use the plugin's control API: trace window and step labels */
   unsigned long long seed;
   double seconds;
   const char* empty_lib; /* bench: the empty plugin, the floor */

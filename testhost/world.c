@@ -21,9 +21,17 @@ double real_ns(void) {
   return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 
+/* Integer ns: a double cannot hold a Unix-epoch nanosecond count (its spacing there is 256 ns). */
+int64_t real_ns_i(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
 uint64_t gpu_ns(void) {
-  double r = real_ns();
-  return (uint64_t)(r + W.gpu_offset_ns + (r - W.t_base_real) * W.gpu_drift_ppm * 1e-6);
+  int64_t r = real_ns_i();
+  return (uint64_t)(r + (int64_t)W.gpu_offset_ns +
+                    (int64_t)((double)(r - W.t_base_real) * W.gpu_drift_ppm * 1e-6));
 }
 
 void spin_until(double t) {
@@ -60,9 +68,10 @@ void world_init(const char* lib, int abi, int rank, int nranks, int realtime, ui
   W.realtime = realtime;
   W.gpu_offset_ns = 1234567.0; /* the GPU timer runs 1.234567 ms ahead of CLOCK_REALTIME */
   W.gpu_drift_ppm = 20.0;
-  W.t_base_real = real_ns();
+  W.t_base_real = real_ns_i();
   W.rng = (seed + 1) * 0x9E3779B97F4A7C15ull | 1; /* xorshift state must not be 0 */
   pthread_mutex_init(&W.qmu, NULL);
+  pthread_mutex_init(&W.smu, NULL);
   pthread_cond_init(&W.qcv, NULL);
   pthread_cond_init(&W.qdone, NULL);
 }
@@ -124,6 +133,20 @@ void truth_completion(hcomm* c, int op, double ns) {
   pthread_mutex_unlock(&c->mu);
 }
 
+void* start_event(void* ctx, const host_ev* e, int sample) {
+  int64_t before = sample ? real_ns_i() : 0;
+  void* h = host_start(&W.plugin, ctx, e);
+  int64_t after = sample ? real_ns_i() : 0;
+  if (((uintptr_t)h & 1) == 0) return h; /* not recorded (NULL or a sentinel) */
+  __atomic_fetch_add(&W.type_counts[__builtin_ctzll(e->type) & 15], 1, __ATOMIC_RELAXED);
+  if (sample) {
+    pthread_mutex_lock(&W.smu);
+    if (W.nsamples < 4096) W.samples[W.nsamples++] = (struct clock_sample){(uint64_t)(uintptr_t)h, before, after};
+    pthread_mutex_unlock(&W.smu);
+  }
+  return h;
+}
+
 /* ------------------------------------------------------------------- proxy thread */
 
 typedef struct inflight {
@@ -135,7 +158,7 @@ typedef struct inflight {
 static void step_begin(const job* j, void* op, int idx, size_t* cum, inflight* f) {
   host_plugin* p = &W.plugin;
   host_ev e = {.type = NPABI_PROXY_STEP, .parent = op, .rank = j->comm->rank, .step = idx};
-  f->h = host_start(p, j->ctx, &e);
+  f->h = start_event(j->ctx, &e, 0);
   f->size = j->sizes[idx];
   double lat, bw;
   peer_model(j->peer, &lat, &bw);
@@ -184,12 +207,12 @@ void run_job(const job* j) {
     /* The proxy sees the GPU's start counter some polling delay after the GPU wrote it. */
     host_ev k = {.type = NPABI_KERNEL_CH, .parent = j->parent, .channel = (uint8_t)j->channel,
                  .ptimer = gpu_ns() - 300 - rnd() % 700};
-    kch = host_start(p, j->ctx, &k);
+    kch = start_event(j->ctx, &k, 0);
   }
   host_ev e = {.type = NPABI_PROXY_OP, .parent = j->parent, .rank = j->comm->rank, .pid = j->pid,
                .channel = (uint8_t)j->channel, .peer = j->peer, .nsteps = j->nsteps,
                .chunk = (int)j->sizes[0], .is_send = j->is_send};
-  void* op = j->nsteps > 0 ? host_start(p, j->ctx, &e) : NULL;
+  void* op = j->nsteps > 0 ? start_event(j->ctx, &e, rnd() % 8 == 0) : NULL;
   host_op_in_progress(p, op);
   size_t cum = 0;
   inflight fl[8];
@@ -273,10 +296,16 @@ static int thread_count(void) {
 void truth_write(FILE* f, const char* scenario) {
   fprintf(f, "{\"scenario\":\"%s\",\"abi\":%d,\"pid\":%d,\"rank\":%d,\"nranks\":%d,", scenario,
           W.plugin.abi, (int)getpid(), W.rank, W.nranks);
-  fprintf(f, "\"gpu_offset_ns\":%.1f,\"gpu_drift_ppm\":%.3f,\"mask\":%d,", W.gpu_offset_ns,
-          W.gpu_drift_ppm, W.plugin.mask);
-  fprintf(f, "\"unwritten_handles\":%llu,\"threads\":%d,\"comms\":[",
+  fprintf(f, "\"gpu_offset_ns\":%.1f,\"gpu_drift_ppm\":%.3f,\"gpu_base_real_ns\":\"%lld\",\"mask\":%d,",
+          W.gpu_offset_ns, W.gpu_drift_ppm, (long long)W.t_base_real, W.plugin.mask);
+  fprintf(f, "\"unwritten_handles\":%llu,\"threads\":%d,\"type_counts\":[",
           (unsigned long long)host_unwritten_handles, thread_count());
+  for (int i = 0; i < 15; i++) fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)W.type_counts[i]);
+  fprintf(f, "],\"clock_samples\":[");
+  for (int i = 0; i < W.nsamples; i++)
+    fprintf(f, "%s[\"0x%016llx\",%lld,%lld]", i ? "," : "", (unsigned long long)W.samples[i].handle,
+            (long long)W.samples[i].before, (long long)W.samples[i].after);
+  fprintf(f, "],\"comms\":[");
   for (int i = 0; i < W.ncomms; i++) {
     hcomm* c = &W.comms[i];
     fprintf(f, "%s{\"name\":\"%s\",\"hash\":\"0x%016llx\",\"rank\":%d,\"nranks\":%d,\"ops\":[",

@@ -69,7 +69,7 @@ typedef struct world {
   int rank, nranks;
   int realtime; /* 1: busy-wait modelled transfer times; 0: as fast as possible (bench, fuzz) */
   double gpu_offset_ns, gpu_drift_ppm;
-  double t_base_real;
+  int64_t t_base_real;
   uint64_t rng;
   /* proxy thread */
   pthread_t proxy;
@@ -78,12 +78,22 @@ typedef struct world {
   job queue[256];
   int qhead, qtail, qbusy, stop;
   uint64_t jobs_done;
+  /* Ground truth for the trace: recorded starts per type, and CLOCK_REALTIME read around some
+   * callbacks (handle, before, after). */
+  uint64_t type_counts[16];
+  struct clock_sample {
+    uint64_t handle;
+    int64_t before, after;
+  } samples[4096];
+  int nsamples;
+  pthread_mutex_t smu;
 } world;
 
 extern world W;
 
 double now_ns(void);  /* CLOCK_MONOTONIC */
-double real_ns(void); /* CLOCK_REALTIME */
+double real_ns(void);    /* CLOCK_REALTIME */
+int64_t real_ns_i(void); /* CLOCK_REALTIME, exact */
 uint64_t gpu_ns(void); /* simulated GPU %globaltimer */
 void spin_until(double t_mono_ns);
 uint64_t rnd(void);
@@ -106,5 +116,8 @@ int truth_op_add(hcomm* c, const char* func, const char* algo, const char* proto
                  uint64_t bytes);
 void truth_completion(hcomm* c, int op, double ns);
 void truth_write(FILE* f, const char* scenario);
+/* Starts an event as NCCL would, counting it for the truth and, with `sample`, reading
+ * CLOCK_REALTIME on both sides of the callback. */
+void* start_event(void* ctx, const host_ev* e, int sample);
 
 #endif

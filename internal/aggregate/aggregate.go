@@ -11,9 +11,12 @@
 //
 // Unlike the seed, windows do not have to contain whole families. Events still open when their
 // window was read are carried over and finished by later windows (their late stops arrive as
-// Late records), and an operation is held one more window to collect children that started
-// after its window closed. Everything pending ages out after MaxAgeWindows, so memory is
-// bounded even when NCCL never stops an event (CollNet ProxyOps).
+// Late records), and an operation completes only once it has been quiet (no child started or
+// stopped) for QuietNs, because NCCL's proxy thread can start an operation's ProxyOps well
+// after the user thread enqueued it. Quiet is judged against the communicator's frontier (the
+// latest event time processed: windows are read in order, so nothing older can still arrive)
+// or, for a communicator gone idle, against the drainer's clock. Everything pending ages out
+// after MaxAgeNs, so memory is bounded even when NCCL never stops an event (CollNet ProxyOps).
 //
 // Conventions (documented in the README):
 //   - bytes of an operation are nccl-tests' "size": count × datatype size, times nranks for
@@ -32,11 +35,16 @@ import (
 	"github.com/ncclprof/ncclprof/internal/linfit"
 )
 
-// MaxAgeWindows bounds how many windows of its communicator a pending event may wait.
-const MaxAgeWindows = 8
+// Defaults for the aggregator's time limits.
+const (
+	DefaultQuietNs       = 200e6 // an operation with no child activity this long is complete
+	DefaultMaxAgeNs      = 30e9  // a pending event older than this is given up
+	DefaultWindowDelayNs = 2e9   // longest an event can wait in an open window (period + grace)
+)
 
 // Op is one completed operation, as handed to OnOp.
 type Op struct {
+	Handle                     uint64 // the Coll/P2p event (of the first member, when rebuilt)
 	Comm                       Comm
 	Func, Algo, Proto, Dtype   string
 	Seq                        uint64
@@ -72,6 +80,8 @@ func newResult(c Comm) *Result {
 type Aggregator struct {
 	// TicksPerNs converts the hot path's counter to nanoseconds.
 	TicksPerNs float64
+	// QuietNs, MaxAgeNs and WindowDelayNs: see the Default constants.
+	QuietNs, MaxAgeNs, WindowDelayNs float64
 	// OnOp, if set, receives every completed operation.
 	OnOp  func(*Op)
 	comms map[uint32]*commState
@@ -79,15 +89,16 @@ type Aggregator struct {
 
 // New returns an aggregator for a counter running at ticksPerNs.
 func New(ticksPerNs float64) *Aggregator {
-	return &Aggregator{TicksPerNs: ticksPerNs, comms: map[uint32]*commState{}}
+	return &Aggregator{TicksPerNs: ticksPerNs, QuietNs: DefaultQuietNs, MaxAgeNs: DefaultMaxAgeNs,
+		WindowDelayNs: DefaultWindowDelayNs, comms: map[uint32]*commState{}}
 }
 
 type opEntry struct {
 	op             Op
 	handle         uint64
 	stopped        bool
-	open           int // children started and not stopped
-	born, last     int // window sequence numbers
+	open           int         // children started and not stopped
+	born, last     event.Ticks // creation and latest child activity
 	api            *apiEntry
 	gpuMin, gpuMax uint64
 	expired        bool // a child was given up
@@ -96,25 +107,21 @@ type opEntry struct {
 type proxyEntry struct {
 	rec       event.Record
 	op        *opEntry
-	born      int
+	born      event.Ticks
 	stopped   bool
-	stoppedAt int      // window it stopped in
+	stoppedAt event.Ticks
 	totals    []uint64 // v1–v3: running totals its steps reported, sorted
 }
 
-// KeepStoppedWindows is how many more windows a stopped ProxyOp stays reachable for its
-// steps: a step lands in a later window than its op when the op's window filled up.
-const KeepStoppedWindows = 2
-
 type stepEntry struct {
 	rec  event.Record
-	born int
+	born event.Ticks
 }
 
 type apiEntry struct {
 	rec   event.Record
 	group *groupEntry
-	born  int
+	born  event.Ticks
 }
 
 type groupEntry struct {
@@ -124,21 +131,23 @@ type groupEntry struct {
 	linked   map[*apiEntry]bool // P2pApi calls whose P2p task has been seen
 	pending  int                // member operations not yet complete
 	members  []*Op
-	born     int
+	born     event.Ticks
 	finished bool
 }
 
 type commState struct {
-	info    Comm
-	seq     int
-	res     *Result
-	ops     map[uint64]*opEntry
-	proxies map[uint64]*proxyEntry
-	steps   map[uint64]*stepEntry  // open steps, carried over
-	kernels map[uint64]*proxyEntry // open KernelCh, carried over
-	apis    map[uint64]*apiEntry
-	groups  map[uint64]*groupEntry
-	others  map[uint64]int // open events of types not aggregated (Group, KernelLaunch, …): born
+	info     Comm
+	frontier event.Ticks // latest event time processed
+	wall     event.Ticks // the drainer's clock (Advance)
+	res      *Result
+	ops      map[uint64]*opEntry
+	proxies  map[uint64]*proxyEntry
+	steps    map[uint64]*stepEntry  // open steps, carried over
+	kernels  map[uint64]*proxyEntry // open KernelCh, carried over
+	apis     map[uint64]*apiEntry
+	groups   map[uint64]*groupEntry
+	others   map[uint64]event.Ticks // open events of types not aggregated (Group, …): born
+	done     map[uint64]event.Ticks // recently completed operations, for late children
 }
 
 func (a *Aggregator) state(c Comm) *commState {
@@ -147,7 +156,8 @@ func (a *Aggregator) state(c Comm) *commState {
 		cs = &commState{res: newResult(c), ops: map[uint64]*opEntry{},
 			proxies: map[uint64]*proxyEntry{}, steps: map[uint64]*stepEntry{},
 			kernels: map[uint64]*proxyEntry{}, apis: map[uint64]*apiEntry{},
-			groups: map[uint64]*groupEntry{}, others: map[uint64]int{}}
+			groups: map[uint64]*groupEntry{}, others: map[uint64]event.Ticks{},
+			done: map[uint64]event.Ticks{}}
 		a.comms[c.Index] = cs
 	}
 	cs.info = c // v1–v3 learn hash and rank after init
@@ -187,7 +197,6 @@ func level(t event.Type) int {
 // order they were closed. recs is reordered in place.
 func (a *Aggregator) Window(c Comm, recs []event.Record) {
 	cs := a.state(c)
-	cs.seq++
 	cs.res.Health.Windows++
 	cs.res.Health.Records += uint64(len(recs))
 	slices.SortStableFunc(recs, func(x, y event.Record) int {
@@ -203,9 +212,37 @@ func (a *Aggregator) Window(c Comm, recs []event.Record) {
 		return 0
 	})
 	for i := range recs {
+		cs.frontier = max(cs.frontier, recs[i].Start, recs[i].Stop)
+	}
+	for i := range recs {
 		a.record(cs, &recs[i])
 	}
 	a.sweep(cs, false)
+}
+
+// Advance tells the aggregator the drainer's current time, so operations of a communicator that
+// went idle still complete.
+func (a *Aggregator) Advance(now event.Ticks) {
+	for _, cs := range a.comms {
+		cs.wall = now
+		a.sweep(cs, false)
+	}
+}
+
+func (a *Aggregator) ticks(ns float64) event.Ticks {
+	if a.TicksPerNs <= 0 {
+		return event.Ticks(ns)
+	}
+	return event.Ticks(ns * a.TicksPerNs)
+}
+
+// since reports whether at least ns have passed after t, by the frontier, or by the drainer's
+// clock allowing for events still waiting in open windows.
+func (a *Aggregator) since(cs *commState, t event.Ticks, ns float64) bool {
+	if cs.frontier >= t && cs.frontier-t >= a.ticks(ns) {
+		return true
+	}
+	return cs.wall >= t && cs.wall-t >= a.ticks(ns+a.WindowDelayNs)
 }
 
 // Finalize completes everything pending for the communicator and returns its result.
@@ -233,9 +270,9 @@ func (a *Aggregator) record(cs *commState, r *event.Record) {
 	case event.Late:
 		a.late(cs, r)
 	case event.GroupAPI:
-		cs.groups[r.Handle] = &groupEntry{rec: *r, linked: map[*apiEntry]bool{}, born: cs.seq}
+		cs.groups[r.Handle] = &groupEntry{rec: *r, linked: map[*apiEntry]bool{}, born: r.Start}
 	case event.CollAPI, event.P2pAPI:
-		e := &apiEntry{rec: *r, born: cs.seq}
+		e := &apiEntry{rec: *r, born: r.Start}
 		if g := a.group(r.Parent); g != nil {
 			e.group = g
 			if r.Type == event.P2pAPI {
@@ -256,7 +293,7 @@ func (a *Aggregator) record(cs *commState, r *event.Record) {
 	default:
 		// Not aggregated, but its late stop must still be recognised as ours.
 		if r.Flags&event.Open != 0 {
-			cs.others[r.Handle] = cs.seq
+			cs.others[r.Handle] = r.Start
 		}
 	}
 }
@@ -275,8 +312,9 @@ func (a *Aggregator) group(h uint64) *groupEntry {
 
 // Phase 1: a Coll or P2p operation.
 func (a *Aggregator) track(cs *commState, r *event.Record) {
-	e := &opEntry{handle: r.Handle, born: cs.seq, last: cs.seq}
+	e := &opEntry{handle: r.Handle, born: r.Start, last: max(r.Start, r.Stop)}
 	o := &e.op
+	o.Handle = r.Handle
 	o.Comm = cs.info
 	o.Func, o.Algo, o.Proto, o.Dtype = r.Func, r.Algo, r.Proto, r.Dtype
 	o.Seq, o.NChannels, o.Count = r.Seq, int(r.NChannels), r.Count
@@ -317,17 +355,27 @@ func (a *Aggregator) opFor(h uint64) *opEntry {
 	return nil
 }
 
+// noParent counts a child whose operation is not pending: late if the operation already
+// completed (its children came later than QuietNs after it), an orphan otherwise.
+func (a *Aggregator) noParent(cs *commState, parent uint64, orphans *uint64) {
+	if _, ok := cs.done[parent]; ok {
+		cs.res.Health.LateChildren++
+		return
+	}
+	*orphans++
+}
+
 // Phase 3 (registration): a ProxyOp attaches to its operation.
 func (a *Aggregator) proxyOp(cs *commState, r *event.Record) {
-	p := &proxyEntry{rec: *r, born: cs.seq}
+	p := &proxyEntry{rec: *r, born: r.Start}
 	if r.Flags&event.Foreign != 0 {
 		cs.res.Health.Foreign++
 	} else if p.op = a.opFor(r.Parent); p.op == nil {
-		cs.res.Health.OrphanProxy++
+		a.noParent(cs, r.Parent, &cs.res.Health.OrphanProxy)
 	}
 	if p.op != nil {
 		p.op.open++
-		p.op.last = cs.seq
+		p.op.last = max(p.op.last, r.Start)
 	}
 	cs.proxies[r.Handle] = p
 	if r.Flags&event.Open == 0 {
@@ -338,10 +386,10 @@ func (a *Aggregator) proxyOp(cs *commState, r *event.Record) {
 func (a *Aggregator) proxyStopped(cs *commState, p *proxyEntry, stop event.Ticks) {
 	p.rec.Stop = stop
 	p.stopped = true
-	p.stoppedAt = cs.seq
+	p.stoppedAt = stop
 	if o := p.op; o != nil {
 		o.open--
-		o.last = cs.seq
+		o.last = max(o.last, stop)
 		if stop > o.op.End {
 			o.op.End = stop
 		}
@@ -350,13 +398,13 @@ func (a *Aggregator) proxyStopped(cs *commState, p *proxyEntry, stop event.Ticks
 
 // KernelCh: GPU channel times; its stop record marks the channel's completion.
 func (a *Aggregator) kernelCh(cs *commState, r *event.Record) {
-	k := &proxyEntry{rec: *r, born: cs.seq}
+	k := &proxyEntry{rec: *r, born: r.Start}
 	if k.op = a.opFor(r.Parent); k.op == nil {
-		cs.res.Health.OrphanKernel++
+		a.noParent(cs, r.Parent, &cs.res.Health.OrphanKernel)
 		return
 	}
 	k.op.open++
-	k.op.last = cs.seq
+	k.op.last = max(k.op.last, r.Start)
 	if r.Flags&event.Open == 0 {
 		a.kernelStopped(cs, k, r)
 		return
@@ -367,7 +415,6 @@ func (a *Aggregator) kernelCh(cs *commState, r *event.Record) {
 func (a *Aggregator) kernelStopped(cs *commState, k *proxyEntry, r *event.Record) {
 	o := k.op
 	o.open--
-	o.last = cs.seq
 	end := r.Stop
 	if r.Aux != 0 {
 		end = r.Aux // the KernelChStop state: the channel's stop, before NCCL's stopEvent
@@ -375,6 +422,7 @@ func (a *Aggregator) kernelStopped(cs *commState, k *proxyEntry, r *event.Record
 	if end > o.op.End {
 		o.op.End = end
 	}
+	o.last = max(o.last, end)
 	if r.PTimerStart != 0 && r.PTimerStop >= r.PTimerStart {
 		if o.gpuMin == 0 || r.PTimerStart < o.gpuMin {
 			o.gpuMin = r.PTimerStart
@@ -390,7 +438,7 @@ func (a *Aggregator) kernelStopped(cs *commState, k *proxyEntry, r *event.Record
 func (a *Aggregator) step(cs *commState, r *event.Record) {
 	a.noteTotal(r)
 	if r.Flags&event.Open != 0 {
-		cs.steps[r.Handle] = &stepEntry{rec: *r, born: cs.seq}
+		cs.steps[r.Handle] = &stepEntry{rec: *r, born: r.Start}
 		return
 	}
 	a.stepStopped(cs, r)
@@ -481,13 +529,10 @@ func (a *Aggregator) late(cs *commState, r *event.Record) {
 	switch {
 	case cs.steps[h] != nil:
 		s := &cs.steps[h].rec
-		if stop {
-			s.Stop = r.Start
-			s.Flags &^= event.Open
+		if s.ApplyLate(r) {
 			delete(cs.steps, h)
 			a.stepStopped(cs, s)
 		} else {
-			applyStepState(s, r)
 			a.noteTotal(s)
 		}
 	case cs.proxies[h] != nil && !cs.proxies[h].stopped:
@@ -496,14 +541,8 @@ func (a *Aggregator) late(cs *commState, r *event.Record) {
 		}
 	case cs.kernels[h] != nil:
 		k := cs.kernels[h]
-		if stop {
-			k.rec.Stop = r.Start
+		if k.rec.ApplyLate(r) {
 			a.kernelStopped(cs, k, &k.rec)
-		} else if r.LateState == event.StateKernelChStop {
-			k.rec.Aux = r.Start
-			if r.LateArgs != 0 {
-				k.rec.PTimerStop = r.LateArg0
-			}
 		}
 	case cs.ops[h] != nil:
 		if stop {
@@ -530,26 +569,6 @@ func (a *Aggregator) late(cs *commState, r *event.Record) {
 		return
 	}
 	cs.res.Health.LateApplied++
-}
-
-// applyStepState mirrors the C side's ProxyStep state cells for a carried-over step.
-func applyStepState(s *event.Record, r *event.Record) {
-	c, ok := event.StepCell(r.LateState)
-	if !ok {
-		return
-	}
-	if s.States[c] == 0 {
-		s.States[c] = r.Start
-	}
-	if c == event.SendPeerWait {
-		s.PeerWaits++
-	}
-	if (c == event.SendWait || c == event.RecvFlushWait) && r.LateArgs != 0 {
-		s.Bytes = r.LateArg0
-		if r.LateArgs == 2 {
-			s.Flags |= event.Cumulative
-		}
-	}
 }
 
 func (cs *commState) pair(k PairKey) *PairStats {
@@ -579,10 +598,11 @@ func opKey(o *Op) OpKey {
 // passed without new children) and expires what waited too long. With all set (finalize)
 // everything pending completes now.
 func (a *Aggregator) sweep(cs *commState, all bool) {
-	old := func(born int) bool { return all || cs.seq-born >= MaxAgeWindows }
+	old := func(born event.Ticks) bool { return all || a.since(cs, born, a.MaxAgeNs) }
 	for h, p := range cs.proxies {
 		if p.stopped {
-			if all || cs.seq-p.stoppedAt >= KeepStoppedWindows {
+			// Kept a while: a step lands after its op when the op's window filled up.
+			if all || a.since(cs, p.stoppedAt, a.QuietNs) {
 				delete(cs.proxies, h)
 			}
 		} else if old(p.born) {
@@ -606,7 +626,7 @@ func (a *Aggregator) sweep(cs *commState, all bool) {
 	}
 	done := make([]*opEntry, 0, len(cs.ops))
 	for _, e := range cs.ops {
-		quiet := e.stopped && e.open <= 0 && cs.seq > e.last
+		quiet := e.stopped && e.open <= 0 && a.since(cs, e.last, a.QuietNs)
 		if quiet || old(e.born) {
 			done = append(done, e)
 		}
@@ -614,11 +634,12 @@ func (a *Aggregator) sweep(cs *commState, all bool) {
 	slices.SortFunc(done, func(x, y *opEntry) int { return cmpTicks(x.op.Start, y.op.Start) })
 	for _, e := range done {
 		delete(cs.ops, e.handle)
+		cs.done[e.handle] = e.op.Start
 		a.complete(cs, e)
 	}
 	for h, g := range cs.groups {
 		whole := len(g.linked) == g.p2pAPIs && g.pending == 0 && g.rec.Flags&event.Open == 0
-		if (whole && cs.seq > g.born) || old(g.born) {
+		if (whole && a.since(cs, g.born, a.QuietNs)) || old(g.born) {
 			a.finishGroup(cs, g)
 			delete(cs.groups, h)
 		}
@@ -631,6 +652,11 @@ func (a *Aggregator) sweep(cs *commState, all bool) {
 	for h, born := range cs.others {
 		if old(born) {
 			delete(cs.others, h)
+		}
+	}
+	for h, t := range cs.done {
+		if old(t) {
+			delete(cs.done, h)
 		}
 	}
 }

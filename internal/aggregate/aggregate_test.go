@@ -33,6 +33,14 @@ func sendStep(id, parent uint64, bytes uint64, sendWait, stop event.Ticks) event
 	return r
 }
 
+// newAgg is an aggregator with short limits for tests: 1 tick = 1 ns, quiet after 1 µs, given
+// up after 1 ms, and no allowance for events still in open windows.
+func newAgg() *Aggregator {
+	a := New(1)
+	a.QuietNs, a.MaxAgeNs, a.WindowDelayNs = 1000, 1e6, 0
+	return a
+}
+
 func collect(a *Aggregator) *[]Op {
 	var ops []Op
 	a.OnOp = func(o *Op) { ops = append(ops, *o) }
@@ -42,7 +50,7 @@ func collect(a *Aggregator) *[]Op {
 // One AllReduce with one send op of two steps, all in one window: completion is Coll start →
 // last ProxyOp stop; transfers are stop − SendWait; bytes follow nccl-tests.
 func TestOneWindowCollective(t *testing.T) {
-	a := New(1)
+	a := newAgg()
 	ops := collect(a)
 	var b builder
 	c, p, s1, s2 := b.id(), b.id(), b.id(), b.id()
@@ -53,7 +61,10 @@ func TestOneWindowCollective(t *testing.T) {
 		sendStep(s1, p, 8192, 1300, 1900),
 	}
 	a.Window(comm1, recs)
-	a.Window(comm1, nil) // the op is held one window for late children
+	if len(*ops) != 0 {
+		t.Fatal("completed before being quiet for QuietNs")
+	}
+	a.Advance(2500 + 1000) // quiet for QuietNs after its last child stopped
 	if len(*ops) != 1 {
 		t.Fatalf("%d ops completed, want 1", len(*ops))
 	}
@@ -79,7 +90,7 @@ func TestOneWindowCollective(t *testing.T) {
 // A ProxyOp open when its window was read is carried over; its steps and its stop arrive in
 // the next window (the stop as a Late record).
 func TestCarryOverAndLateStop(t *testing.T) {
-	a := New(1)
+	a := newAgg()
 	ops := collect(a)
 	var b builder
 	c, p, s1 := b.id(), b.id(), b.id()
@@ -91,7 +102,7 @@ func TestCarryOverAndLateStop(t *testing.T) {
 	}
 	late := event.Record{Type: event.Late, LateTarget: p, LateState: event.LateStop, Start: 5000}
 	a.Window(comm1, []event.Record{sendStep(s1, p, 256, 3000, 4000), late})
-	a.Window(comm1, nil)
+	a.Advance(10000)
 	if len(*ops) != 1 || (*ops)[0].CompletionNs != 4000 || (*ops)[0].Transfers != 1 {
 		t.Fatalf("ops %+v", *ops)
 	}
@@ -102,18 +113,20 @@ func TestCarryOverAndLateStop(t *testing.T) {
 }
 
 // CollNet-style ghost: a ProxyOp NCCL starts and never stops. The operation completes after
-// MaxAgeWindows, flagged incomplete, and memory is given back.
+// MaxAgeNs, flagged incomplete, and memory is given back.
 func TestGhostProxyOpExpires(t *testing.T) {
-	a := New(1)
+	a := newAgg()
 	ops := collect(a)
 	var b builder
 	c, p := b.id(), b.id()
 	ghost := proxyOp(p, c, 1, true, 1200, 0)
 	ghost.Flags = event.Open
 	a.Window(comm1, []event.Record{coll(c, "AllReduce", 64, 1000, 1010), ghost})
-	for i := 0; i < MaxAgeWindows; i++ {
-		a.Window(comm1, nil)
+	a.Advance(500000)
+	if len(*ops) != 0 {
+		t.Fatal("gave up before MaxAgeNs")
 	}
+	a.Advance(2000 + 1e6)
 	if len(*ops) != 1 || !(*ops)[0].Incomplete || (*ops)[0].HasCompletion {
 		t.Fatalf("ops %+v", *ops)
 	}
@@ -129,7 +142,7 @@ func TestGhostProxyOpExpires(t *testing.T) {
 // ABI v1–v3 steps carry their op's running total; sizes are the differences, whatever window
 // and order the steps arrive in.
 func TestCumulativeStepSizes(t *testing.T) {
-	a := New(1)
+	a := newAgg()
 	var b builder
 	c, p := b.id(), b.id()
 	step := func(total uint64, sw event.Ticks) event.Record {
@@ -149,6 +162,28 @@ func TestCumulativeStepSizes(t *testing.T) {
 	}
 }
 
+// The proxy thread may start an operation's ProxyOps long after the operation was enqueued
+// (a backlog of earlier work): until QuietNs has passed they still attach to it; after, they
+// are late children, counted, not orphans.
+func TestLateProxyOps(t *testing.T) {
+	a := newAgg()
+	ops := collect(a)
+	var b builder
+	c1, c2, p1, p2 := b.id(), b.id(), b.id(), b.id()
+	a.Window(comm1, []event.Record{coll(c1, "AllReduce", 8, 1000, 1010), coll(c2, "AllReduce", 8, 1020, 1030)})
+	a.Window(comm1, []event.Record{proxyOp(p1, c1, 1, true, 1900, 1950)}) // 900 ns later: attaches
+	a.Window(comm1, []event.Record{{Handle: b.id(), Type: event.Group, Start: 8000, Stop: 8001}})
+	a.Window(comm1, []event.Record{proxyOp(p2, c2, 1, true, 9000, 9100)}) // after c2 completed
+	a.Advance(20000)
+	res := a.Finalize(comm1)
+	if len(*ops) != 2 || (*ops)[0].CompletionNs != 950 || (*ops)[1].HasCompletion {
+		t.Errorf("ops %+v", *ops)
+	}
+	if res.Health.LateChildren != 1 || res.Health.OrphanProxy != 0 {
+		t.Errorf("health %+v", res.Health)
+	}
+}
+
 // ncclAlltoAll, Gather and Scatter as NCCL expands them (v5+): one GroupApi of depth 1 with
 // several P2pApi calls; a user's own group (depth 2) stays separate sends and receives.
 func TestRebuildFromP2P(t *testing.T) {
@@ -157,7 +192,7 @@ func TestRebuildFromP2P(t *testing.T) {
 		peer int32
 	}
 	run := func(depth int32, tasks []task) []Op {
-		a := New(1)
+		a := newAgg()
 		ops := collect(a)
 		var b builder
 		g := b.id()
@@ -175,7 +210,7 @@ func TestRebuildFromP2P(t *testing.T) {
 					Dtype: "ncclFloat32", NChannels: 2, Start: ts + 50, Stop: ts + 60})
 		}
 		a.Window(comm1, recs)
-		a.Window(comm1, nil)
+		a.Advance(1e5)
 		a.Finalize(comm1)
 		return *ops
 	}

@@ -131,6 +131,7 @@ type Health struct {
 	OrphanSteps   uint64 `json:"orphan_steps"`    // ProxyStep whose ProxyOp was not recorded
 	OrphanProxy   uint64 `json:"orphan_proxyops"` // ProxyOp whose Coll/P2p was not recorded
 	OrphanKernel  uint64 `json:"orphan_kernelch"`
+	LateChildren  uint64 `json:"late_children"`  // ProxyOp/KernelCh that came after their operation completed
 	ParentCarried uint64 `json:"parent_carried"` // child started after its parent's window was read (normal)
 	Foreign       uint64 `json:"foreign_pxn"`
 	Expired       uint64 `json:"expired"` // pending entries given up after MaxAgeWindows

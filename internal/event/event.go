@@ -190,3 +190,69 @@ func DtypeSize(name string) uint64 {
 		return 1
 	}
 }
+
+// ApplyLate applies a Late record (a stop or a state that arrived after the event's window was
+// read) to the carried-over event, the way the C side applies them in place. It reports
+// whether the event is now stopped.
+func (r *Record) ApplyLate(l *Record) bool {
+	if l.LateState == LateStop {
+		r.Stop = l.Start
+		r.Flags &^= Open
+		return true
+	}
+	r.NStates++
+	switch r.Type {
+	case ProxyStep:
+		c, ok := StepCell(l.LateState)
+		if !ok {
+			return false
+		}
+		if r.States[c] == 0 {
+			r.States[c] = l.Start
+		}
+		if c == SendPeerWait {
+			r.PeerWaits++
+		}
+		if (c == SendWait || c == RecvFlushWait) && l.LateArgs != 0 {
+			r.Bytes = l.LateArg0
+			if l.LateArgs == 2 {
+				r.Flags |= Cumulative
+			}
+		}
+	case ProxyOp:
+		if r.Progress == 0 {
+			r.Progress = l.Start
+		}
+		if l.LateState <= 7 && l.LateArgs != 0 && l.LateArg0 > r.Bytes {
+			r.Bytes = l.LateArg0
+		}
+	case KernelCh:
+		if l.LateState == StateKernelChStop {
+			r.Aux = l.Start
+			if l.LateArgs != 0 {
+				r.PTimerStop = l.LateArg0
+			}
+		}
+	case GroupAPI:
+		switch l.LateState {
+		case StateGroupStartAPIStop:
+			r.States[0] = l.Start
+		case StateGroupEndAPIStart:
+			r.States[1] = l.Start
+		}
+	case ProxyCtrl:
+		if r.States[0] == 0 {
+			r.States[0], r.FirstState = l.Start, uint8(l.LateState)
+		}
+		r.States[1], r.LastState = l.Start, uint8(l.LateState)
+		if l.LateState == StateProxyCtrlAppendEnd && l.LateArgs != 0 {
+			r.N = int32(l.LateArg0)
+		}
+	case NetPlugin:
+		if r.Aux == 0 {
+			r.Aux = l.Start
+		}
+		r.N++
+	}
+	return false
+}

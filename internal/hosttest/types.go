@@ -1,18 +1,47 @@
 package hosttest
 
+import (
+	"encoding/json"
+	"fmt"
+)
+
 // Truth is what the host knows it did (testhost/world.c truth_write).
 type Truth struct {
-	Scenario         string      `json:"scenario"`
-	ABI              int         `json:"abi"`
-	PID              int         `json:"pid"`
-	Rank             int         `json:"rank"`
-	NRanks           int         `json:"nranks"`
-	GPUOffsetNs      float64     `json:"gpu_offset_ns"`
-	GPUDriftPPM      float64     `json:"gpu_drift_ppm"`
-	Mask             int         `json:"mask"`
-	UnwrittenHandles int         `json:"unwritten_handles"`
-	Threads          int         `json:"threads"`
-	Comms            []TruthComm `json:"comms"`
+	Scenario         string        `json:"scenario"`
+	ABI              int           `json:"abi"`
+	PID              int           `json:"pid"`
+	Rank             int           `json:"rank"`
+	NRanks           int           `json:"nranks"`
+	GPUOffsetNs      float64       `json:"gpu_offset_ns"`
+	GPUDriftPPM      float64       `json:"gpu_drift_ppm"`
+	Mask             int           `json:"mask"`
+	UnwrittenHandles int           `json:"unwritten_handles"`
+	Threads          int           `json:"threads"`
+	TypeCounts       []uint64      `json:"type_counts"` // recorded starts, NCCL bit order
+	ClockSamples     []ClockSample `json:"clock_samples"`
+	GPUBaseRealNs    int64         `json:"gpu_base_real_ns,string"`
+	Comms            []TruthComm   `json:"comms"`
+}
+
+// ClockSample is CLOCK_REALTIME (ns) read just before and after a callback that got Handle.
+type ClockSample struct {
+	Handle        string
+	Before, After int64
+}
+
+// UnmarshalJSON reads the host's ["0x…", before, after] (integers: doubles would round them).
+func (c *ClockSample) UnmarshalJSON(b []byte) error {
+	var a []json.RawMessage
+	if err := json.Unmarshal(b, &a); err != nil || len(a) != 3 {
+		return fmt.Errorf("clock sample %s", b)
+	}
+	if err := json.Unmarshal(a[0], &c.Handle); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(a[1], &c.Before); err != nil {
+		return err
+	}
+	return json.Unmarshal(a[2], &c.After)
 }
 
 // TruthComm is one communicator's ground truth.

@@ -1,0 +1,692 @@
+package main
+
+/*
+#include "core.h"
+*/
+import "C"
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+
+	"github.com/ncclprof/ncclprof/internal/aggregate"
+	"github.com/ncclprof/ncclprof/internal/align"
+	"github.com/ncclprof/ncclprof/internal/chrome"
+	"github.com/ncclprof/ncclprof/internal/event"
+)
+
+// traceSink writes the Chrome trace of docs/trace-format.md. Tracing is off by default and
+// then costs nothing: the hot path is the same, and this sink only watches for a trace window
+// to open (NCCLPROF_TRACE=1, or ncclprof_trace_start from Python).
+type traceSink struct {
+	cpu  *align.CPU
+	gpu  *align.GPU
+	host string
+	pid  int64
+
+	w       *chrome.Writer // nil while no trace window is open
+	want    bool           // a trace window is requested
+	from    int64          // Unix ns the requested window starts at
+	dir     string
+	files   int
+	ctlSeq  uint64
+	stepSeq uint64
+	failed  bool // a write failed: tracing stopped until the next start request
+	stats   traceStats
+
+	comms   map[uint32]uint64 // communicator index → incarnation announced in this file
+	threads map[int64]*thread
+	gpuLn   map[[3]int64]*chrome.Lanes // (comm index, rank, channel)
+	opLn    map[[2]int64]*chrome.Lanes // (comm index, rank)
+	named   map[int64]bool             // tids whose thread_name is written
+	carry   map[uint64]*event.Record   // open events waiting for their stop
+	placed  map[uint64]loc             // where recent slices went, for flows
+	order   []uint64
+	flow    uint64
+}
+
+type traceStats struct{ events, bytes, errors, skipped uint64 }
+
+type thread struct {
+	lanes chrome.Lanes
+	role  string
+}
+
+// loc is where a slice went (for flows) and, for operations, their function (names KernelCh).
+type loc struct {
+	tid, ts int64
+	fn      string
+}
+
+const (
+	maxCarry  = 1 << 16
+	maxPlaced = 1 << 16
+)
+
+func newTraceSink(cpu *align.CPU) *traceSink {
+	h, _ := os.Hostname()
+	t := &traceSink{cpu: cpu, gpu: align.NewGPU(), host: h, pid: int64(os.Getpid())}
+	t.want = os.Getenv("NCCLPROF_TRACE") == "1"
+	t.reset()
+	return t
+}
+
+func (t *traceSink) reset() {
+	t.comms = map[uint32]uint64{}
+	t.threads = map[int64]*thread{}
+	t.gpuLn = map[[3]int64]*chrome.Lanes{}
+	t.opLn = map[[2]int64]*chrome.Lanes{}
+	t.named = map[int64]bool{}
+	t.placed = map[uint64]loc{}
+	t.order = t.order[:0]
+}
+
+// traceDir: the directory asked for, NCCLPROF_TRACE_DIR, or the output directory.
+func (t *traceSink) traceDir() string {
+	if t.dir != "" {
+		return t.dir
+	}
+	if d := os.Getenv("NCCLPROF_TRACE_DIR"); d != "" {
+		return d
+	}
+	return outputDir()
+}
+
+// poll applies start/stop requests and step labels from the control API.
+func (t *traceSink) poll() {
+	var buf [1024]C.char
+	var on C.int
+	if seq := uint64(C.np_trace_poll(&on, &buf[0], C.int(len(buf)))); seq != t.ctlSeq {
+		t.ctlSeq = seq
+		t.want = on != 0
+		t.dir = C.GoString(&buf[0])
+		t.failed = false
+		t.from = t.cpu.UnixNs(uint64(C.np_now()))
+		if !t.want {
+			t.close()
+		} else if t.w != nil { // a new start while open: start a new file
+			t.close()
+		}
+	}
+	for n := uint64(C.np_step_count()); t.stepSeq < n; t.stepSeq++ {
+		var tick C.uint64_t
+		if C.np_step_get(C.uint64_t(t.stepSeq), &tick, &buf[0], C.int(len(buf))) == 0 {
+			t.stats.skipped++ // overwritten: more labels than the ring holds between polls
+			continue
+		}
+		currentStep = C.GoString(&buf[0])
+		at := t.cpu.UnixNs(uint64(tick))
+		if t.w != nil && at >= t.w.BaseNs() {
+			t.w.Event('i', "ncclprof_step", "ncclprof", t.pid, 0).Ts("ts", at).Str("s", "p").
+				Args().Str("step", currentStep).End()
+		}
+	}
+}
+
+// open starts a trace file when a window is wanted and none is open. Events that started before
+// `from` (Unix ns) are outside the window; with NCCLPROF_TRACE=1 the first window's earliest
+// event opens it, so the trace covers the run from its first event.
+func (t *traceSink) open(from int64) {
+	if t.w != nil || !t.want || t.failed {
+		return
+	}
+	base := from / 1000 * 1000
+	head := map[string]any{"format": 1, "version": C.GoString(C.ncclprof_version()), "host": t.host,
+		"pid": t.pid, "simulated": os.Getenv("NCCLPROF_SIMULATED") == "1",
+		"clock": clockInfo(t.cpu)}
+	hb, _ := json.Marshal(head)
+	header := fmt.Appendf(nil, `"schemaVersion":1,"displayTimeUnit":"ms","baseTimeNanoseconds":%d,"ncclprof":%s`, base, hb)
+	for n := 0; n < 10000; n++ {
+		name := fmt.Sprintf("ncclprof-%s-%d-%d.trace.json", t.host, t.pid, t.files)
+		t.files++
+		w, err := chrome.Create(t.traceDir(), name, base, header)
+		if chrome.IsExist(err) {
+			continue
+		}
+		if err != nil {
+			t.fail(err)
+			return
+		}
+		t.w = w
+		t.reset()
+		w.Event('M', "process_name", "", t.pid, 0).Args().
+			Str("name", fmt.Sprintf("ncclprof %s pid %d", t.host, t.pid)).End()
+		if currentStep != "" {
+			w.Event('i', "ncclprof_step", "ncclprof", t.pid, 0).Ts("ts", base).Str("s", "p").
+				Args().Str("step", currentStep).End()
+		}
+		return
+	}
+}
+
+func clockInfo(cpu *align.CPU) map[string]any {
+	src := [...]string{"tsc", "cntvct", "monotonic"}[C.np_clock_kind()]
+	info := cpu.Info()
+	return map[string]any{"source": src, "ns_per_tick": info.NsPerTick, "anchors": info.Anchors,
+		"error_bound_ns": info.ErrorBoundNs, "clock_steps": info.ClockSteps}
+}
+
+// fail stops tracing after a write error (full disk, directory gone): one warning, a counter,
+// and the job goes on; the metrics keep working.
+func (t *traceSink) fail(err error) {
+	t.stats.errors++
+	t.failed = true
+	if t.w != nil {
+		t.stats.events += t.w.Events()
+		t.stats.bytes += uint64(t.w.Bytes())
+		t.w = nil
+	}
+	hint := "set NCCLPROF_TRACE_DIR to a writable directory"
+	if chrome.IsNoSpace(err) {
+		hint = "the disk is full"
+	}
+	warnf("tracing stopped: %v (%s); the trace written so far stays valid, metrics continue", err, hint)
+}
+
+// close completes the open file with the closing metadata.
+func (t *traceSink) close() {
+	if t.w == nil {
+		return
+	}
+	end := map[string]any{"complete": true, "communicators": t.commList(), "gpu_clock": t.gpu.Info(),
+		"counters": counters(), "events": t.w.Events(), "clock": clockInfo(t.cpu)}
+	eb, _ := json.Marshal(end)
+	err := t.w.Close(append([]byte(`"ncclprofEnd":`), eb...))
+	t.from = t.cpu.UnixNs(uint64(C.np_now()))
+	t.stats.events += t.w.Events()
+	t.stats.bytes += uint64(t.w.Bytes())
+	t.w = nil
+	if err != nil {
+		t.fail(err)
+	}
+}
+
+func (t *traceSink) commList() []map[string]any {
+	var out []map[string]any
+	for i := range t.comms {
+		if c, ok := drainer.comms[i]; ok {
+			out = append(out, commJSONMap(c))
+		}
+	}
+	slices.SortFunc(out, func(a, b map[string]any) int { return a["local_index"].(int) - b["local_index"].(int) })
+	return out
+}
+
+func commJSONMap(c aggregate.Comm) map[string]any {
+	return map[string]any{"comm": fmt.Sprintf("0x%016x", c.Hash), "name": c.Name, "rank": c.Rank,
+		"nranks": c.NRanks, "nnodes": c.NNodes, "abi": c.ABI, "local_index": int(c.Index)}
+}
+
+// tick runs once per drain loop: control requests, then a flush of what the windows produced.
+func (t *traceSink) tick() {
+	t.poll()
+	if t.w == nil {
+		t.publish()
+		return
+	}
+	if err := t.w.Flush(); err != nil {
+		t.fail(err)
+	}
+	t.publish()
+}
+
+func (t *traceSink) publish() {
+	ev, by := t.stats.events, t.stats.bytes
+	if t.w != nil {
+		ev += t.w.Events()
+		by += uint64(t.w.Bytes())
+	}
+	C.np_stat_set(C.NP_S_TRACE_FILES, C.uint64_t(t.files))
+	C.np_stat_set(C.NP_S_TRACE_EVENTS, C.uint64_t(ev))
+	C.np_stat_set(C.NP_S_TRACE_BYTES, C.uint64_t(by))
+	C.np_stat_set(C.NP_S_TRACE_ERRORS, C.uint64_t(t.stats.errors))
+	C.np_stat_set(C.NP_S_TRACE_SKIPPED, C.uint64_t(t.stats.skipped))
+}
+
+// allFinalized closes the file once NCCL destroyed every communicator; a later one opens the
+// next file (the sequence number in the name).
+func (t *traceSink) finalized(*aggregate.Result) {
+	for i := uint32(1); i < C.NP_MAX_COMMS; i++ {
+		var info C.np_comm_info
+		if C.np_comm_get(C.uint32_t(i), &info) == 0 {
+			break
+		}
+		if info.state == C.NP_COMM_ACTIVE {
+			return
+		}
+	}
+	t.close()
+}
+
+// window turns one window's records into trace events.
+func (t *traceSink) window(c aggregate.Comm, recs []event.Record) {
+	for i := range recs {
+		r := &recs[i]
+		if r.Type == event.KernelCh { // GPU clock samples, whether or not a trace is open
+			t.observeGPU(r)
+		}
+	}
+	if t.w == nil && t.want && !t.failed {
+		// From the request on (ncclprof_trace_start), from where the previous file ended, or
+		// with NCCLPROF_TRACE=1 from the first communicator on.
+		from := t.from
+		if t.ctlSeq == 0 && t.files == 0 {
+			from = t.cpu.UnixNs(uint64(C.np_first_init()))
+		}
+		t.open(from)
+	}
+	if t.w == nil {
+		return
+	}
+	if old, ok := t.comms[c.Index]; !ok || old != c.Incarnation {
+		t.comms[c.Index] = c.Incarnation
+		e := t.w.Event('M', "ncclprof_comm", "", t.pid, 0).Args()
+		e.Hex("comm", c.Hash).Str("name", c.Name).Int("rank", int64(c.Rank)).Int("nranks", int64(c.NRanks))
+		e.Int("nnodes", int64(c.NNodes)).Int("abi", int64(c.ABI)).Int("local_index", int64(c.Index)).End()
+	}
+	// Parents before children, so a child's flow finds where its parent went.
+	ptrs := make([]*event.Record, len(recs))
+	for i := range recs {
+		ptrs[i] = &recs[i]
+	}
+	slices.SortStableFunc(ptrs, func(x, y *event.Record) int { return aggregateLevel(x.Type) - aggregateLevel(y.Type) })
+	for _, r := range ptrs {
+		switch {
+		case r.Type == event.Late:
+			if o := t.carry[r.LateTarget]; o != nil && o.ApplyLate(r) {
+				delete(t.carry, r.LateTarget)
+				t.emit(c, o)
+			}
+		case r.Flags&event.Open != 0:
+			if t.carry == nil {
+				t.carry = map[uint64]*event.Record{}
+			}
+			if len(t.carry) < maxCarry {
+				cp := *r
+				t.carry[r.Handle] = &cp
+			} else {
+				t.stats.skipped++
+			}
+		default:
+			t.emit(c, r)
+		}
+	}
+}
+
+func aggregateLevel(tp event.Type) int {
+	switch tp {
+	case event.Late:
+		return 0
+	case event.GroupAPI, event.Group:
+		return 1
+	case event.CollAPI, event.P2pAPI, event.KernelLaunch:
+		return 2
+	case event.Coll, event.P2p, event.CeColl:
+		return 3
+	case event.ProxyOp, event.KernelCh, event.CeSync, event.CeBatch:
+		return 4
+	case event.ProxyStep:
+		return 5
+	default:
+		return 6
+	}
+}
+
+func (t *traceSink) observeGPU(r *event.Record) {
+	if r.PTimerStart != 0 {
+		t.gpu.Observe(t.cpu.UnixNs(uint64(r.Start)), r.PTimerStart)
+	}
+	if r.PTimerStop != 0 && r.Aux != 0 {
+		t.gpu.Observe(t.cpu.UnixNs(uint64(r.Aux)), r.PTimerStop)
+	}
+}
+
+// currentStep is the training-step label set through the control API (metrics use it too).
+var currentStep string
+
+var stepStates = [...]string{"SendGPUWait", "SendPeerWait", "SendWait", "RecvWait", "RecvFlushWait", "RecvGPUWait"}
+
+// emit writes one finished event as a slice.
+func (t *traceSink) emit(c aggregate.Comm, r *event.Record) {
+	if r.Type == event.KernelCh {
+		t.emitKernel(c, r)
+		return
+	}
+	start, stop := t.cpu.UnixNs(uint64(r.Start)), t.cpu.UnixNs(uint64(r.Stop))
+	if start < t.w.BaseNs() { // started before this trace window opened
+		t.stats.skipped++
+		return
+	}
+	stop = max(stop, start)
+	th := t.thread(int64(r.TID), r.Type)
+	lane := th.lanes.Place(start, stop)
+	tid := t.laneTid(int64(r.TID), lane, th.role)
+	name, cat := sliceName(r)
+	e := t.w.Event('X', name, cat, t.pid, tid).Ts("ts", start).Dur("dur", stop-start).Args()
+	t.commonArgs(e, c, r)
+	t.typeArgs(e, c, r)
+	e.End()
+	if r.Type == event.ProxyStep {
+		t.emitStates(th, lane, tid, r, stop)
+	}
+	t.place(r.Handle, loc{tid, start, r.Func})
+	if event.IsHandle(r.Parent) {
+		t.link(r.Parent, tid, start)
+	}
+}
+
+func (t *traceSink) commonArgs(e *chrome.Event, c aggregate.Comm, r *event.Record) {
+	e.Hex("id", r.Handle)
+	if event.IsHandle(r.Parent) && r.Flags&event.Foreign == 0 {
+		e.Hex("parent", r.Parent)
+	}
+	hash := c.Hash
+	if r.Flags&event.Foreign != 0 {
+		hash = 0
+	}
+	e.Hex("comm", hash)
+	rank := int64(r.Rank)
+	if rank == 0 {
+		rank = int64(c.Rank)
+	}
+	e.Int("rank", rank)
+}
+
+// emitStates writes a step's states as slices nested in it, each to the next state or the stop.
+func (t *traceSink) emitStates(th *thread, lane int, tid int64, r *event.Record, stop int64) {
+	type st struct {
+		name string
+		at   int64
+	}
+	var sts []st
+	for i, v := range r.States {
+		if v != 0 {
+			sts = append(sts, st{stepStates[i], t.cpu.UnixNs(uint64(v))})
+		}
+	}
+	slices.SortFunc(sts, func(a, b st) int { return int(a.at - b.at) })
+	for i, s := range sts {
+		end := stop
+		if i+1 < len(sts) {
+			end = sts[i+1].at
+		}
+		if s.at < t.w.BaseNs() || end < s.at {
+			continue
+		}
+		th.lanes.Add(lane, s.at, end)
+		t.w.Event('X', s.name, "nccl_step_state", t.pid, tid).Ts("ts", s.at).Dur("dur", end-s.at).End()
+	}
+}
+
+// thread is the lane set of a real thread; its role names its tracks.
+func (t *traceSink) thread(tid int64, tp event.Type) *thread {
+	th := t.threads[tid]
+	if th == nil {
+		th = &thread{role: "NCCL"}
+		t.threads[tid] = th
+	}
+	switch tp {
+	case event.ProxyOp, event.ProxyStep, event.ProxyCtrl, event.NetPlugin:
+		th.role = "NCCL proxy"
+	case event.GroupAPI, event.CollAPI, event.P2pAPI:
+		if th.role == "NCCL" {
+			th.role = "NCCL user"
+		}
+	}
+	return th
+}
+
+// laneTid is the track of a lane: the thread itself for lane 0, a synthetic tid otherwise.
+func (t *traceSink) laneTid(tid int64, lane int, role string) int64 {
+	id := tid
+	name := fmt.Sprintf("%s %d", role, tid)
+	if lane > 0 {
+		id = 2000000000 + tid%1000000*100 + int64(lane)
+		name = fmt.Sprintf("%s %d lane %d", role, tid, lane)
+	}
+	if !t.named[id] {
+		t.named[id] = true
+		t.w.Event('M', "thread_name", "", t.pid, id).Args().Str("name", name).End()
+	}
+	return id
+}
+
+func (t *traceSink) place(h uint64, l loc) {
+	if _, ok := t.placed[h]; !ok {
+		t.order = append(t.order, h)
+		if len(t.order) > maxPlaced {
+			delete(t.placed, t.order[0])
+			t.order = t.order[1:]
+		}
+	}
+	t.placed[h] = l
+}
+
+// link writes a flow from a parent's slice to a child's when the parent is in this file.
+func (t *traceSink) link(parent uint64, tid, ts int64) {
+	p, ok := t.placed[parent]
+	if !ok {
+		return
+	}
+	t.flow++
+	t.w.Event('s', "nccl", "nccl_flow", t.pid, p.tid).Ts("ts", p.ts).Uint("id", t.flow).End()
+	t.w.Event('f', "nccl", "nccl_flow", t.pid, tid).Ts("ts", ts).Uint("id", t.flow).Str("bp", "e").End()
+}
+
+// emitKernel writes KernelCh on its GPU track, in GPU time converted to Unix time (the CPU
+// callback times on ABI v3, which has no GPU timestamps).
+func (t *traceSink) emitKernel(c aggregate.Comm, r *event.Record) {
+	start, stop := t.cpu.UnixNs(uint64(r.Start)), t.cpu.UnixNs(uint64(max(r.Stop, r.Aux)))
+	clock := "cpu_callback"
+	if r.PTimerStart != 0 && r.PTimerStop >= r.PTimerStart && t.gpu.Ready() {
+		start, stop, clock = t.gpu.UnixNs(r.PTimerStart), t.gpu.UnixNs(r.PTimerStop), "gpu"
+	}
+	if start < t.w.BaseNs() {
+		t.stats.skipped++
+		return
+	}
+	stop = max(stop, start)
+	key := [3]int64{int64(c.Index), int64(c.Rank), int64(r.Channel)}
+	ln := t.gpuLn[key]
+	if ln == nil {
+		ln = &chrome.Lanes{}
+		t.gpuLn[key] = ln
+	}
+	lane := ln.Place(start, stop)
+	tid := 2200000000 + int64(c.Index)*4096 + int64(c.Rank%64)*64 + int64(r.Channel%64)
+	if lane > 0 {
+		tid += int64(lane) * 1000000 // rare: overlapping channel events (clock estimate error)
+	}
+	if !t.named[tid] {
+		t.named[tid] = true
+		t.w.Event('M', "thread_name", "", t.pid, tid).Args().
+			Str("name", fmt.Sprintf("NCCL GPU rank %d ch %d", c.Rank, r.Channel)).End()
+	}
+	fn := "KernelCh"
+	if p, ok := t.placed[r.Parent]; ok && p.fn != "" {
+		fn = p.fn
+	}
+	e := t.w.Event('X', fn+" ch"+strconv.Itoa(int(r.Channel)), "nccl_gpu", t.pid, tid).
+		Ts("ts", start).Dur("dur", stop-start).Args()
+	t.commonArgs(e, c, r)
+	// GPU times as decimal strings: JSON readers that parse numbers as doubles would lose
+	// the low bits of a Unix-epoch nanosecond count.
+	e.Int("channel", int64(r.Channel)).Str("gpu_start_ns", strconv.FormatUint(r.PTimerStart, 10))
+	e.Str("gpu_stop_ns", strconv.FormatUint(r.PTimerStop, 10))
+	e.Str("clock", clock).Hex("op", r.Parent).End()
+	if event.IsHandle(r.Parent) {
+		t.link(r.Parent, tid, start)
+	}
+}
+
+// op writes an operation's completion span on its communicator's ops track.
+func (t *traceSink) op(o *aggregate.Op) {
+	if t.w == nil || !o.HasCompletion {
+		return
+	}
+	start, stop := t.cpu.UnixNs(uint64(o.Start)), t.cpu.UnixNs(uint64(o.End))
+	if start < t.w.BaseNs() {
+		return
+	}
+	key := [2]int64{int64(o.Comm.Index), int64(o.Comm.Rank)}
+	ln := t.opLn[key]
+	if ln == nil {
+		ln = &chrome.Lanes{}
+		t.opLn[key] = ln
+	}
+	lane := ln.Place(start, stop)
+	tid := 2100000000 + int64(o.Comm.Index)*64 + int64(o.Comm.Rank%64) + int64(lane)*100000
+	if !t.named[tid] {
+		t.named[tid] = true
+		name := o.Comm.Name
+		if name == "" {
+			name = fmt.Sprintf("0x%016x", o.Comm.Hash)
+		}
+		t.w.Event('M', "thread_name", "", t.pid, tid).Args().
+			Str("name", fmt.Sprintf("NCCL ops %s rank %d", name, o.Comm.Rank)).End()
+	}
+	e := t.w.Event('X', o.Func, "nccl_op", t.pid, tid).Ts("ts", start).Dur("dur", stop-start).Args()
+	e.Hex("id", o.Handle^0x8000000000000000).Hex("op", o.Handle).Hex("comm", o.Comm.Hash).Int("rank", int64(o.Comm.Rank))
+	e.Str("interval", "completion").Str("func", o.Func).Str("algo", o.Algo).Str("proto", o.Proto)
+	e.Uint("seq", o.Seq).Uint("count", o.Count).Uint("bytes", o.Bytes).Int("nchannels", int64(o.NChannels))
+	e.Float("enqueue_us", o.EnqueueNs/1000, 3).Uint("transfers", o.Transfers).Uint("transfer_bytes", o.TransferBytes)
+	if o.HasGPU {
+		e.Float("gpu_us", o.GPUNs/1000, 3)
+	}
+	if o.Rebuilt {
+		e.Int("members", int64(o.Members))
+	}
+	e.Float("algbw_gbps", o.AlgBWGBps, 3).Float("busbw_gbps", o.BusBWGBps, 3).End()
+	t.link(o.Handle, tid, start)
+}
+
+// sliceName is the slice's name and category (docs/trace-format.md).
+func sliceName(r *event.Record) (string, string) {
+	switch r.Type {
+	case event.GroupAPI:
+		return "ncclGroup", "nccl_api"
+	case event.CollAPI, event.P2pAPI:
+		return "nccl" + r.Func, "nccl_api"
+	case event.KernelLaunch:
+		return "ncclKernelLaunch", "nccl_launch"
+	case event.Group:
+		return "ncclGroupLaunch", "nccl_group"
+	case event.Coll:
+		return r.Func, "nccl_coll"
+	case event.P2p:
+		return r.Func, "nccl_p2p"
+	case event.ProxyOp:
+		if r.IsSend {
+			return "ProxyOp send", "nccl_proxy"
+		}
+		return "ProxyOp recv", "nccl_proxy"
+	case event.ProxyStep:
+		return "Step " + strconv.Itoa(int(r.Step)), "nccl_step"
+	case event.ProxyCtrl:
+		return ctrlName(r.FirstState), "nccl_ctrl"
+	case event.NetPlugin:
+		switch uint32(r.NetID) & 0xffff0000 {
+		case 1 << 16:
+			return "IB QP", "nccl_net"
+		case 2 << 16:
+			return "Socket", "nccl_net"
+		}
+		return "NetPlugin", "nccl_net"
+	case event.CeColl:
+		return r.Func + " (CE)", "nccl_ce"
+	case event.CeSync:
+		return "CeSync", "nccl_ce"
+	case event.CeBatch:
+		return "CeBatch", "nccl_ce"
+	}
+	return r.Type.String(), "nccl"
+}
+
+func ctrlName(state uint8) string {
+	switch state {
+	case event.StateProxyCtrlIdle:
+		return "Idle"
+	case event.StateProxyCtrlActive:
+		return "Active"
+	case event.StateProxyCtrlSleep:
+		return "Sleep"
+	case event.StateProxyCtrlWakeup:
+		return "Wakeup"
+	case event.StateProxyCtrlAppend:
+		return "Append"
+	case event.StateProxyCtrlAppendEnd:
+		return "AppendEnd"
+	}
+	return "ProxyCtrl"
+}
+
+// typeArgs adds each type's descriptor fields.
+func (t *traceSink) typeArgs(e *chrome.Event, c aggregate.Comm, r *event.Record) {
+	switch r.Type {
+	case event.GroupAPI:
+		e.Int("depth", int64(r.N)).Bool("graph_captured", r.Graph)
+	case event.CollAPI, event.P2pAPI:
+		e.Str("func", r.Func).Uint("count", r.Count).Str("datatype", r.Dtype).Hex("stream", r.Stream).Bool("graph_captured", r.Graph)
+		if r.Type == event.CollAPI {
+			e.Int("root", int64(r.Root))
+		}
+	case event.KernelLaunch:
+		e.Hex("stream", r.Stream).Hex("group_api", r.Parent)
+	case event.Coll, event.P2p:
+		_, mul := aggregate.Factor(r.Func, c.NRanks)
+		e.Str("func", r.Func).Uint("count", r.Count).Str("datatype", r.Dtype).Int("nchannels", int64(r.NChannels))
+		e.Uint("bytes", r.Count*event.DtypeSize(r.Dtype)*mul).Str("interval", "enqueue")
+		if r.Type == event.Coll {
+			e.Uint("seq", r.Seq).Str("algo", r.Algo).Str("proto", r.Proto).Int("nwarps", int64(r.NWarps)).Int("root", int64(r.Root))
+		} else {
+			e.Int("peer", int64(r.Peer))
+		}
+		if event.IsHandle(r.ParentGroup) && r.ParentGroup != r.Parent {
+			e.Hex("group", r.ParentGroup)
+		}
+	case event.ProxyOp:
+		e.Int("channel", int64(r.Channel)).Int("peer", int64(r.Peer)).Int("nsteps", int64(r.NSteps))
+		e.Int("chunk_size", int64(r.Chunk)).Uint("trans_size", r.Bytes).Bool("is_send", r.IsSend).Int("pid", int64(r.PID))
+	case event.ProxyStep:
+		e.Int("step", int64(r.Step)).Uint("trans_size", r.Bytes).Int("peer_waits", int64(r.PeerWaits))
+		if r.Flags&event.Cumulative != 0 {
+			e.Bool("trans_size_cumulative", true)
+		}
+		for i, v := range r.States {
+			if v != 0 {
+				e.Ts(stepStates[i], t.cpu.UnixNs(uint64(v)))
+			}
+		}
+	case event.ProxyCtrl:
+		e.Str("first", ctrlName(r.FirstState)).Str("last", ctrlName(r.LastState)).Int("appended", int64(r.N))
+	case event.NetPlugin:
+		netArgs(e, r)
+	case event.CeColl:
+		e.Uint("seq", r.Seq).Uint("ce_seq", uint64(r.CeSeq)).Str("func", r.Func).Uint("count", r.Count)
+		e.Str("datatype", r.Dtype).Str("sync", r.Sync).Uint("batch_size", uint64(r.BatchSize))
+		e.Uint("num_batches", uint64(r.NumBatches)).Hex("stream", r.Stream)
+	case event.CeSync:
+		e.Int("nranks", int64(r.N)).Bool("complete", r.Graph)
+	case event.CeBatch:
+		e.Int("num_ops", int64(r.N)).Uint("total_bytes", r.Bytes).Bool("intra_sync", r.Graph)
+	}
+}
+
+// netArgs decodes the IB or socket descriptor the network plugin passed (abi.h layouts).
+func netArgs(e *chrome.Event, r *event.Record) {
+	p := r.NetPayload[:]
+	le := binary.LittleEndian
+	e.Int("net_id", r.NetID).Int("updates", int64(r.N))
+	switch uint32(r.NetID) & 0xffff0000 {
+	case 1 << 16:
+		e.Int("device", int64(int32(le.Uint32(p[8:])))).Uint("wr_id", le.Uint64(p[16:]))
+		e.Int("opcode", int64(int32(le.Uint32(p[24:])))).Int("qp_num", int64(int32(le.Uint32(p[28:]))))
+		e.Uint("length", le.Uint64(p[32:]))
+	case 2 << 16:
+		e.Int("fd", int64(int32(le.Uint32(p[8:])))).Int("op", int64(int32(le.Uint32(p[12:])))).Uint("length", le.Uint64(p[16:]))
+	}
+}
