@@ -106,10 +106,11 @@ func (t *traceSink) poll() {
 		t.dir = C.GoString(&buf[0])
 		t.failed = false
 		t.from = t.cpu.UnixNs(uint64(C.np_now()))
-		if !t.want {
+		if t.w != nil { // stop, or a new start while open: this file is complete
 			t.close()
-		} else if t.w != nil { // a new start while open: start a new file
-			t.close()
+		}
+		if t.want {
+			t.open(t.from)
 		}
 	}
 	for n := uint64(C.np_step_count()); t.stepSeq < n; t.stepSeq++ {
@@ -224,6 +225,9 @@ func commJSONMap(c aggregate.Comm) map[string]any {
 // tick runs once per drain loop: control requests, then a flush of what the windows produced.
 func (t *traceSink) tick() {
 	t.poll()
+	if t.w == nil && t.want && !t.failed && t.ctlSeq != 0 {
+		t.open(t.from) // a window asked for through the control API opens now, steps and all
+	}
 	if t.w == nil {
 		t.publish()
 		return
@@ -289,12 +293,7 @@ func (t *traceSink) window(c aggregate.Comm, recs []event.Record) {
 		e.Int("nnodes", int64(c.NNodes)).Int("abi", int64(c.ABI)).Int("local_index", int64(c.Index)).End()
 	}
 	// Parents before children, so a child's flow finds where its parent went.
-	ptrs := make([]*event.Record, len(recs))
-	for i := range recs {
-		ptrs[i] = &recs[i]
-	}
-	slices.SortStableFunc(ptrs, func(x, y *event.Record) int { return aggregateLevel(x.Type) - aggregateLevel(y.Type) })
-	for _, r := range ptrs {
+	event.ParentsFirst(recs, func(r *event.Record) {
 		switch {
 		case r.Type == event.Late:
 			if o := t.carry[r.LateTarget]; o != nil && o.ApplyLate(r) {
@@ -314,26 +313,7 @@ func (t *traceSink) window(c aggregate.Comm, recs []event.Record) {
 		default:
 			t.emit(c, r)
 		}
-	}
-}
-
-func aggregateLevel(tp event.Type) int {
-	switch tp {
-	case event.Late:
-		return 0
-	case event.GroupAPI, event.Group:
-		return 1
-	case event.CollAPI, event.P2pAPI, event.KernelLaunch:
-		return 2
-	case event.Coll, event.P2p, event.CeColl:
-		return 3
-	case event.ProxyOp, event.KernelCh, event.CeSync, event.CeBatch:
-		return 4
-	case event.ProxyStep:
-		return 5
-	default:
-		return 6
-	}
+	})
 }
 
 func (t *traceSink) observeGPU(r *event.Record) {

@@ -148,7 +148,18 @@ type commState struct {
 	groups   map[uint64]*groupEntry
 	others   map[uint64]event.Ticks // open events of types not aggregated (Group, …): born
 	done     map[uint64]event.Ticks // recently completed operations, for late children
+
+	fold []*event.Record // stopped steps of the current window, folded at its end
+	// scanned is the time of the last scan of pending operations and groups: quiet is judged at
+	// QuietNs resolution, so scanning every QuietNs/4 is enough at any event rate.
+	scanned event.Ticks
+
+	// Expiry queues, oldest first (see expiry).
+	qProxies, qStopped, qSteps, qKernels, qAPIs, qOthers, qDone expiry
 }
+
+// maxDone bounds how many completed operations are remembered for late children.
+const maxDone = 1 << 16
 
 func (a *Aggregator) state(c Comm) *commState {
 	cs := a.comms[c.Index]
@@ -172,51 +183,23 @@ func (a *Aggregator) ns(d event.Ticks) float64 {
 	return float64(d) / a.TicksPerNs
 }
 
-// level orders a window's records so parents are registered before children whatever slot
-// (and so whatever thread's block) they landed in.
-func level(t event.Type) int {
-	switch t {
-	case event.Late:
-		return 0
-	case event.GroupAPI, event.Group:
-		return 1
-	case event.CollAPI, event.P2pAPI, event.KernelLaunch:
-		return 2
-	case event.Coll, event.P2p, event.CeColl:
-		return 3
-	case event.ProxyOp, event.KernelCh, event.CeSync, event.CeBatch:
-		return 4
-	case event.ProxyStep:
-		return 5
-	default:
-		return 6
-	}
-}
-
 // Window processes one window of a communicator; windows of a communicator must arrive in the
-// order they were closed. recs is reordered in place.
+// order they were closed.
 func (a *Aggregator) Window(c Comm, recs []event.Record) {
 	cs := a.state(c)
 	cs.res.Health.Windows++
 	cs.res.Health.Records += uint64(len(recs))
-	slices.SortStableFunc(recs, func(x, y event.Record) int {
-		if lx, ly := level(x.Type), level(y.Type); lx != ly {
-			return lx - ly
-		}
-		if x.Start < y.Start {
-			return -1
-		}
-		if x.Start > y.Start {
-			return 1
-		}
-		return 0
-	})
 	for i := range recs {
 		cs.frontier = max(cs.frontier, recs[i].Start, recs[i].Stop)
 	}
-	for i := range recs {
-		a.record(cs, &recs[i])
+	event.ParentsFirst(recs, func(r *event.Record) { a.record(cs, r) })
+	// Steps are folded once the window's records are all in: a v1–v3 step's size is its
+	// running total minus the previous one, which may come later in the window.
+	for _, s := range cs.fold {
+		a.stepStopped(cs, s)
 	}
+	clear(cs.fold)
+	cs.fold = cs.fold[:0]
 	a.sweep(cs, false)
 }
 
@@ -273,6 +256,7 @@ func (a *Aggregator) record(cs *commState, r *event.Record) {
 		cs.groups[r.Handle] = &groupEntry{rec: *r, linked: map[*apiEntry]bool{}, born: r.Start}
 	case event.CollAPI, event.P2pAPI:
 		e := &apiEntry{rec: *r, born: r.Start}
+		cs.qAPIs.push(r.Start, r.Handle)
 		if g := a.group(r.Parent); g != nil {
 			e.group = g
 			if r.Type == event.P2pAPI {
@@ -294,6 +278,7 @@ func (a *Aggregator) record(cs *commState, r *event.Record) {
 		// Not aggregated, but its late stop must still be recognised as ours.
 		if r.Flags&event.Open != 0 {
 			cs.others[r.Handle] = r.Start
+			cs.qOthers.push(r.Start, r.Handle)
 		}
 	}
 }
@@ -380,6 +365,8 @@ func (a *Aggregator) proxyOp(cs *commState, r *event.Record) {
 	cs.proxies[r.Handle] = p
 	if r.Flags&event.Open == 0 {
 		a.proxyStopped(cs, p, r.Stop)
+	} else {
+		cs.qProxies.push(r.Start, r.Handle)
 	}
 }
 
@@ -387,6 +374,7 @@ func (a *Aggregator) proxyStopped(cs *commState, p *proxyEntry, stop event.Ticks
 	p.rec.Stop = stop
 	p.stopped = true
 	p.stoppedAt = stop
+	cs.qStopped.push(stop, p.rec.Handle)
 	if o := p.op; o != nil {
 		o.open--
 		o.last = max(o.last, stop)
@@ -410,6 +398,7 @@ func (a *Aggregator) kernelCh(cs *commState, r *event.Record) {
 		return
 	}
 	cs.kernels[r.Handle] = k
+	cs.qKernels.push(r.Start, r.Handle)
 }
 
 func (a *Aggregator) kernelStopped(cs *commState, k *proxyEntry, r *event.Record) {
@@ -439,9 +428,10 @@ func (a *Aggregator) step(cs *commState, r *event.Record) {
 	a.noteTotal(r)
 	if r.Flags&event.Open != 0 {
 		cs.steps[r.Handle] = &stepEntry{rec: *r, born: r.Start}
+		cs.qSteps.push(r.Start, r.Handle)
 		return
 	}
-	a.stepStopped(cs, r)
+	cs.fold = append(cs.fold, r)
 }
 
 func (a *Aggregator) proxyFor(h uint64) *proxyEntry {
@@ -531,10 +521,9 @@ func (a *Aggregator) late(cs *commState, r *event.Record) {
 		s := &cs.steps[h].rec
 		if s.ApplyLate(r) {
 			delete(cs.steps, h)
-			a.stepStopped(cs, s)
-		} else {
-			a.noteTotal(s)
+			cs.fold = append(cs.fold, s)
 		}
+		a.noteTotal(s)
 	case cs.proxies[h] != nil && !cs.proxies[h].stopped:
 		if stop {
 			a.proxyStopped(cs, cs.proxies[h], r.Start)
@@ -599,35 +588,67 @@ func opKey(o *Op) OpKey {
 // everything pending completes now.
 func (a *Aggregator) sweep(cs *commState, all bool) {
 	old := func(born event.Ticks) bool { return all || a.since(cs, born, a.MaxAgeNs) }
-	for h, p := range cs.proxies {
-		if p.stopped {
-			// Kept a while: a step lands after its op when the op's window filled up.
-			if all || a.since(cs, p.stoppedAt, a.QuietNs) {
-				delete(cs.proxies, h)
-			}
-		} else if old(p.born) {
+	quiet := func(t event.Ticks) bool { return all || a.since(cs, t, a.QuietNs) }
+	// Stopped ProxyOps stay a while: a step lands after its op when the op's window filled up.
+	for h, ok := cs.qStopped.pop(quiet); ok; h, ok = cs.qStopped.pop(quiet) {
+		if p := cs.proxies[h]; p != nil && p.stopped {
+			delete(cs.proxies, h)
+		}
+	}
+	for h, ok := cs.qProxies.pop(old); ok; h, ok = cs.qProxies.pop(old) {
+		if p := cs.proxies[h]; p != nil && !p.stopped {
 			a.expire(cs, p.op, all)
 			delete(cs.proxies, h)
 		}
 	}
-	for h, k := range cs.kernels {
-		if old(k.born) {
+	for h, ok := cs.qKernels.pop(old); ok; h, ok = cs.qKernels.pop(old) {
+		if k := cs.kernels[h]; k != nil {
 			a.expire(cs, k.op, all)
 			delete(cs.kernels, h)
 		}
 	}
-	for h, s := range cs.steps {
-		if old(s.born) {
+	for h, ok := cs.qSteps.pop(old); ok; h, ok = cs.qSteps.pop(old) {
+		if _, open := cs.steps[h]; open {
 			delete(cs.steps, h)
 			if !all {
 				cs.res.Health.Expired++
 			}
 		}
 	}
-	done := make([]*opEntry, 0, len(cs.ops))
+	now := max(cs.frontier, cs.wall)
+	if all || now < cs.scanned || now-cs.scanned >= a.ticks(a.QuietNs/4) {
+		cs.scanned = now
+		a.completeQuiet(cs, old)
+		for h, g := range cs.groups {
+			whole := len(g.linked) == g.p2pAPIs && g.pending == 0 && g.rec.Flags&event.Open == 0
+			if (whole && quiet(g.born)) || old(g.born) {
+				a.finishGroup(cs, g)
+				delete(cs.groups, h)
+			}
+		}
+	}
+	for h, ok := cs.qAPIs.pop(old); ok; h, ok = cs.qAPIs.pop(old) {
+		delete(cs.apis, h)
+	}
+	for h, ok := cs.qOthers.pop(old); ok; h, ok = cs.qOthers.pop(old) {
+		delete(cs.others, h)
+	}
+	full := func(event.Ticks) bool { return cs.qDone.len() > maxDone }
+	for h, ok := cs.qDone.pop(old); ok; h, ok = cs.qDone.pop(old) {
+		delete(cs.done, h)
+	}
+	for h, ok := cs.qDone.pop(full); ok; h, ok = cs.qDone.pop(full) {
+		delete(cs.done, h)
+	}
+}
+
+// completeQuiet completes the operations that are stopped, have no open child, and have been
+// quiet for QuietNs (or are too old), in start order. Pending operations are few (those of the
+// last QuietNs), so they are scanned.
+func (a *Aggregator) completeQuiet(cs *commState, old func(event.Ticks) bool) {
+	var done []*opEntry
 	for _, e := range cs.ops {
-		quiet := e.stopped && e.open <= 0 && a.since(cs, e.last, a.QuietNs)
-		if quiet || old(e.born) {
+		if (e.stopped && e.open <= 0 && a.since(cs, e.last, a.QuietNs)) || old(e.born) {
 			done = append(done, e)
 		}
 	}
@@ -635,29 +656,8 @@ func (a *Aggregator) sweep(cs *commState, all bool) {
 	for _, e := range done {
 		delete(cs.ops, e.handle)
 		cs.done[e.handle] = e.op.Start
+		cs.qDone.push(e.op.Start, e.handle)
 		a.complete(cs, e)
-	}
-	for h, g := range cs.groups {
-		whole := len(g.linked) == g.p2pAPIs && g.pending == 0 && g.rec.Flags&event.Open == 0
-		if (whole && a.since(cs, g.born, a.QuietNs)) || old(g.born) {
-			a.finishGroup(cs, g)
-			delete(cs.groups, h)
-		}
-	}
-	for h, e := range cs.apis {
-		if old(e.born) {
-			delete(cs.apis, h)
-		}
-	}
-	for h, born := range cs.others {
-		if old(born) {
-			delete(cs.others, h)
-		}
-	}
-	for h, t := range cs.done {
-		if old(t) {
-			delete(cs.done, h)
-		}
 	}
 }
 

@@ -256,3 +256,48 @@ func (r *Record) ApplyLate(l *Record) bool {
 	}
 	return false
 }
+
+// Level orders event types so that parents come before their children: API events, then
+// launches and Coll/P2p, then ProxyOps and KernelCh, then steps. Late records come first, since
+// they finish events of earlier windows.
+func (t Type) Level() int {
+	switch t {
+	case Late:
+		return 0
+	case GroupAPI, Group:
+		return 1
+	case CollAPI, P2pAPI, KernelLaunch:
+		return 2
+	case Coll, P2p, CeColl:
+		return 3
+	case ProxyOp, KernelCh, CeSync, CeBatch:
+		return 4
+	case ProxyStep:
+		return 5
+	default:
+		return 6
+	}
+}
+
+const levels = 7
+
+// ParentsFirst calls f on every record, all records of one Level before any of the next, each
+// level in slice order (slots are claimed roughly in time order). A window's records are not
+// in parent order, because each thread fills its own block of slots; a pass per level orders
+// them without moving the (large) records.
+func ParentsFirst(recs []Record, f func(*Record)) {
+	var present [levels]bool
+	for i := range recs {
+		present[recs[i].Type.Level()] = true
+	}
+	for l := 0; l < levels; l++ {
+		if !present[l] {
+			continue
+		}
+		for i := range recs {
+			if recs[i].Type.Level() == l {
+				f(&recs[i])
+			}
+		}
+	}
+}
