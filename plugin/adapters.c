@@ -40,7 +40,7 @@ static const char np_unknown[] = "Unknown";
 
 /* Checks the handle pointer, writes a safe default, filters the type by the mask, and maps the
  * NCCL type bit to the internal type. Returns 0 when there is nothing to record. */
-static inline int np_admit(void** eHandle, const void* d, uint64_t bit, int* type) {
+NP_HOT int np_admit(void** eHandle, const void* d, uint64_t bit, int* type) {
   if (NP_UNLIKELY(eHandle == NULL)) {
     np_count(NP_C_NULL_HANDLE);
     return 0;
@@ -64,7 +64,7 @@ static inline int np_admit(void** eHandle, const void* d, uint64_t bit, int* typ
 
 /* The communicator an event is recorded in. Proxy children follow their parent's handle, which
  * is always ours, so PXN steps land beside their foreign op without touching the context. */
-static inline np_comm* np_target(void* ctx, int type, uint64_t parent) {
+NP_HOT np_comm* np_target(void* ctx, int type, uint64_t parent) {
   np_comm* c = NULL;
   if (type == NP_T_PROXY_STEP || type == NP_T_NET_PLUGIN) c = np_comm_of_handle(parent);
   if (c == NULL) c = np_comm_of_ctx(ctx);
@@ -72,10 +72,10 @@ static inline np_comm* np_target(void* ctx, int type, uint64_t parent) {
   return c;
 }
 
-static inline int np_rank_or_comm(np_comm* c, int rank) { return rank ? rank : np_comm_rank(c); }
+NP_HOT int np_rank_or_comm(np_comm* c, int rank) { return rank ? rank : np_comm_rank(c); }
 
 /* Group, ProxyCtrl, and other events with no fields of their own. */
-static inline void np_start_plain(void* ctx, int type, int abi, void** eh, uint64_t parent) {
+NP_HOT void np_start_plain(void* ctx, int type, int abi, void** eh, uint64_t parent) {
   np_comm* c = np_target(ctx, type, parent);
   np_pending p;
   if (!c || !np_begin(c, type, abi, parent, np_comm_rank(c), 0, eh, &p)) return;
@@ -83,7 +83,7 @@ static inline void np_start_plain(void* ctx, int type, int abi, void** eh, uint6
   np_commit(&p);
 }
 
-static inline void np_start_coll(void* ctx, int abi, void** eh, uint64_t parent, int rank,
+NP_HOT void np_start_coll(void* ctx, int abi, void** eh, uint64_t parent, int rank,
                                  uint64_t seq, const char* func, uint64_t count, const char* dtype,
                                  const char* algo, const char* proto, int root, uint8_t nch,
                                  uint8_t nwarps, uint64_t parent_group) {
@@ -103,7 +103,7 @@ static inline void np_start_coll(void* ctx, int abi, void** eh, uint64_t parent,
   np_commit(&p);
 }
 
-static inline void np_start_p2p(void* ctx, int abi, void** eh, uint64_t parent, int rank,
+NP_HOT void np_start_p2p(void* ctx, int abi, void** eh, uint64_t parent, int rank,
                                 const char* func, uint64_t count, const char* dtype, int peer,
                                 uint8_t nch, uint64_t parent_group) {
   np_comm* c = np_target(ctx, NP_T_P2P, parent);
@@ -118,7 +118,7 @@ static inline void np_start_p2p(void* ctx, int abi, void** eh, uint64_t parent, 
   np_commit(&p);
 }
 
-static inline void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t parent, int rank,
+NP_HOT void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t parent, int rank,
                                      pid_t pid, uint8_t channel, int peer, int nsteps, int chunk,
                                      int is_send) {
   np_comm* c;
@@ -144,7 +144,7 @@ static inline void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t par
   np_commit(&p);
 }
 
-static inline void np_start_proxy_step(void* ctx, int abi, void** eh, uint64_t parent, int rank,
+NP_HOT void np_start_proxy_step(void* ctx, int abi, void** eh, uint64_t parent, int rank,
                                        int step) {
   np_comm* c = np_target(ctx, NP_T_PROXY_STEP, parent);
   np_pending p;
@@ -154,7 +154,7 @@ static inline void np_start_proxy_step(void* ctx, int abi, void** eh, uint64_t p
   np_commit(&p);
 }
 
-static inline void np_start_kernel_ch(void* ctx, int abi, void** eh, uint64_t parent,
+NP_HOT void np_start_kernel_ch(void* ctx, int abi, void** eh, uint64_t parent,
                                       uint8_t channel, uint64_t ptimer) {
   np_comm* c = np_target(ctx, NP_T_KERNEL_CH, parent);
   np_pending p;
@@ -166,7 +166,7 @@ static inline void np_start_kernel_ch(void* ctx, int abi, void** eh, uint64_t pa
   np_commit(&p);
 }
 
-static inline void np_start_net(void* ctx, int abi, void** eh, uint64_t parent, int rank,
+NP_HOT void np_start_net(void* ctx, int abi, void** eh, uint64_t parent, int rank,
                                 int64_t id, const void* data) {
   np_comm* c = np_target(ctx, NP_T_NET_PLUGIN, parent);
   np_pending p;
@@ -360,7 +360,7 @@ static npabi_result_t np_record_v4(void* h, npabi_state_t s, npabi_args_v4_t* a)
 /* ------------------------------------------------------------------- v5 and v6 */
 
 /* The members v5 and v6 share (identical layout, pinned in abi.h). */
-static inline void np_start_v5_members(void* ctx, void** eh, int abi, int type,
+NP_HOT void np_start_v5_members(void* ctx, void** eh, int abi, int type,
                                        const npabi_descr_v5_t* d) {
   uint64_t parent = (uint64_t)(uintptr_t)d->parentObj;
   np_comm* c;

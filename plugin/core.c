@@ -226,7 +226,7 @@ static uint64_t np_ns_to_ticks(uint64_t ns) { return (uint64_t)((double)ns * np_
 static void np_thread_exit(void* arg) {
   np_thread* t = (np_thread*)arg;
   np_tls = NULL;
-  for (int i = 0; i < NP_TCACHE; i++) t->cache[i].valid = 0;
+  for (int i = 0; i < NP_TCACHE; i++) t->cache[i].epoch = 0;
   __atomic_store_n(&t->used, 0, __ATOMIC_RELEASE);
 }
 
@@ -261,7 +261,7 @@ np_thread* np_thread_attach(void) {
                                     __ATOMIC_RELAXED)) {
       np_thread* t = &np_threads[k];
       t->tid = tid;
-      for (int j = 0; j < NP_TCACHE; j++) t->cache[j].valid = 0;
+      for (int j = 0; j < NP_TCACHE; j++) t->cache[j].epoch = 0;
       uint32_t hwm = __atomic_load_n(&np_threads_hwm, __ATOMIC_RELAXED);
       while (k + 1 > hwm &&
              !__atomic_compare_exchange_n(&np_threads_hwm, &hwm, k + 1, 0, __ATOMIC_RELEASE,

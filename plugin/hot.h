@@ -19,6 +19,9 @@
 
 #include "core.h"
 
+/* The hot path is written as small functions for reading; each callback must still compile to
+ * one flat function (calls cost register saves and argument marshalling per event). */
+#define NP_HOT static inline __attribute__((always_inline))
 #define NP_LIKELY(x) __builtin_expect(!!(x), 1)
 #define NP_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
@@ -68,7 +71,7 @@ enum { NP_COMM_INITIALIZING = 5, NP_COMM_ABANDONED = 4 };
 /* Per-thread state. `active` is odd while the thread is inside a callback; only the owner
  * writes it. The cache remembers the block of slots the thread claimed per communicator. */
 typedef struct np_tcache {
-  uint32_t comm, win, epoch, next, end, valid;
+  uint32_t comm, win, epoch, next, end, pad; /* epoch 0: no block held */
 } np_tcache;
 #define NP_TCACHE 4
 typedef struct np_thread {
@@ -97,7 +100,7 @@ np_thread* np_thread_attach(void);
 void np_rotate(np_comm* c, uint32_t from);
 
 /* The hot path's clock: TSC, the aarch64 virtual counter, or CLOCK_MONOTONIC ns. */
-static inline uint64_t np_ticks(void) {
+NP_HOT uint64_t np_ticks(void) {
 #if defined(__x86_64__)
   if (NP_LIKELY(np_clock == NP_CLOCK_TSC)) return __rdtsc();
 #elif defined(__aarch64__)
@@ -114,7 +117,7 @@ static inline uint64_t np_ticks(void) {
 
 /* Enter/leave a callback. Between them the drainer will not read a window this thread may
  * write. With membarrier the entry needs no fence: the drainer's membarrier orders it. */
-static inline np_thread* np_enter(void) {
+NP_HOT np_thread* np_enter(void) {
   np_thread* t = np_tls;
   if (NP_UNLIKELY(t == NULL)) {
     t = np_thread_attach();
@@ -130,7 +133,7 @@ static inline np_thread* np_enter(void) {
   return t;
 }
 
-static inline void np_leave(np_thread* t) {
+NP_HOT void np_leave(np_thread* t) {
 #if defined(NP_TSAN)
   __atomic_fetch_add(&t->active, 1, __ATOMIC_SEQ_CST);
 #else
@@ -141,26 +144,28 @@ static inline void np_leave(np_thread* t) {
 /* A context NCCL passed, if it is one of ours. Never dereferences a foreign pointer: contexts
  * are elements of np_comms, so membership is an address check. Whether it is live is checked
  * by np_begin inside the active section. */
-static inline np_comm* np_comm_of_ctx(void* ctx) {
+NP_HOT np_comm* np_comm_of_ctx(void* ctx) {
   uintptr_t off = (uintptr_t)ctx - (uintptr_t)np_comms;
   if (off >= sizeof(np_comms) || (off & (sizeof(np_comm) - 1)) != 0 || off == 0) return NULL;
   return (np_comm*)ctx;
 }
 
 /* The communicator a handle belongs to, if the handle is well formed and that comm is live. */
-static inline np_comm* np_comm_of_handle(uint64_t h) {
+NP_HOT np_comm* np_comm_of_handle(uint64_t h) {
   if (!(h & 1)) return NULL;
   np_comm* c = &np_comms[np_h_comm(h)];
   _Static_assert(NP_MAX_COMMS == 1024, "handles have 10 comm bits");
   uint32_t st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
   if (st != NP_COMM_ACTIVE && st != NP_COMM_FINALIZING) return NULL;
-  if (np_h_win(h) >= c->nwin || np_h_slot(h) >= c->nslots) return NULL;
+  /* The window index needs no check: 3 bits index an array of 8, and windows past nwin keep
+   * epoch 0, which no handle carries. The slot index must stay inside the window. */
+  if (np_h_slot(h) >= c->nslots) return NULL;
   return c;
 }
 
 /* The slot a handle names while its window still accepts writes (FILLING or CLOSING), with
  * `readable` also while SEALED. Must be called between np_enter and np_leave. */
-static inline np_event* np_slot_of(np_comm* c, uint64_t h, int readable) {
+NP_HOT np_event* np_slot_of(np_comm* c, uint64_t h, int readable) {
   np_window* w = &c->win[np_h_win(h)];
   uint64_t se = __atomic_load_n(&w->se, __ATOMIC_ACQUIRE);
   uint32_t st = NP_SE_STATE(se);
@@ -170,17 +175,19 @@ static inline np_event* np_slot_of(np_comm* c, uint64_t h, int readable) {
   return NULL;
 }
 
-static inline np_tcache* np_tcache_for(np_thread* t, uint32_t comm) {
-  for (int i = 0; i < NP_TCACHE; i++)
-    if (t->cache[i].valid && t->cache[i].comm == comm) return &t->cache[i];
-  np_tcache* e = &t->cache[t->rr++ % NP_TCACHE];
-  e->valid = 0;
-  e->comm = comm;
+/* The thread's block for a communicator: direct-mapped by communicator index (a thread rarely
+ * serves more than a few communicators at once; a collision just claims a new block). */
+NP_HOT np_tcache* np_tcache_for(np_thread* t, uint32_t comm) {
+  np_tcache* e = &t->cache[comm % NP_TCACHE];
+  if (NP_UNLIKELY(e->comm != comm)) {
+    e->epoch = 0;
+    e->comm = comm;
+  }
   return e;
 }
 
 /* A slot in the communicator's current window; the thread must have entered. */
-static inline np_event* np_claim(np_comm* c, np_thread* t, uint32_t* win, uint32_t* slot,
+NP_HOT np_event* np_claim(np_comm* c, np_thread* t, uint32_t* win, uint32_t* slot,
                                  uint32_t* epoch) {
   np_tcache* e = np_tcache_for(t, c->idx);
   for (int attempt = 0; attempt < 3; attempt++) {
@@ -190,12 +197,12 @@ static inline np_event* np_claim(np_comm* c, np_thread* t, uint32_t* win, uint32
     uint32_t st = NP_SE_STATE(se), ep = NP_SE_EPOCH(se);
     if (NP_UNLIKELY(st != NP_W_FILLING && st != NP_W_CLOSING)) continue; /* rotating */
     uint32_t s;
-    if (e->valid && e->win == wi && e->epoch == ep && e->next < e->end) {
+    if (e->epoch == ep && e->win == wi && e->next < e->end) { /* epoch 0: no block */
       s = e->next++;
     } else {
       s = __atomic_fetch_add(&w->claimed, c->block, __ATOMIC_RELAXED);
       if (NP_UNLIKELY(s >= c->nslots)) {
-        e->valid = 0;
+        e->epoch = 0;
         np_rotate(c, wi);
         continue;
       }
@@ -203,7 +210,6 @@ static inline np_event* np_claim(np_comm* c, np_thread* t, uint32_t* win, uint32
       e->epoch = ep;
       e->next = s + 1;
       e->end = s + c->block < c->nslots ? s + c->block : c->nslots;
-      e->valid = 1;
       if (NP_UNLIKELY(s < c->trigger && s + c->block >= c->trigger)) np_rotate(c, wi);
     }
     *win = wi;
@@ -216,7 +222,7 @@ static inline np_event* np_claim(np_comm* c, np_thread* t, uint32_t* win, uint32
 
 /* A slot in the parent's window when that window is CLOSING, so a collective's proxy
  * operations and steps close with it. Returns NULL to use the current window instead. */
-static inline np_event* np_claim_routed(np_comm* c, uint64_t parent, uint32_t* win,
+NP_HOT np_event* np_claim_routed(np_comm* c, uint64_t parent, uint32_t* win,
                                         uint32_t* slot, uint32_t* epoch, uint16_t* flags) {
   if (np_h_comm(parent) != c->idx || np_h_win(parent) >= c->nwin) return NULL;
   uint32_t wi = np_h_win(parent);
@@ -243,7 +249,7 @@ typedef struct np_pending {
   uint64_t hdr;
 } np_pending;
 
-static inline int np_is_routed_type(int type) {
+NP_HOT int np_is_routed_type(int type) {
   return type == NP_T_PROXY_OP || type == NP_T_PROXY_STEP || type == NP_T_KERNEL_CH ||
          type == NP_T_NET_PLUGIN;
 }
@@ -251,7 +257,7 @@ static inline int np_is_routed_type(int type) {
 /* Starts an event: claims a slot, stamps the time and the common fields, and writes the
  * handle NCCL gets (a sentinel when nothing could be recorded). The caller fills ev->u and
  * calls np_commit. Returns 0 when the event was dropped. */
-static inline int np_begin(np_comm* c, int type, int abi, uint64_t parent, int32_t rank,
+NP_HOT int np_begin(np_comm* c, int type, int abi, uint64_t parent, int32_t rank,
                            uint16_t flags, void** eHandle, np_pending* p) {
   np_thread* t = np_enter();
   if (NP_UNLIKELY(t == NULL)) {
@@ -296,17 +302,17 @@ static inline int np_begin(np_comm* c, int type, int abi, uint64_t parent, int32
   return 1;
 }
 
-static inline void np_commit(const np_pending* p) {
+NP_HOT void np_commit(const np_pending* p) {
   __atomic_store_n(&p->ev->hdr, p->hdr, __ATOMIC_RELEASE);
   np_leave(p->t);
 }
 
 /* The communicator's rank (v1–v3 learn it from the first Coll/P2p, on any thread). */
-static inline int32_t np_comm_rank(const np_comm* c) {
+NP_HOT int32_t np_comm_rank(const np_comm* c) {
   return __atomic_load_n(&c->rank, __ATOMIC_RELAXED);
 }
 
-static inline int np_ev_type(const np_event* ev) { return (int)((ev->hdr >> 32) & 0xff); }
+NP_HOT int np_ev_type(const np_event* ev) { return (int)((ev->hdr >> 32) & 0xff); }
 
 /* A stop or state for an event whose window was sealed: written as a LATE record. */
 #define NP_LATE_STOP 0xffffffffu
@@ -317,15 +323,42 @@ void np_apply_state(np_event* ev, int state, uint64_t a0, uint64_t a1, int has_a
 
 /* Resolves a handle for stop/record, inside the active section: counts and returns NULL for
  * sentinels and bad or stale handles. */
-static inline np_comm* np_handle_comm(uint64_t h) {
+NP_HOT np_comm* np_handle_comm(uint64_t h) {
   np_comm* c = np_comm_of_handle(h);
   if (NP_UNLIKELY(c == NULL)) np_count(NP_C_STALE_HANDLE);
   return c;
 }
 
+/* ProxyStep states map to cells of t_state (NP_ST_*); -1: not a step state. */
+static const int8_t np_step_cells[32] = {
+    -1, -1, -1, -1, -1, -1, -1, -1,
+    NP_ST_SEND_GPU_WAIT,   /* 8 */
+    NP_ST_SEND_WAIT,       /* 9 */
+    NP_ST_RECV_WAIT,       /* 10 */
+    NP_ST_RECV_FLUSH_WAIT, /* 11 */
+    NP_ST_RECV_GPU_WAIT,   /* 12 */
+    -1, -1, -1, -1, -1, -1, -1,
+    NP_ST_SEND_PEER_WAIT,  /* 20 */
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+};
+_Static_assert(NPABI_PROXY_STEP_SEND_GPU_WAIT == 8 && NPABI_PROXY_STEP_RECV_GPU_WAIT == 12 &&
+                   NPABI_PROXY_STEP_SEND_PEER_WAIT == 20,
+               "np_step_cells follows the state numbering");
+
+/* A ProxyStep state, inline (most records are these). Returns 0 to take the general path. */
+NP_HOT int np_step_fast(np_event* ev, int state, uint64_t a0, int has_args) {
+  if ((unsigned)state >= 32) return 0;
+  int cell = np_step_cells[state];
+  if (cell < 0 || cell == NP_ST_SEND_PEER_WAIT || has_args == 2) return 0;
+  ev->nstates++;
+  if (ev->u.step.t_state[cell] == 0) ev->u.step.t_state[cell] = np_ticks();
+  if ((cell == NP_ST_SEND_WAIT || cell == NP_ST_RECV_FLUSH_WAIT) && has_args) ev->u.step.trans_size = a0;
+  return 1;
+}
+
 /* Handles with bit 0 clear are NULL or our sentinels: nothing to do (NULL and unknown values
  * are counted). */
-static inline int np_is_sentinel(uint64_t h) {
+NP_HOT int np_is_sentinel(uint64_t h) {
   if (NP_LIKELY(h & 1)) return 0;
   if (h != NP_H_DROPPED && h != NP_H_SKIPPED && h != NP_H_DISABLED)
     np_count(h == 0 ? NP_C_NULL_HANDLE : NP_C_BAD_HANDLE);
@@ -333,7 +366,7 @@ static inline int np_is_sentinel(uint64_t h) {
 }
 
 /* stopEvent, every version. */
-static inline void np_stop(void* handle) {
+NP_HOT void np_stop(void* handle) {
   uint64_t h = (uint64_t)(uintptr_t)handle;
   if (np_is_sentinel(h)) return;
   np_thread* t = np_enter();
@@ -361,7 +394,7 @@ static inline void np_stop(void* handle) {
 }
 
 /* recordEventState, every version, after the adapter turned its arguments into (a0, a1). */
-static inline void np_state(void* handle, int state, uint64_t a0, uint64_t a1, int has_args) {
+NP_HOT void np_state(void* handle, int state, uint64_t a0, uint64_t a1, int has_args) {
   uint64_t h = (uint64_t)(uintptr_t)handle;
   if (np_is_sentinel(h)) return;
   np_thread* t = np_enter();
@@ -376,6 +409,8 @@ static inline void np_state(void* handle, int state, uint64_t a0, uint64_t a1, i
     if (NP_UNLIKELY(ev->done)) {
       ev->sflags |= NP_F_AFTER_STOP;
       np_count(NP_C_AFTER_STOP);
+    } else if (NP_LIKELY(np_ev_type(ev) == NP_T_PROXY_STEP) && np_step_fast(ev, state, a0, has_args)) {
+      /* the common case, applied inline */
     } else {
       np_apply_state(ev, state, a0, a1, has_args, np_ticks());
     }
