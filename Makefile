@@ -15,14 +15,14 @@ EMPTY   := $(BUILD)/libnccl-profiler-empty.so
 CORE_SRC := plugin/core.c plugin/adapters.c plugin/control.c
 CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h
 HOST_SRC := testhost/main.c testhost/emit.c testhost/world.c testhost/scenarios.c \
-            testhost/fuzz.c testhost/bench.c
+            testhost/fuzz.c testhost/bench.c testhost/soak.c
 HOST_HDR := testhost/emit.h testhost/world.h testhost/scenarios.h plugin/abi.h
 GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(wildcard go.sum)
 
 WARN     := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN)
 
-.PHONY: all test bench demo clean sanitize
+.PHONY: all test bench demo clean sanitize soak
 
 all: $(PLUGIN) $(HOST) $(EMPTY)
 
@@ -71,6 +71,12 @@ bench: all
 	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out NCCLPROF_BENCH_TRACE_DIR=$(BUILD)/bench-out/trace \
 	  $(HOST) --lib $(PLUGIN) --empty-lib $(EMPTY) --reps 7 bench
 	@rm -rf $(BUILD)/bench-out/trace
+
+# Ten minutes of 64 communicators created and destroyed in cycles at full callback rate; prints
+# a JSON line a second (rss_kib, threads, fds, goroutines must stay flat) and fails if they grow.
+SOAK_SECONDS ?= 600
+soak: all
+	NCCLPROF_SOAK_SECONDS=$(SOAK_SECONDS) $(GO) test -count=1 -v -run TestSoakShort -timeout 30m ./internal/hosttest
 
 # The embedded default: a simulated job through the real plugin, no GPU, no collector.
 demo: all

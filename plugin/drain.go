@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 	"unsafe"
@@ -98,6 +99,7 @@ func (d *drain) run() {
 			lastAnchor = time.Now()
 		}
 		trace.tick()
+		publishRuntime()
 		d.mu.Unlock()
 		if req != 0 {
 			C.np_flush_done(C.uint64_t(req))
@@ -205,6 +207,21 @@ func (d *drain) convert(c *C.np_record) event.Record {
 	}
 	return r
 }
+
+// publishRuntime makes the Go runtime's own footprint visible through ncclprof_stats, so soak
+// tests can see that goroutines and heap stay flat.
+func publishRuntime() {
+	var ms runtime.MemStats
+	if time.Since(lastRuntime) < time.Second {
+		return
+	}
+	lastRuntime = time.Now()
+	runtime.ReadMemStats(&ms)
+	C.np_stat_set(C.NP_S_GOROUTINES, C.uint64_t(runtime.NumGoroutine()))
+	C.np_stat_set(C.NP_S_GO_HEAP, C.uint64_t(ms.HeapInuse))
+}
+
+var lastRuntime time.Time
 
 // tickSampler reads (counter, CLOCK_MONOTONIC_RAW, CLOCK_REALTIME) through the C side.
 type tickSampler struct{}

@@ -94,7 +94,9 @@ void host_finalize(host_plugin* p, void* ctx) {
 
 /* NCCL's call sites test the handle before stopping (§3); the fuzzer calls the table itself. */
 void host_stop(host_plugin* p, void* h) {
-  if (h) ((const npabi_profiler_v1_t*)p->table)->stopEvent(h);
+  if (!h) return;
+  __atomic_fetch_add(&host_calls, 1, __ATOMIC_RELAXED);
+  ((const npabi_profiler_v1_t*)p->table)->stopEvent(h);
 }
 
 /* ------------------------------------------------------------------- descriptors */
@@ -372,6 +374,7 @@ void* host_start(host_plugin* p, void* ctx, const host_ev* e) {
 }
 
 uint64_t host_unwritten_handles;
+uint64_t host_calls; /* callbacks made (the soak test's rate) */
 
 void* host_start_raw(host_plugin* p, void* ctx, const host_ev* e) {
   void* h;
@@ -383,6 +386,7 @@ void* host_start_raw(host_plugin* p, void* ctx, const host_ev* e) {
   case 5: h = start_v5(p, ctx, e); break;
   default: h = start_v6(p, ctx, e);
   }
+  __atomic_fetch_add(&host_calls, 1, __ATOMIC_RELAXED);
   if (h == HOST_POISON) { /* the plugin left *eHandle as it was: NCCL would reuse garbage */
     __atomic_fetch_add(&host_unwritten_handles, 1, __ATOMIC_RELAXED);
     h = NULL;
@@ -393,10 +397,14 @@ void* host_start_raw(host_plugin* p, void* ctx, const host_ev* e) {
 /* ------------------------------------------------------------------- states */
 
 static void record_v1(host_plugin* p, void* h, int s, npabi_args_v1_t* a) {
-  if (h) ((const npabi_profiler_v1_t*)p->table)->recordEventState(h, (npabi_state_t)s, a);
+  if (!h) return;
+  __atomic_fetch_add(&host_calls, 1, __ATOMIC_RELAXED);
+  ((const npabi_profiler_v1_t*)p->table)->recordEventState(h, (npabi_state_t)s, a);
 }
 static void record_v4(host_plugin* p, void* h, int s, npabi_args_v4_t* a) {
-  if (h) ((const npabi_profiler_v4_t*)p->table)->recordEventState(h, (npabi_state_t)s, a);
+  if (!h) return;
+  __atomic_fetch_add(&host_calls, 1, __ATOMIC_RELAXED);
+  ((const npabi_profiler_v4_t*)p->table)->recordEventState(h, (npabi_state_t)s, a);
 }
 
 void host_raw_state(host_plugin* p, void* h, int s, void* args) {

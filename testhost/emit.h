@@ -72,6 +72,7 @@ void* host_start(host_plugin* p, void* ctx, const host_ev* e);
 /* startEvent's handle slot is poisoned first; a plugin that leaves it unwritten is counted. */
 #define HOST_POISON ((void*)(uintptr_t)0xBAD0BAD0BAD0BAD1ull)
 extern uint64_t host_unwritten_handles;
+extern uint64_t host_calls;
 /* The same without NCCL's filtering: any type, whatever the version and mask (fuzzing). */
 void* host_start_raw(host_plugin* p, void* ctx, const host_ev* e);
 void host_stop(host_plugin* p, void* h);

@@ -22,6 +22,8 @@ static void usage(void) {
           "  cycles     communicators created and destroyed, with dlclose/dlopen in between\n"
           "  fuzz       random and malformed calls from several threads for --seconds\n"
           "  bench      callback cost against --empty-lib (prints JSON)\n"
+          "  soak       --comms communicators (64) created and destroyed in cycles of --iters\n"
+          "             operations, three threads at full rate, for --seconds; a JSON line a second\n"
           "options:\n"
           "  --abi N (1-6, default 6)  --rank R (0)  --nranks N (4)  --iters N (50)\n"
           "  --channels N (2)  --kernel (emit KernelCh)  --comms N  --cycles N (3)\n"
@@ -70,6 +72,10 @@ int main(int argc, char** argv) {
   }
   world_init(o.lib, o.abi, o.rank, o.nranks, o.realtime, o.seed);
   if (!strcmp(o.scenario, "fuzz")) return scenario_fuzz(&o);
+  if (!strcmp(o.scenario, "soak")) {
+    W.realtime = 0;
+    return scenario_soak(&o);
+  }
   if (!strcmp(o.scenario, "allreduce")) scenario_allreduce(&o);
   else if (!strcmp(o.scenario, "p2p")) scenario_p2p(&o);
   else if (!strcmp(o.scenario, "alltoall")) scenario_alltoall(&o);

@@ -42,5 +42,6 @@ void scenario_mixed(const opts* o);
 void scenario_cycles(const opts* o);
 int scenario_fuzz(const opts* o);
 int scenario_bench(const opts* o);
+int scenario_soak(const opts* o);
 
 #endif

@@ -1,0 +1,99 @@
+package hosttest
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// SoakSample is one line of the host's soak output.
+type SoakSample struct {
+	T          float64 `json:"t"`
+	CallsPerS  uint64  `json:"calls_per_s"`
+	Dropped    uint64  `json:"dropped"`
+	Events     uint64  `json:"events"`
+	RSSKiB     int64   `json:"rss_kib"`
+	Threads    int64   `json:"threads"`
+	FDs        int64   `json:"fds"`
+	Goroutines uint64  `json:"goroutines"`
+	GoHeap     uint64  `json:"go_heap"`
+	Cycles     uint64  `json:"cycles"`
+}
+
+// ParseSoak reads the samples (the summary line is skipped).
+func ParseSoak(t testing.TB, out []byte) []SoakSample {
+	var ss []SoakSample
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if bytes.Contains(sc.Bytes(), []byte(`"summary"`)) {
+			continue
+		}
+		var s SoakSample
+		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
+			t.Fatalf("soak line %q: %v", sc.Text(), err)
+		}
+		ss = append(ss, s)
+	}
+	return ss
+}
+
+func soakSeconds() int {
+	if n, err := strconv.Atoi(os.Getenv("NCCLPROF_SOAK_SECONDS")); err == nil && n > 0 {
+		return n
+	}
+	return 20
+}
+
+// 16 communicators created and destroyed in cycles, three NCCL threads at full rate: after a
+// warm-up, resident memory, threads, open files and goroutines stay flat (make soak runs this
+// for 10 minutes with 64 communicators).
+func TestSoakShort(t *testing.T) {
+	secs := soakSeconds()
+	r := Start(t, Options{Args: []string{"--seconds", strconv.Itoa(secs), "--comms", "16", "--iters", "1000", "soak"},
+		Env: []string{"NCCLPROF_METRICS=none", "NCCLPROF_SUMMARY=0"}, Timeout: time.Duration(secs+120) * time.Second})
+	ss := ParseSoak(t, r.Stdout)
+	if len(ss) < secs/2 {
+		t.Fatalf("%d samples in %d s", len(ss), secs)
+	}
+	warm := ss[len(ss)/4:]
+	first, last := warm[0], warm[len(warm)-1]
+	var maxRSS, minRSS int64 = 0, 1 << 62
+	for _, s := range warm {
+		maxRSS, minRSS = max(maxRSS, s.RSSKiB), min(minRSS, s.RSSKiB)
+		if s.Threads != first.Threads || s.FDs != first.FDs || s.Goroutines != first.Goroutines {
+			t.Errorf("at %.0f s: %d threads, %d fds, %d goroutines; at %.0f s: %d, %d, %d",
+				s.T, s.Threads, s.FDs, s.Goroutines, first.T, first.Threads, first.FDs, first.Goroutines)
+		}
+	}
+	// The Go heap cycles through garbage collections (tens of MiB at this rate), so growth is a
+	// trend: the last third of the samples against the first third.
+	third := len(warm) / 3
+	mean := func(ss []SoakSample) (m int64) {
+		for _, s := range ss {
+			m += s.RSSKiB
+		}
+		return m / int64(len(ss))
+	}
+	early, late := mean(warm[:third]), mean(warm[len(warm)-third:])
+	if late-early > 8*1024 {
+		t.Errorf("resident memory grows: %d KiB on average early, %d KiB late", early, late)
+	}
+	if maxRSS-minRSS > 96*1024 {
+		t.Errorf("resident memory swings %d KiB (%d–%d KiB)", maxRSS-minRSS, minRSS, maxRSS)
+	}
+	if last.Cycles < 3 || last.Events == 0 {
+		t.Errorf("only %d cycles, %d events", last.Cycles, last.Events)
+	}
+	var rate uint64
+	for _, s := range warm {
+		rate += s.CallsPerS
+	}
+	t.Logf("%d s: %d callbacks/s on average, %d cycles of 16 communicators, resident %d–%d KiB "+
+		"(mean %d KiB early, %d KiB late), %d threads, %d fds, %d goroutines, %d events recorded, "+
+		"%d dropped (counted)", secs, rate/uint64(len(warm)), last.Cycles, minRSS, maxRSS, early, late,
+		first.Threads, first.FDs, first.Goroutines, last.Events, last.Dropped)
+}
