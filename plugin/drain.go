@@ -60,7 +60,10 @@ func (d *drain) run() {
 	d.agg = aggregate.New(d.clock.TicksPerNs())
 	// An event can wait in an open window for its period plus the grace before it is read.
 	d.agg.WindowDelayNs = float64(C.np_cfg.window_ns+C.np_cfg.grace_max_ns) + float64(pollInterval)
-	d.recs = make([]C.np_record, int(C.np_cfg.nslots))
+	// The export buffer lives in C memory: cgo checks every Go pointer passed to C, which for a
+	// window-sized Go array cost more than the export itself.
+	n := int(C.np_cfg.nslots)
+	d.recs = unsafe.Slice((*C.np_record)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.np_record{})))), n)
 	d.sinks = append(d.sinks, newSummaryWriter())
 	d.cpu = align.NewCPU(tickSampler{}, d.clock.TicksPerNs())
 	trace := newTraceSink(d.cpu) // the Chrome trace (plugin/trace.go)

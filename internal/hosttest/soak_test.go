@@ -62,12 +62,19 @@ func TestSoakShort(t *testing.T) {
 	warm := ss[len(ss)/4:]
 	first, last := warm[0], warm[len(warm)-1]
 	var maxRSS, minRSS int64 = 0, 1 << 62
+	var maxThreads, minThreads int64 = 0, 1 << 62
 	for _, s := range warm {
 		maxRSS, minRSS = max(maxRSS, s.RSSKiB), min(minRSS, s.RSSKiB)
-		if s.Threads != first.Threads || s.FDs != first.FDs || s.Goroutines != first.Goroutines {
-			t.Errorf("at %.0f s: %d threads, %d fds, %d goroutines; at %.0f s: %d, %d, %d",
-				s.T, s.Threads, s.FDs, s.Goroutines, first.T, first.Threads, first.FDs, first.Goroutines)
+		maxThreads, minThreads = max(maxThreads, s.Threads), min(minThreads, s.Threads)
+		if s.FDs != first.FDs || s.Goroutines != first.Goroutines {
+			t.Errorf("at %.0f s: %d fds, %d goroutines; at %.0f s: %d, %d", s.T, s.FDs, s.Goroutines,
+				first.T, first.FDs, first.Goroutines)
 		}
+	}
+	// The Go runtime may add a thread while one sits in a blocking cgo call: a bounded jitter,
+	// not growth.
+	if maxThreads-minThreads > 2 {
+		t.Errorf("threads went from %d to %d", minThreads, maxThreads)
 	}
 	// The Go heap cycles through garbage collections (tens of MiB at this rate), so growth is a
 	// trend: the last third of the samples against the first third.
@@ -93,7 +100,7 @@ func TestSoakShort(t *testing.T) {
 		rate += s.CallsPerS
 	}
 	t.Logf("%d s: %d callbacks/s on average, %d cycles of 16 communicators, resident %d–%d KiB "+
-		"(mean %d KiB early, %d KiB late), %d threads, %d fds, %d goroutines, %d events recorded, "+
+		"(mean %d KiB early, %d KiB late), %d–%d threads, %d fds, %d goroutines, %d events recorded, "+
 		"%d dropped (counted)", secs, rate/uint64(len(warm)), last.Cycles, minRSS, maxRSS, early, late,
-		first.Threads, first.FDs, first.Goroutines, last.Events, last.Dropped)
+		minThreads, maxThreads, first.FDs, first.Goroutines, last.Events, last.Dropped)
 }
