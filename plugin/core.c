@@ -420,8 +420,12 @@ void* np_init_comm(int abi, uint64_t comm_hash, const char* name, int nnodes, in
     return c;
   }
   np_count(NP_C_INIT_DISABLED);
-  np_logf(NPABI_LOG_WARN, "more than %d communicators in this process; not profiling this one",
-          NP_MAX_COMMS - 1);
+  /* Once per process: a job that makes thousands of communicators must not flood its log.
+   * Every one skipped is counted in init_disabled. */
+  static int warned;
+  if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+    np_logf(NPABI_LOG_WARN, "more than %d communicators in this process; not profiling the "
+            "ones beyond (counted in init_disabled)", NP_MAX_COMMS - 1);
   return NULL;
 }
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "world.h"
@@ -439,6 +440,48 @@ void scenario_cycles(const opts* op) {
       }
       world_finalize_all();
       host_unload(&W.plugin);
+    }
+  }
+  proxy_stop();
+}
+
+/* More communicators than the plugin's table holds (1023): the rest get a disabled context,
+ * NCCL is not disturbed, and every communicator that was recorded gets its summary. */
+void scenario_manycomms(const opts* op) {
+  int n = op->comms > 0 ? op->comms : 1100;
+  proxy_start();
+  for (int i = 0; i < n && i < MAX_COMMS; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "many%d", i);
+    hcomm* c = world_comm(name, 0x3A3E000000000000ull + (uint64_t)i, op->nranks, op->rank, 1);
+    op_spec o = {.func = "AllReduce", .count = 256, .dtype = "ncclFloat32", .algo = "RING",
+                 .proto = "LL", .nchannels = 1, .chunk = 1024};
+    launch_group(c, &o, 1, 1);
+  }
+  proxy_stop();
+}
+
+/* fork() after the plugin is loaded and busy: the child (a DataLoader worker, say) runs code
+ * that never touches NCCL and exits normally; the parent carries on and finalizes. */
+void scenario_fork(const opts* op) {
+  hcomm* c = world_comm("fork", 0xF02C000000000001ull, op->nranks, op->rank, 1);
+  proxy_start();
+  for (int i = 0; i < op->iters; i++) {
+    op_spec o = coll_spec("AllReduce", 2, op->kernel);
+    launch_group(c, &o, 1, 1);
+    if (i == op->iters / 2) {
+      pid_t child = fork();
+      if (child == 0) {
+        volatile double x = 0;
+        for (int k = 0; k < 20000000; k++) x += k * 0.5; /* NCCL-free work */
+        exit(x > 0 ? 0 : 3); /* a normal exit: atexit handlers and destructors run */
+      }
+      int status = 0;
+      if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
+          WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "testhost: forked child failed (status %d)\n", status);
+        exit(4);
+      }
     }
   }
   proxy_stop();

@@ -43,5 +43,7 @@ void scenario_cycles(const opts* o);
 int scenario_fuzz(const opts* o);
 int scenario_bench(const opts* o);
 int scenario_soak(const opts* o);
+void scenario_manycomms(const opts* o);
+void scenario_fork(const opts* o);
 
 #endif

@@ -19,7 +19,7 @@
 #define MAX_PEERS 64
 #define MAX_OPKEYS 64
 #define MAX_CHANNELS 64
-#define MAX_COMMS 128
+#define MAX_COMMS 1200
 
 typedef struct truth_op {
   const char *func, *algo, *proto;
