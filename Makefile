@@ -1,5 +1,6 @@
 # ncclprof — build, test and benchmark.
-#   make          the plugin library, the test host, the empty plugin (benchmark floor)
+#   make          the plugin library, ncclmerge, the test host, the empty plugin (benchmark floor)
+#   make demo     the embedded default: a simulated 4-rank job through the real plugin, merged
 #   make test     every test (Go, Python, sanitizers); needs no GPU
 #   make bench    the benchmarks (results go in the README)
 
@@ -11,6 +12,7 @@ VERSION := 0.1.0
 PLUGIN  := $(BUILD)/libnccl-profiler-ncclprof.so
 HOST    := $(BUILD)/ncclprof-testhost
 EMPTY   := $(BUILD)/libnccl-profiler-empty.so
+MERGE   := $(BUILD)/ncclmerge
 
 CORE_SRC := plugin/core.c plugin/adapters.c plugin/control.c
 CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h
@@ -24,7 +26,11 @@ HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN)
 
 .PHONY: all test bench demo clean sanitize soak
 
-all: $(PLUGIN) $(HOST) $(EMPTY)
+all: $(PLUGIN) $(HOST) $(EMPTY) $(MERGE)
+
+$(MERGE): $(GO_SRC)
+	@mkdir -p $(BUILD)
+	$(GO) build -trimpath -o $@ ./cmd/ncclmerge
 
 $(PLUGIN): $(GO_SRC) $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(BUILD)
@@ -71,6 +77,10 @@ bench: all
 	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out NCCLPROF_BENCH_TRACE_DIR=$(BUILD)/bench-out/trace \
 	  $(HOST) --lib $(PLUGIN) --empty-lib $(EMPTY) --reps 7 bench
 	@rm -rf $(BUILD)/bench-out/trace
+	@echo "== ncclmerge on a 1 GiB Kineto trace: plain read, merge, HTA's parser =="
+	@if python3 -c 'import hta' 2>/dev/null; then $(MERGE) bench --size 1GiB; else \
+	  echo "(HTA not installed: pip install HolisticTraceAnalysis psutil  to compare with it)"; \
+	  $(MERGE) bench --size 1GiB --hta=false; fi
 
 # Ten minutes of 64 communicators created and destroyed in cycles at full callback rate; prints
 # a JSON line a second (rss_kib, threads, fds, goroutines must stay flat) and fails if they grow.
@@ -78,12 +88,10 @@ SOAK_SECONDS ?= 600
 soak: all
 	NCCLPROF_SOAK_SECONDS=$(SOAK_SECONDS) $(GO) test -count=1 -v -run TestSoakShort -timeout 30m ./internal/hosttest
 
-# The embedded default: a simulated job through the real plugin, no GPU, no collector.
+# The embedded default: four simulated ranks through the real plugin, their traces merged with
+# synthesized torch.profiler traces into one timeline; no GPU, no collector.
 demo: all
-	@rm -rf $(BUILD)/demo && mkdir -p $(BUILD)/demo
-	NCCLPROF_OUTPUT_DIR=$(BUILD)/demo NCCLPROF_EVENT_MASK=default,kernelch \
-	  $(HOST) --lib $(PLUGIN) --iters 300 --kernel --truth $(BUILD)/demo/truth.json mixed
-	@echo "summaries written:"; ls -1 $(BUILD)/demo/ncclprof-summary-*.json
+	$(MERGE) demo --dir $(BUILD)/demo
 
 clean:
 	rm -rf $(BUILD)

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ncclprof/ncclprof/internal/synth"
+	"github.com/spf13/cobra"
+)
+
+// benchResult is one measured step.
+type benchResult struct {
+	What      string  `json:"what"`
+	Seconds   float64 `json:"seconds"`
+	MBps      float64 `json:"mb_per_s"`
+	CPUSecs   float64 `json:"cpu_seconds,omitempty"` // user + system, all threads
+	PeakRSSMB float64 `json:"peak_rss_mb,omitempty"`
+	Note      string  `json:"note,omitempty"`
+}
+
+func benchCmd() *cobra.Command {
+	var (
+		size       string
+		source     string
+		dir        string
+		hta, keep  bool
+		pythonPath string
+		jsonOut    string
+	)
+	c := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure merge throughput and memory on a large synthesized trace, against a plain read and HTA",
+		Long: `Synthesize a Kineto trace of --size bytes by repeating a real one (each copy later in time,
+with its own correlation ids) and its plugin trace, then measure in one run:
+  - a plain read of the file into memory,
+  - ncclmerge merge of it (in a child process: wall time, throughput of input, peak RSS),
+  - HTA's trace parser loading the same file (pip package HolisticTraceAnalysis), unless --hta=false.
+The temporary files are deleted unless --keep.`,
+		Example: "  ncclmerge bench --size 1GiB --source ../shared/traces/kineto/nccl_parser_config_nccl_data.json.gz",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, err := parseSize(size)
+			if err != nil {
+				return err
+			}
+			tmp, err := os.MkdirTemp(dir, "ncclmerge-bench-")
+			if err != nil {
+				return err
+			}
+			if !keep {
+				defer os.RemoveAll(tmp)
+			}
+			res, err := runBench(tmp, source, n, hta, pythonPath)
+			if err != nil {
+				return err
+			}
+			printBench(res)
+			if jsonOut != "" {
+				return writeJSON(jsonOut, res)
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&size, "size", "1GiB", "size of the synthesized Kineto trace (e.g. 256MiB, 1GiB)")
+	f.StringVar(&source, "source", "../shared/traces/kineto/nccl_parser_config_nccl_data.json.gz", "real Kineto trace to repeat")
+	f.StringVar(&dir, "dir", os.TempDir(), "where to put the temporary files")
+	f.BoolVar(&hta, "hta", true, "also time HTA's trace parser (python3 with HolisticTraceAnalysis)")
+	f.StringVar(&pythonPath, "python", "python3", "the Python that has HolisticTraceAnalysis")
+	f.BoolVar(&keep, "keep", false, "keep the temporary files")
+	f.StringVar(&jsonOut, "json", "", "also write the results as JSON to this file")
+	return c
+}
+
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"GB", 1e9}, {"MB", 1e6}, {"B", 1}}
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			var v float64
+			if _, err := fmt.Sscanf(strings.TrimSuffix(s, u.suffix), "%g", &v); err != nil || v <= 0 {
+				break
+			}
+			return int64(v * float64(u.mult)), nil
+		}
+	}
+	return 0, fmt.Errorf("--size %q: want a size such as 512MiB or 1GiB", s)
+}
+
+type benchReport struct {
+	InputBytes int64         `json:"input_bytes"`
+	Copies     int           `json:"copies"`
+	Source     string        `json:"source"`
+	CPUs       int           `json:"cpus"`
+	Results    []benchResult `json:"results"`
+	Summary    string        `json:"summary"`
+}
+
+func runBench(tmp, source string, size int64, withHTA bool, python string) (*benchReport, error) {
+	big := filepath.Join(tmp, "kineto.json")
+	fmt.Fprintf(os.Stderr, "synthesizing %s from %s …\n", fmtBytes(size), source)
+	copies, err := synth.RepeatKineto(source, big, size)
+	if err != nil {
+		return nil, err
+	}
+	plugin, _, err := synth.PluginFromKineto(big, synth.PluginOptions{Seed: 1, Host: "bench"})
+	if err != nil {
+		return nil, err
+	}
+	np := filepath.Join(tmp, "ncclprof-bench-1-0.trace.json")
+	if err := os.WriteFile(np, plugin, 0o644); err != nil {
+		return nil, err
+	}
+	plugin = nil
+	runtime.GC()
+	debug.FreeOSMemory()
+	st, err := os.Stat(big)
+	if err != nil {
+		return nil, err
+	}
+	in := st.Size()
+	rep := &benchReport{InputBytes: in, Copies: copies, Source: source, CPUs: runtime.NumCPU()}
+	mb := float64(in) / 1e6
+
+	// A plain read, warm: what any tool pays before parsing.
+	t0 := time.Now()
+	if b, err := os.ReadFile(big); err != nil {
+		return nil, err
+	} else {
+		_ = b[len(b)-1]
+	}
+	d := time.Since(t0).Seconds()
+	rep.Results = append(rep.Results, benchResult{What: "plain read (os.ReadFile)", Seconds: d, MBps: mb / d})
+	runtime.GC()
+	debug.FreeOSMemory()
+
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	out := filepath.Join(tmp, "merged.json")
+	fmt.Fprintf(os.Stderr, "merging %s (%d copies of the source) …\n", fmtBytes(in), copies)
+	secs, cpu, rss, err := timeChild(self, "merge", "--kineto", big, "--nccl", np, "-o", out, "--quiet")
+	if err != nil {
+		return nil, fmt.Errorf("merge failed: %w", err)
+	}
+	rep.Results = append(rep.Results, benchResult{What: "ncclmerge merge", Seconds: secs, MBps: mb / secs, CPUSecs: cpu, PeakRSSMB: rss,
+		Note: fmt.Sprintf("peak RSS %.2f× the input", rss*1e6/float64(in))})
+	os.Remove(out)
+	if withHTA {
+		fmt.Fprintf(os.Stderr, "loading it with HTA's trace parser (slow) …\n")
+		script := `import sys
+from hta.common.trace_parser import parse_trace_dataframe
+from hta.configs.parser_config import ParserConfig
+meta, df, sym = parse_trace_dataframe(sys.argv[1], ParserConfig())
+print(len(df))`
+		hsecs, hcpu, hrss, err := timeChild(python, "-c", script, big)
+		if err != nil {
+			rep.Results = append(rep.Results, benchResult{What: "HTA parse_trace_dataframe", Note: "failed: " + err.Error()})
+		} else {
+			rep.Results = append(rep.Results, benchResult{What: "HTA parse_trace_dataframe", Seconds: hsecs, MBps: mb / hsecs, CPUSecs: hcpu, PeakRSSMB: hrss})
+			rep.Summary = fmt.Sprintf("ncclmerge merged the trace %.1f× faster than HTA loaded it", hsecs/secs)
+		}
+	}
+	return rep, nil
+}
+
+// timeChild runs a command and returns its wall time, CPU time and peak resident memory (MB).
+func timeChild(name string, args ...string) (secs, cpu, rss float64, err error) {
+	cmd := exec.Command(name, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	cmd.Stdout = nil
+	t0 := time.Now()
+	err = cmd.Run()
+	secs = time.Since(t0).Seconds()
+	if err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if len(msg) > 600 {
+			msg = "…" + msg[len(msg)-600:]
+		}
+		return 0, 0, 0, fmt.Errorf("%v: %s", err, msg)
+	}
+	cpu = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		rss = float64(ru.Maxrss) * 1024 / 1e6 // Linux reports KiB
+	}
+	return secs, cpu, rss, nil
+}
+
+func printBench(r *benchReport) {
+	fmt.Printf("input: %s Kineto trace (%d copies of %s), %d CPUs\n", fmtBytes(r.InputBytes), r.Copies, filepath.Base(r.Source), r.CPUs)
+	fmt.Printf("%-28s %10s %10s %10s %12s  %s\n", "step", "seconds", "MB/s", "CPU s", "peak RSS MB", "")
+	for _, x := range r.Results {
+		rss, cpu := "", ""
+		if x.PeakRSSMB > 0 {
+			rss = fmt.Sprintf("%.0f", x.PeakRSSMB)
+		}
+		if x.CPUSecs > 0 {
+			cpu = fmt.Sprintf("%.2f", x.CPUSecs)
+		}
+		fmt.Printf("%-28s %10.2f %10.0f %10s %12s  %s\n", x.What, x.Seconds, x.MBps, cpu, rss, x.Note)
+	}
+	if r.Summary != "" {
+		fmt.Println(r.Summary)
+	}
+	fmt.Printf("load average when done: %s\n", loadAvg())
+}
+
+// loadAvg reads /proc/loadavg: other work on the machine slows every number above.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

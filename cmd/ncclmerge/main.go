@@ -1,0 +1,39 @@
+// Command ncclmerge joins the ncclprof plugin's NCCL traces with torch.profiler (Kineto) traces
+// for Perfetto, and checks traces the way Perfetto's JSON importer reads them.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// errReported is returned by a command that has already told the user what went wrong, so
+// that main exits non-zero without printing it again.
+var errReported = errors.New("reported")
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		if !errors.Is(err, errReported) {
+			fmt.Fprintln(os.Stderr, "ncclmerge:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "ncclmerge",
+		Short: "Join NCCL plugin traces with torch.profiler traces for Perfetto",
+		Long: `ncclmerge joins what the ncclprof plugin recorded inside NCCL with what torch.profiler
+(Kineto) recorded around it. Every NCCL kernel on the GPU is linked to the NCCL operation that
+launched it, with NCCL's view (sequence number, algorithm, protocol, channels, proxy and network
+steps, GPU channel times, bus bandwidth) beside PyTorch's. Open the result in ui.perfetto.dev.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(mergeCmd(), checkCmd(), demoCmd(), benchCmd())
+	return root
+}

@@ -1,0 +1,222 @@
+// Package collective knows what an NCCL operation is called in each place it shows up (NCCL's
+// function and datatype names, its kernel names in every NCCL era, PyTorch's c10d names and
+// dtypes) and how nccl-tests defines its size and bandwidth.
+package collective
+
+import (
+	"strings"
+)
+
+// Function names as NCCL's profiler reports them (func of CollApi/Coll, P2p).
+var funcs = []string{
+	// Longer names first, so that prefix matching picks ReduceScatter over Reduce.
+	"ReduceScatter", "AllReduce", "AllGather", "AlltoAll", "AllToAll", "Broadcast", "SendRecv",
+	"Reduce", "Gather", "Scatter", "Generic", "Send", "Recv",
+}
+
+// Kernel is what an NCCL kernel's name says about it. The algorithm and protocol in a name are
+// the kernel's specialization, not necessarily what ran (NCCL dispatches inside the kernel);
+// the plugin's Coll event is authoritative for those.
+type Kernel struct {
+	Func, Algo, Proto string
+}
+
+// ParseKernel reads an NCCL kernel name of any era:
+//
+//	ncclAllReduceRingLLKernel_sum_f32(ncclColl)                              NCCL ≤ 2.8
+//	ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, …)  2.9–2.18
+//	ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)  2.19+
+func ParseKernel(name string) (Kernel, bool) {
+	if p := strings.IndexByte(name, '('); p >= 0 {
+		name = name[:p]
+	}
+	var rest string
+	switch {
+	case strings.HasPrefix(name, "ncclDevKernel_"):
+		rest = name[len("ncclDevKernel_"):]
+	case strings.HasPrefix(name, "ncclKernel_"):
+		rest = name[len("ncclKernel_"):]
+	case strings.HasPrefix(name, "nccl"):
+		k := strings.Index(name, "Kernel_")
+		if k < 0 {
+			return Kernel{}, false
+		}
+		return parseOldKernel(name[4:k])
+	default:
+		return Kernel{}, false
+	}
+	parts := strings.Split(rest, "_")
+	k := Kernel{Func: parts[0]}
+	if !knownFunc(k.Func) {
+		return Kernel{}, false
+	}
+	for _, p := range parts[1:] {
+		switch p {
+		case "RING", "TREE", "COLLNET", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT":
+			k.Algo = p
+		case "LL", "LL128", "SIMPLE":
+			k.Proto = p
+		}
+	}
+	return k, true
+}
+
+// parseOldKernel reads the NCCL ≤ 2.8 form "AllReduceRingLL".
+func parseOldKernel(s string) (Kernel, bool) {
+	for _, f := range funcs {
+		if strings.HasPrefix(s, f) {
+			k := Kernel{Func: f}
+			rest := s[len(f):]
+			for _, a := range []string{"CollNet", "Ring", "Tree"} {
+				if strings.HasPrefix(rest, a) {
+					k.Algo = strings.ToUpper(a)
+					rest = rest[len(a):]
+				}
+			}
+			switch rest {
+			case "LL", "LL128":
+				k.Proto = rest
+			case "Simple":
+				k.Proto = "SIMPLE"
+			}
+			return k, true
+		}
+	}
+	return Kernel{}, false
+}
+
+func knownFunc(f string) bool {
+	for _, g := range funcs {
+		if f == g {
+			return true
+		}
+	}
+	return false
+}
+
+// NormFunc folds the spellings of a function name (AllToAll vs AlltoAll).
+func NormFunc(f string) string {
+	if f == "AllToAll" {
+		return "AlltoAll"
+	}
+	return f
+}
+
+// KernelRuns reports whether a kernel specialized for kernelFunc can carry an operation of
+// function op: SendRecv kernels run Send, Recv and the P2P expansions of AlltoAll, Gather and
+// Scatter; Generic kernels run anything (mixed groups, NCCL 2.19+).
+func KernelRuns(kernelFunc, op string) bool {
+	kernelFunc, op = NormFunc(kernelFunc), NormFunc(op)
+	switch {
+	case kernelFunc == op, kernelFunc == "Generic":
+		return true
+	case kernelFunc == "SendRecv":
+		return op == "Send" || op == "Recv" || op == "SendRecv" || op == "AlltoAll" || op == "Gather" || op == "Scatter"
+	}
+	return false
+}
+
+// FromC10d maps PyTorch's c10d collective name (record_param_comms "Collective name") to the
+// NCCL function that runs it. ok is false for names that launch no NCCL kernel ("wait") or
+// that are unknown.
+func FromC10d(name string) (string, bool) {
+	n := strings.TrimPrefix(strings.ToLower(name), "_")
+	switch {
+	case n == "wait" || n == "":
+		return "", false
+	case strings.HasPrefix(n, "allreduce"), strings.HasPrefix(n, "all_reduce"), n == "barrier":
+		return "AllReduce", true
+	case strings.HasPrefix(n, "allgather"), strings.HasPrefix(n, "all_gather"):
+		return "AllGather", true
+	case strings.HasPrefix(n, "reduce_scatter"), strings.HasPrefix(n, "reducescatter"):
+		return "ReduceScatter", true
+	case strings.HasPrefix(n, "alltoall"), strings.HasPrefix(n, "all_to_all"):
+		return "AlltoAll", true
+	case strings.HasPrefix(n, "broadcast"):
+		return "Broadcast", true
+	case strings.HasPrefix(n, "reduce"):
+		return "Reduce", true
+	case n == "send", n == "isend":
+		return "Send", true
+	case n == "recv", n == "irecv", n == "recv_any_source":
+		return "Recv", true
+	case strings.HasPrefix(n, "gather"):
+		return "Gather", true
+	case strings.HasPrefix(n, "scatter"):
+		return "Scatter", true
+	}
+	return "", false
+}
+
+// Datatypes: NCCL's canonical names and sizes, with their aliases and PyTorch's names.
+var dtypes = map[string]struct {
+	canon string
+	size  int
+}{
+	"ncclInt8": {"ncclInt8", 1}, "ncclChar": {"ncclInt8", 1},
+	"ncclUint8": {"ncclUint8", 1},
+	"ncclInt32": {"ncclInt32", 4}, "ncclInt": {"ncclInt32", 4},
+	"ncclUint32": {"ncclUint32", 4},
+	"ncclInt64":  {"ncclInt64", 8}, "ncclUint64": {"ncclUint64", 8},
+	"ncclFloat16": {"ncclFloat16", 2}, "ncclHalf": {"ncclFloat16", 2},
+	"ncclFloat32": {"ncclFloat32", 4}, "ncclFloat": {"ncclFloat32", 4},
+	"ncclFloat64": {"ncclFloat64", 8}, "ncclDouble": {"ncclFloat64", 8},
+	"ncclBfloat16":   {"ncclBfloat16", 2},
+	"ncclFloat8e4m3": {"ncclFloat8e4m3", 1}, "ncclFloat8e5m2": {"ncclFloat8e5m2", 1},
+	// PyTorch (c10::toString(ScalarType)).
+	"Float": {"ncclFloat32", 4}, "Double": {"ncclFloat64", 8}, "Half": {"ncclFloat16", 2},
+	"BFloat16": {"ncclBfloat16", 2}, "Int": {"ncclInt32", 4}, "Long": {"ncclInt64", 8},
+	"Char": {"ncclInt8", 1}, "Byte": {"ncclUint8", 1}, "Bool": {"ncclUint8", 1},
+	"UInt32": {"ncclUint32", 4}, "UInt64": {"ncclUint64", 8},
+	"Float8_e4m3fn": {"ncclFloat8e4m3", 1}, "Float8_e5m2": {"ncclFloat8e5m2", 1},
+}
+
+// Datatype returns NCCL's canonical name for a datatype written by NCCL or PyTorch, and its
+// size in bytes (0 when unknown).
+func Datatype(name string) (string, int) {
+	if d, ok := dtypes[name]; ok {
+		return d.canon, d.size
+	}
+	return name, 0
+}
+
+// BusFactor is nccl-tests' ratio of bus bandwidth to algorithm bandwidth for a function on n
+// ranks: 2(n−1)/n for AllReduce, (n−1)/n for AllGather, ReduceScatter and AlltoAll, 1 otherwise.
+func BusFactor(fn string, n int) float64 {
+	if n < 1 {
+		return 1
+	}
+	switch NormFunc(fn) {
+	case "AllReduce":
+		return 2 * float64(n-1) / float64(n)
+	case "AllGather", "ReduceScatter", "AlltoAll":
+		return float64(n-1) / float64(n)
+	}
+	return 1
+}
+
+// Size is nccl-tests' size of an operation in bytes: the whole buffer (count × datatype), where
+// for AllGather and ReduceScatter the count NCCL takes is per rank, so the size is n times it.
+func Size(fn string, count uint64, dtype string, n int) uint64 {
+	_, sz := Datatype(dtype)
+	if sz == 0 {
+		sz = 1
+	}
+	b := count * uint64(sz)
+	switch NormFunc(fn) {
+	case "AllGather", "ReduceScatter":
+		if n > 1 {
+			b *= uint64(n)
+		}
+	}
+	return b
+}
+
+// Bandwidth returns algbw = size/time and busbw = algbw × BusFactor, in GB/s (10^9 B/s).
+func Bandwidth(fn string, size uint64, durNs int64, n int) (algbw, busbw float64) {
+	if durNs <= 0 {
+		return 0, 0
+	}
+	algbw = float64(size) / float64(durNs) // bytes per ns = GB/s
+	return algbw, algbw * BusFactor(fn, n)
+}

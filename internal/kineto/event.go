@@ -1,0 +1,58 @@
+package kineto
+
+import "github.com/ncclprof/ncclprof/internal/traceevent"
+
+// Cat is an event category with the aliases of every Kineto era folded together.
+type Cat uint8
+
+// Categories ncclmerge tells apart; everything else is CatOther.
+const (
+	CatOther Cat = iota
+	CatCPUOp
+	CatUserAnnotation
+	CatRuntime // cuda_runtime; "Runtime" in 2021 traces
+	CatDriver  // cuda_driver
+	CatKernel  // kernel; "Kernel" in 2021 traces
+	CatMemcpy
+	CatMemset
+	CatGPUAnnotation
+	CatAC2G // ac2g flows; "async_cpu_to_gpu" (2022) and "async" (2021)
+	CatPython
+)
+
+// CatOf folds a raw category into a Cat. (A switch: this runs for every event, and a map
+// lookup hashes the string each time.)
+func CatOf(raw string) Cat {
+	switch raw {
+	case "cpu_op", "Operator":
+		return CatCPUOp
+	case "user_annotation":
+		return CatUserAnnotation
+	case "cuda_runtime", "Runtime":
+		return CatRuntime
+	case "cuda_driver":
+		return CatDriver
+	case "kernel", "Kernel":
+		return CatKernel
+	case "gpu_memcpy", "Memcpy":
+		return CatMemcpy
+	case "gpu_memset", "Memset":
+		return CatMemset
+	case "gpu_user_annotation":
+		return CatGPUAnnotation
+	case "ac2g", "async_cpu_to_gpu", "async":
+		return CatAC2G
+	case "python_function":
+		return CatPython
+	}
+	return CatOther
+}
+
+// Event is a trace event with its category folded across eras.
+type Event struct {
+	traceevent.Event
+	Cat Cat
+}
+
+// ID is a pid or tid (a number or a string).
+type ID = traceevent.ID

@@ -1,0 +1,224 @@
+package merge
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/ncclprof/ncclprof/internal/collective"
+	"github.com/ncclprof/ncclprof/internal/jsonscan"
+	"github.com/ncclprof/ncclprof/internal/kineto"
+)
+
+// launchCall is a Kineto runtime/driver call that launches a kernel.
+type launchCall struct {
+	pid, tid   int64
+	start, end int64 // Unix ns
+	corr       uint64
+	used       bool
+}
+
+// kernel is an NCCL kernel of the Kineto trace.
+type kernel struct {
+	off        int64 // offset of the event in the document
+	size       int   // length of the event text
+	name       string
+	corr       uint64
+	pid, tid   kineto.ID // device, stream
+	start, end int64     // Unix ns
+	spec       collective.Kernel
+	comms      kineto.CommsArgs
+	launch     *launchCall
+	link       *link
+	why        string // why it stayed unlinked
+}
+
+// pgKey names the process group of a kernel for the order rule: the c10d PG name when Kineto
+// recorded the collective args, else the stream (one NCCL stream per PG in PyTorch).
+func (k *kernel) pgKey() string {
+	if k.comms.PGName != "" {
+		return "pg " + k.comms.PGName
+	}
+	return "stream " + k.tid.String()
+}
+
+// ref is the kernel's time for order matching: its launch call (CPU side, right after NCCL
+// enqueued the operation) when the trace has it, else the kernel's own start.
+func (k *kernel) ref() int64 {
+	if k.launch != nil {
+		return k.launch.start
+	}
+	return k.start
+}
+
+// flowStart is where a flow starts, to find the ones that never end without a second pass.
+type flowStart struct {
+	off int64
+	fi  *flowInfo
+}
+
+// flowInfo tracks one Kineto v1 flow, keyed like Perfetto (id, cat, name).
+type flowInfo struct {
+	starts, ends int
+	newID        uint64 // dense id for timeline output
+}
+
+// kinetoIndex is what the first pass over a Kineto trace keeps.
+type kinetoIndex struct {
+	launches map[[2]int64][]*launchCall // (pid, tid) → calls, sorted by start
+	byCorr   map[uint64]*launchCall
+	kernels  []*kernel
+	kernelAt map[int64]*kernel // by event offset
+	flows    map[flowKey]*flowInfo
+	dangling []int64 // offsets of flow starts with no end
+	starts   []flowStart
+	keys     flowKeys
+	minTs    int64 // Unix ns, over events with ts (not metadata)
+	maxTs    int64
+	gpuPids  map[int64]bool
+	labels   map[string]string // pid → process_labels
+}
+
+func newKinetoIndex() *kinetoIndex {
+	return &kinetoIndex{
+		launches: map[[2]int64][]*launchCall{}, byCorr: map[uint64]*launchCall{},
+		kernelAt: map[int64]*kernel{}, flows: map[flowKey]*flowInfo{}, gpuPids: map[int64]bool{},
+		labels: map[string]string{},
+		minTs:  1<<63 - 1, maxTs: -1 << 63,
+	}
+}
+
+// flowKey is Perfetto's v1 flow identity (id, cat, name), with (cat, name) — and the text of
+// an id that is no number — interned into kind: hashing two strings per flow event was a fifth
+// of the first pass.
+type flowKey struct {
+	id   uint64
+	kind uint32
+}
+
+// flowKeys interns flow kinds. Traces use one or two (cat, name) pairs, so the last one is
+// remembered.
+type flowKeys struct {
+	kinds    map[[3]string]uint32
+	last     [3]string
+	lastKind uint32
+}
+
+// key returns the flow key of an event. String ids are hex, as Perfetto reads them.
+func (f *flowKeys) key(idRaw, cat, name string) flowKey {
+	var id uint64
+	var err error
+	if strings.HasPrefix(idRaw, `"`) {
+		id, err = strconv.ParseUint(strings.TrimPrefix(strings.ToLower(jsonscan.String(idRaw)), "0x"), 16, 64)
+	} else {
+		id, err = jsonscan.Uint(idRaw)
+	}
+	k := [3]string{cat, name}
+	if err != nil {
+		id, k[2] = 0, idRaw
+	}
+	if k != f.last || f.kinds == nil {
+		if f.kinds == nil {
+			f.kinds = map[[3]string]uint32{}
+		}
+		kind, ok := f.kinds[k]
+		if !ok {
+			kind = uint32(len(f.kinds))
+			f.kinds[k] = kind
+		}
+		f.last, f.lastKind = k, kind
+	}
+	return flowKey{id, f.lastKind}
+}
+
+// visit is the first-pass callback. Times are on the file's scale here (the base may come
+// after traceEvents); finish converts them.
+func (x *kinetoIndex) visit(e *kineto.Event) error {
+	if e.HasTs && e.Ph != "M" {
+		x.minTs = min(x.minTs, e.Ts)
+		x.maxTs = max(x.maxTs, e.Ts+max(e.Dur, 0))
+	}
+	switch e.Ph {
+	case "X":
+		x.slice(e)
+	case "s", "t", "f":
+		k := x.keys.key(e.IDRaw, e.Event.Cat, e.Name)
+		fi := x.flows[k]
+		if fi == nil {
+			fi = &flowInfo{newID: uint64(len(x.flows))}
+			x.flows[k] = fi
+		}
+		if e.Ph == "s" {
+			fi.starts++
+			x.starts = append(x.starts, flowStart{e.Off, fi})
+		} else {
+			fi.ends++
+		}
+	case "M":
+		switch e.Name {
+		case "process_labels":
+			x.labels[e.Pid.String()] = e.Arg("labels").String()
+		}
+	}
+	return nil
+}
+
+func (x *kinetoIndex) slice(e *kineto.Event) {
+	switch e.Cat {
+	case kineto.CatRuntime, kineto.CatDriver:
+		if !kineto.IsLaunch(e.Name) && !kineto.IsGraphLaunch(e.Name) {
+			return
+		}
+		corr := e.Correlation()
+		if corr == 0 || e.Pid.IsStr || e.Tid.IsStr {
+			return
+		}
+		c := &launchCall{pid: e.Pid.Num, tid: e.Tid.Num, start: e.Ts, end: e.Ts + e.Dur, corr: corr}
+		key := [2]int64{c.pid, c.tid}
+		x.launches[key] = append(x.launches[key], c)
+		x.byCorr[corr] = c
+	case kineto.CatKernel:
+		if !e.Pid.IsStr {
+			x.gpuPids[e.Pid.Num] = true
+		}
+		if !kineto.IsNCCLKernel(e.Name) {
+			return
+		}
+		spec, _ := collective.ParseKernel(e.Name)
+		k := &kernel{off: e.Off, size: len(e.Raw), name: e.Name, corr: e.Correlation(), pid: e.Pid, tid: e.Tid,
+			start: e.Ts, end: e.Ts + e.Dur, spec: spec, comms: e.Comms()}
+		x.kernels = append(x.kernels, k)
+		x.kernelAt[k.off] = k
+	}
+}
+
+// finish converts times to Unix ns and ties kernels to their launch calls.
+func (x *kinetoIndex) finish(t *kineto.Trace) {
+	for _, calls := range x.launches {
+		for _, c := range calls {
+			c.start, c.end = t.Unix(c.start), t.Unix(c.end)
+		}
+		sort.Slice(calls, func(i, j int) bool { return calls[i].start < calls[j].start })
+	}
+	for _, k := range x.kernels {
+		k.start, k.end = t.Unix(k.start), t.Unix(k.end)
+		if k.corr != 0 {
+			k.launch = x.byCorr[k.corr]
+		}
+	}
+	sort.SliceStable(x.kernels, func(i, j int) bool { return x.kernels[i].start < x.kernels[j].start })
+	if x.minTs <= x.maxTs {
+		x.minTs, x.maxTs = t.Unix(x.minTs), t.Unix(x.maxTs)
+	}
+}
+
+// danglingFlows lists the flow starts that have no end: Perfetto draws nothing for them and
+// `ncclmerge check` counts them as errors, so the output leaves them out (and says so).
+func (x *kinetoIndex) danglingFlows() {
+	for _, st := range x.starts {
+		if st.fi.ends == 0 {
+			x.dangling = append(x.dangling, st.off)
+		}
+	}
+	x.starts = nil
+}

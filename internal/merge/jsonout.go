@@ -1,0 +1,108 @@
+package merge
+
+import (
+	"strconv"
+
+	"github.com/ncclprof/ncclprof/internal/jsonscan"
+)
+
+// obj appends a JSON object member by member, in a fixed order (outputs are compared with
+// golden files), without reflection.
+type obj struct {
+	b     []byte
+	first bool
+}
+
+func newObj(b []byte) *obj { return &obj{b: append(b, '{'), first: true} }
+
+func (o *obj) key(k string) {
+	if !o.first {
+		o.b = append(o.b, ',')
+	}
+	o.first = false
+	o.b = strconv.AppendQuote(o.b, k)
+	o.b = append(o.b, ':')
+}
+
+func (o *obj) str(k, v string) *obj {
+	o.key(k)
+	o.b = appendJSONString(o.b, v)
+	return o
+}
+
+func (o *obj) int(k string, v int64) *obj {
+	o.key(k)
+	o.b = strconv.AppendInt(o.b, v, 10)
+	return o
+}
+
+func (o *obj) uint(k string, v uint64) *obj {
+	o.key(k)
+	o.b = strconv.AppendUint(o.b, v, 10)
+	return o
+}
+
+func (o *obj) float(k string, v float64) *obj {
+	o.key(k)
+	o.b = strconv.AppendFloat(o.b, v, 'f', 3, 64)
+	return o
+}
+
+func (o *obj) micros(k string, ns int64) *obj {
+	o.key(k)
+	o.b = jsonscan.AppendMicros(o.b, ns)
+	return o
+}
+
+func (o *obj) raw(k string, v []byte) *obj {
+	o.key(k)
+	o.b = append(o.b, v...)
+	return o
+}
+
+func (o *obj) rawString(k, v string) *obj {
+	o.key(k)
+	o.b = append(o.b, v...)
+	return o
+}
+
+func (o *obj) bool(k string, v bool) *obj {
+	o.key(k)
+	o.b = strconv.AppendBool(o.b, v)
+	return o
+}
+
+func (o *obj) done() []byte { return append(o.b, '}') }
+
+// appendJSONString quotes s as JSON (strconv.Quote's escapes are Go's, not JSON's).
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c == '\n':
+			b = append(b, '\\', 'n')
+		case c == '\t':
+			b = append(b, '\\', 't')
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+func hexHandle(h uint64) string {
+	const digits = "0123456789abcdef"
+	var b [18]byte
+	b[0], b[1] = '0', 'x'
+	for i := 17; i >= 2; i-- {
+		b[i] = digits[h&0xf]
+		h >>= 4
+	}
+	return string(b[:])
+}

@@ -1,0 +1,382 @@
+// Package merge joins a rank's Kineto trace with its ncclprof plugin trace: it links every NCCL
+// kernel to the NCCL operation that launched it (by the launch call, else by order), places
+// GPU channel times on the kernel's timeline, and streams one trace for Perfetto that keeps
+// everything from both inputs. Several ranks can go into one timeline.
+package merge
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ncclprof/ncclprof/internal/kineto"
+	"github.com/ncclprof/ncclprof/internal/ptrace"
+	"github.com/ncclprof/ncclprof/internal/tracefile"
+)
+
+// Options control a merge.
+type Options struct {
+	// Timeline writes all ranks into one trace; AlignEnds then aligns hosts on collective ends.
+	Timeline  bool
+	AlignEnds bool
+	// CPUOffset forces the plugin → Kineto clock offset (ns) instead of measuring it.
+	CPUOffset *int64
+	// LaunchSlack is how far (ns) a launch call may stick out of a KernelLaunch interval;
+	// 0 means the plugin's declared clock error plus 1 µs.
+	LaunchSlack int64
+	// KinetoBase is the base (Unix ns) for Kineto traces with relative ts and no base.
+	KinetoBase *int64
+	// Pairs pairs files explicitly: Kineto path → plugin paths.
+	Pairs map[string][]string
+	// Force merges files whose metadata says they are different processes.
+	Force bool
+	// Log receives progress and warnings (nil: silent).
+	Log io.Writer
+}
+
+func (o *Options) logf(format string, a ...any) {
+	if o.Log != nil {
+		fmt.Fprintf(o.Log, format+"\n", a...)
+	}
+}
+
+// Expand turns command-line paths (files, globs, directories) into trace files, in order.
+func Expand(args []string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	add := func(p string) {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	for _, a := range args {
+		if st, err := os.Stat(a); err == nil {
+			if !st.IsDir() {
+				add(a)
+				continue
+			}
+			var found []string
+			for _, pat := range []string{"*.json", "*.json.gz"} {
+				m, _ := filepath.Glob(filepath.Join(a, pat))
+				found = append(found, m...)
+			}
+			if len(found) == 0 {
+				return nil, fmt.Errorf("%s: no .json or .json.gz traces in this directory", a)
+			}
+			sort.Strings(found)
+			for _, f := range found {
+				add(f)
+			}
+			continue
+		}
+		m, err := filepath.Glob(a)
+		if err != nil {
+			return nil, fmt.Errorf("%s: bad pattern: %v", a, err)
+		}
+		if len(m) == 0 {
+			return nil, fmt.Errorf("%s: no such file, and no file matches it as a pattern", a)
+		}
+		sort.Strings(m)
+		for _, f := range m {
+			add(f)
+		}
+	}
+	return out, nil
+}
+
+// Run merges the given traces into out: a .json/.json.gz file (one rank, or all ranks with
+// Timeline), or a directory that receives one file per rank.
+func Run(kinetoPaths, ncclPaths []string, out string, opt Options) (*Summary, error) {
+	if len(kinetoPaths) == 0 {
+		return nil, fmt.Errorf("no Kineto trace given (--kineto)")
+	}
+	plugins, err := readPlugins(ncclPaths, opt)
+	if err != nil {
+		return nil, err
+	}
+	toDir := isDirTarget(out)
+	if !toDir && !opt.Timeline && len(kinetoPaths) > 1 {
+		return nil, fmt.Errorf("%d Kineto traces but -o %s is one file: pass -o DIR for one merged file per rank, or --timeline for one trace of all ranks", len(kinetoPaths), out)
+	}
+	if opt.Timeline && len(kinetoPaths) > maxTimelineRanks {
+		return nil, fmt.Errorf("--timeline takes at most %d ranks", maxTimelineRanks)
+	}
+	p := newPairer(plugins, kinetoPaths, opt)
+	sum := &Summary{}
+	var ranks []*rankState
+	for i, kp := range kinetoPaths {
+		r, err := loadRank(kp, p, opt)
+		if err != nil {
+			return nil, err
+		}
+		r.idx = i
+		if !opt.Timeline {
+			target := out
+			if toDir {
+				target = filepath.Join(out, outName(kp))
+			}
+			rs, err := writeRanks(target, []*rankState{r}, false, nil, opt)
+			if err != nil {
+				return nil, err
+			}
+			sum.Ranks = append(sum.Ranks, rs.Ranks...)
+			if toDir {
+				sum.Output = out
+			} else {
+				sum.Output = target
+			}
+			continue
+		}
+		ranks = append(ranks, r)
+	}
+	if err := p.leftovers(); err != nil {
+		return nil, err
+	}
+	if opt.Timeline {
+		var align *Alignment
+		if opt.AlignEnds {
+			align = alignHosts(ranks)
+		}
+		target := out
+		if toDir {
+			target = filepath.Join(out, "timeline.json.gz")
+		}
+		rs, err := writeRanks(target, ranks, true, align, opt)
+		if err != nil {
+			return nil, err
+		}
+		return rs, nil
+	}
+	return sum, nil
+}
+
+func isDirTarget(out string) bool {
+	if strings.HasSuffix(out, "/") {
+		return true
+	}
+	st, err := os.Stat(out)
+	return err == nil && st.IsDir()
+}
+
+// outName is the merged file's name for a Kineto trace: its name with .merged before .json.
+func outName(kineto string) string {
+	base := filepath.Base(kineto)
+	gz := strings.HasSuffix(base, ".gz")
+	base = strings.TrimSuffix(strings.TrimSuffix(base, ".gz"), ".json")
+	name := base + ".merged.json"
+	if gz {
+		name += ".gz"
+	}
+	return name
+}
+
+func readPlugins(paths []string, opt Options) ([]*ptrace.Trace, error) {
+	var out []*ptrace.Trace
+	for _, p := range paths {
+		t, err := ptrace.Read(p)
+		if err != nil {
+			return nil, err
+		}
+		if t.Truncated {
+			opt.logf("note: %s ends early (the job died while writing it); read %d events up to byte %d", p, len(t.Events), t.TruncatedAt)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// loadRank reads a Kineto trace (one pass), pairs it with its plugin traces and links them.
+func loadRank(path string, p *pairer, opt Options) (*rankState, error) {
+	x := newKinetoIndex()
+	prog := newProgress(opt, path)
+	kt, err := kineto.Read(path, kineto.Options{Base: opt.KinetoBase, Progress: prog.update}, x.visit)
+	prog.done()
+	if err != nil {
+		return nil, err
+	}
+	x.finish(kt)
+	x.danglingFlows()
+	plugins, err := p.pluginsFor(kt)
+	if err != nil {
+		return nil, err
+	}
+	r := newRank(opt, kt, x, plugins)
+	r.link()
+	return r, nil
+}
+
+// writeRanks streams the merged trace of the given ranks to path.
+func writeRanks(path string, ranks []*rankState, timeline bool, align *Alignment, opt Options) (*Summary, error) {
+	w, err := tracefile.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	sum := &Summary{Output: path, Alignment: align}
+	if err := writeTrace(w, ranks, timeline, sum); err != nil {
+		w.Abort()
+		return nil, fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return sum, nil
+}
+
+// outputBase is the base time of the output: the (first) Kineto base where there is one, so
+// that Kineto's events need no rewriting, else the start of the 3-month window Kineto itself
+// would have used.
+func outputBase(ranks []*rankState) int64 {
+	const window = int64(7889238) * 1e9
+	base, found := int64(0), false
+	lo := int64(1<<63 - 1)
+	for _, r := range ranks {
+		if r.kt.HasBase && (!found || r.kt.Base < base) {
+			base, found = r.kt.Base, true
+		}
+		lo = min(lo, r.kx.minTs)
+	}
+	if found {
+		return base
+	}
+	if lo <= 0 || lo == 1<<63-1 {
+		return 0
+	}
+	return lo / window * window
+}
+
+func writeTrace(w io.Writer, ranks []*rankState, timeline bool, sum *Summary) error {
+	e := &emitter{w: w, base: outputBase(ranks)}
+	e.writeString("{\n\"schemaVersion\": 1,\n")
+	if !timeline {
+		r := ranks[0]
+		for _, m := range r.kt.Members {
+			switch m.Key {
+			case "schemaVersion", "baseTimeNanoseconds", "displayTimeUnit":
+				continue
+			}
+			e.writeString("\"" + m.Key + "\": " + m.Raw + ",\n")
+		}
+		writePluginHeaders(e, r)
+	}
+	e.writeString(fmt.Sprintf("\"displayTimeUnit\": \"ms\",\n\"baseTimeNanoseconds\": %d,\n\"traceEvents\": [", e.base))
+	var tl *timelineMap
+	if timeline {
+		tl = &timelineMap{}
+	}
+	ids := newIDSpace()
+	for _, r := range ranks {
+		n0 := e.events
+		r.writeKineto(e, tl)
+		r.writePlugin(e, tl, ids)
+		added := r.writeAdded(e, tl, ids)
+		rs := r.summary()
+		rs.EventsOut = e.events - n0
+		rs.Added = added
+		sum.Ranks = append(sum.Ranks, rs)
+		if e.err != nil {
+			return e.err
+		}
+	}
+	e.writeString("\n],\n")
+	if timeline {
+		e.writeString("\"ncclmergeRanks\": [")
+		for i, r := range ranks {
+			if i > 0 {
+				e.writeString(",")
+			}
+			e.writeString("\n")
+			writeRankMeta(e, r)
+		}
+		e.writeString("\n],\n")
+	}
+	// The output's own name is left out: it is where the reader found the file.
+	embedded := *sum
+	embedded.Output = ""
+	js, err := json.Marshal(&embedded)
+	if err != nil {
+		return err
+	}
+	e.writeString("\"ncclmerge\": ")
+	e.write(js)
+	e.writeString("\n}\n")
+	return e.err
+}
+
+// writePluginHeaders keeps the plugin's header objects (ncclprof, ncclprofEnd): one object for
+// one plugin file, an array for several.
+func writePluginHeaders(e *emitter, r *rankState) {
+	for _, key := range []string{"ncclprof", "ncclprofEnd"} {
+		var vals []string
+		for _, p := range r.px {
+			if v := p.t.Member(key); v != "" {
+				vals = append(vals, v)
+			}
+		}
+		switch len(vals) {
+		case 0:
+		case 1:
+			e.writeString("\"" + key + "\": " + vals[0] + ",\n")
+		default:
+			e.writeString("\"" + key + "\": [" + strings.Join(vals, ",") + "],\n")
+		}
+	}
+}
+
+// writeRankMeta keeps a rank's top-level metadata in a timeline, where the top level is shared.
+func writeRankMeta(e *emitter, r *rankState) {
+	e.writeString(fmt.Sprintf("{\"rank\": %d, \"kineto\": %q, \"metadata\": {", r.label, r.kt.Path))
+	first := true
+	for _, m := range r.kt.Members {
+		if !first {
+			e.writeString(", ")
+		}
+		first = false
+		e.writeString("\"" + m.Key + "\": " + m.Raw)
+	}
+	e.writeString("}")
+	for _, key := range []string{"ncclprof", "ncclprofEnd"} {
+		for _, p := range r.px {
+			if v := p.t.Member(key); v != "" {
+				e.writeString(", \"" + key + "\": " + v)
+				break
+			}
+		}
+	}
+	e.writeString("}")
+}
+
+// progress reports reading a large trace on the log, at most every two seconds.
+type progress struct {
+	opt   Options
+	path  string
+	start time.Time
+	last  time.Time
+	shown bool
+}
+
+func newProgress(opt Options, path string) *progress {
+	return &progress{opt: opt, path: path, start: time.Now(), last: time.Now()}
+}
+
+func (p *progress) update(done, total int64) {
+	if p.opt.Log == nil || time.Since(p.last) < 2*time.Second {
+		return
+	}
+	p.last = time.Now()
+	p.shown = true
+	mb := float64(done) / 1e6
+	fmt.Fprintf(p.opt.Log, "reading %s: %.0f of %.0f MB (%.0f%%), %.0f MB/s\n", p.path, mb, float64(total)/1e6,
+		100*float64(done)/float64(max(total, 1)), mb/time.Since(p.start).Seconds())
+}
+
+func (p *progress) done() {
+	if p.shown {
+		fmt.Fprintf(p.opt.Log, "read %s in %.1f s\n", p.path, time.Since(p.start).Seconds())
+	}
+}

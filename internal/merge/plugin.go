@@ -1,0 +1,242 @@
+package merge
+
+import (
+	"sort"
+
+	"github.com/ncclprof/ncclprof/internal/collective"
+	"github.com/ncclprof/ncclprof/internal/ptrace"
+)
+
+// op is one NCCL operation (a Coll or P2p event) with everything the plugin recorded under it.
+type op struct {
+	ev         *ptrace.Event // Coll or P2p
+	api        *ptrace.Event // CollApi/P2pApi, when the ABI has them
+	comm       ptrace.Comm
+	proxy      []*ptrace.Event
+	steps      int
+	net        int
+	channels   []*ptrace.Event // KernelCh
+	completion *ptrace.Event
+	group      *opGroup
+}
+
+// bytes is nccl-tests' size of the operation: what the plugin computed, else from its count.
+func (o *op) bytes() uint64 {
+	if o.ev.Bytes > 0 {
+		return o.ev.Bytes
+	}
+	return collective.Size(o.ev.Func, o.ev.Count, o.ev.Datatype, o.comm.NRanks)
+}
+
+// opGroup is the share of one ncclGroupEnd that one communicator runs as one kernel: the unit
+// the linker ties to a GPU kernel.
+type opGroup struct {
+	src    *pluginIndex
+	ops    []*op
+	comm   ptrace.Comm
+	start  int64         // first operation's start (Unix ns on the plugin's clock; see at)
+	launch *ptrace.Event // the KernelLaunch, when linked through it
+	kfunc  string        // the kernel function that runs it (SendRecv for P2P groups)
+	link   *link
+	why    string
+	// refused: the launch rule found this group's kernel and it contradicts the group, so no
+	// other rule may link it.
+	refused bool
+}
+
+// pluginIndex indexes one plugin trace by handle.
+type pluginIndex struct {
+	t        *ptrace.Trace
+	byID     map[uint64]*ptrace.Event
+	children map[uint64][]*ptrace.Event
+	launches []*ptrace.Event
+	groups   []*opGroup
+	ops      map[uint64]*op // by Coll/P2p handle
+	// shift is added to the trace's times to put them on Kineto's clock: the CPU offset
+	// measured from launches, or the whole offset of an unanchored (example-plugin) trace.
+	shift        int64
+	shiftSamples int
+	shiftApplied bool
+}
+
+func newPluginIndex(t *ptrace.Trace) *pluginIndex {
+	x := &pluginIndex{t: t, byID: map[uint64]*ptrace.Event{}, children: map[uint64][]*ptrace.Event{}, ops: map[uint64]*op{}}
+	for i := range t.Events {
+		e := &t.Events[i]
+		if !e.IsSlice() {
+			continue
+		}
+		if e.ID != 0 {
+			x.byID[e.ID] = e
+		}
+		parent := e.Parent
+		if e.Kind == KernelChKind || e.Kind == ptrace.Completion {
+			if e.Op != 0 {
+				parent = e.Op
+			}
+		}
+		if parent != 0 {
+			x.children[parent] = append(x.children[parent], e)
+		}
+		if e.Kind == ptrace.KernelLaunch {
+			x.launches = append(x.launches, e)
+		}
+	}
+	sort.SliceStable(x.launches, func(i, j int) bool { return x.launches[i].Start < x.launches[j].Start })
+	x.buildGroups()
+	return x
+}
+
+// KernelChKind names ptrace.KernelCh here for brevity in switch statements.
+const KernelChKind = ptrace.KernelCh
+
+// buildGroups gathers operations into per-launch groups. An operation belongs to the Group
+// slice (ncclGroupLaunch) that contains its enqueue on the same thread, with its communicator;
+// without one (a foreign trace), to its API parent's group; else it stands alone.
+func (x *pluginIndex) buildGroups() {
+	type gkey struct {
+		group uint64
+		comm  uint64
+		alone *ptrace.Event
+	}
+	containers := x.groupSlices()
+	byKey := map[gkey]*opGroup{}
+	for i := range x.t.Events {
+		e := &x.t.Events[i]
+		if !e.IsSlice() || (e.Kind != ptrace.Coll && e.Kind != ptrace.P2p) {
+			continue
+		}
+		o := x.newOp(e)
+		k := gkey{comm: e.Comm}
+		switch g := containers.find(e); {
+		case e.Group != 0:
+			k.group = e.Group
+		case g != nil:
+			k.group = g.ID
+			if k.group == 0 {
+				k.alone = g
+			}
+		case o.api != nil && o.api.Parent != 0:
+			k.group = o.api.Parent
+		default:
+			k.alone = e
+		}
+		grp := byKey[k]
+		if grp == nil {
+			grp = &opGroup{src: x, comm: o.comm, start: e.Start}
+			byKey[k] = grp
+			x.groups = append(x.groups, grp)
+		}
+		grp.ops = append(grp.ops, o)
+		grp.start = min(grp.start, e.Start)
+		o.group = grp
+	}
+	for _, g := range x.groups {
+		g.kfunc = kernelFuncOf(g.ops)
+	}
+	sort.SliceStable(x.groups, func(i, j int) bool { return x.groups[i].start < x.groups[j].start })
+}
+
+// newOp collects an operation's API parent and children.
+func (x *pluginIndex) newOp(e *ptrace.Event) *op {
+	o := &op{ev: e}
+	if p := x.byID[e.Parent]; p != nil && (p.Kind == ptrace.CollAPI || p.Kind == ptrace.P2pAPI) {
+		o.api = p
+	}
+	o.comm, _ = x.t.Comm(e.Comm)
+	if o.comm.Hash == 0 {
+		o.comm = ptrace.Comm{Hash: e.Comm, Rank: e.Rank}
+	}
+	for _, c := range x.children[e.ID] {
+		switch c.Kind {
+		case ptrace.ProxyOp:
+			o.proxy = append(o.proxy, c)
+			for _, s := range x.children[c.ID] {
+				if s.Kind == ptrace.ProxyStep {
+					o.steps++
+					o.net += len(x.children[s.ID])
+				}
+			}
+		case ptrace.KernelCh:
+			o.channels = append(o.channels, c)
+		case ptrace.Completion:
+			o.completion = c
+		}
+	}
+	if e.ID != 0 {
+		x.ops[e.ID] = o
+	}
+	return o
+}
+
+// kernelFuncOf is the kernel function a group runs as: its collective, or SendRecv for P2P.
+func kernelFuncOf(ops []*op) string {
+	f := ""
+	for _, o := range ops {
+		g := collective.NormFunc(o.ev.Func)
+		if o.ev.Kind == ptrace.P2p {
+			g = "SendRecv"
+		}
+		switch {
+		case f == "":
+			f = g
+		case f != g:
+			return "Generic"
+		}
+	}
+	return f
+}
+
+// groupIndex finds the Group slice containing an event on its thread.
+type groupIndex map[[2]int64][]*ptrace.Event
+
+func (x *pluginIndex) groupSlices() groupIndex {
+	gi := groupIndex{}
+	for i := range x.t.Events {
+		e := &x.t.Events[i]
+		if e.IsSlice() && e.Kind == ptrace.Group && !x.t.Unanchored {
+			k := [2]int64{e.Pid.Num, e.Tid.Num}
+			gi[k] = append(gi[k], e)
+		}
+	}
+	for _, l := range gi {
+		sort.Slice(l, func(i, j int) bool { return l[i].Start < l[j].Start })
+	}
+	return gi
+}
+
+func (gi groupIndex) find(e *ptrace.Event) *ptrace.Event {
+	l := gi[[2]int64{e.Pid.Num, e.Tid.Num}]
+	i := sort.Search(len(l), func(i int) bool { return l[i].Start > e.Start }) - 1
+	// Group slices on a thread follow one another; look back a few in case of nesting.
+	for k := i; k >= 0 && k > i-4; k-- {
+		if l[k].Start <= e.Start && e.End <= l[k].End {
+			return l[k]
+		}
+	}
+	return nil
+}
+
+// groupsOfLaunch returns the groups of the operations a KernelLaunch launched: the operations
+// under its GroupApi (through their CollApi/P2pApi), of the launch's communicator.
+func (x *pluginIndex) groupsOfLaunch(l *ptrace.Event) []*opGroup {
+	var out []*opGroup
+	seen := map[*opGroup]bool{}
+	for _, api := range x.children[l.GroupAPI] {
+		if api.Kind != ptrace.CollAPI && api.Kind != ptrace.P2pAPI {
+			continue
+		}
+		for _, c := range x.children[api.ID] {
+			o := x.ops[c.ID]
+			if o == nil || (l.Comm != 0 && c.Comm != l.Comm) || seen[o.group] {
+				continue
+			}
+			seen[o.group] = true
+			out = append(out, o.group)
+		}
+	}
+	return out
+}
+
+// at is the group's start on Kineto's clock.
+func (g *opGroup) at() int64 { return g.start + g.src.shift }

@@ -1,0 +1,169 @@
+package merge
+
+import (
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/ncclprof/ncclprof/internal/kineto"
+	"github.com/ncclprof/ncclprof/internal/ptrace"
+)
+
+// maxTimelineRanks: pids are remapped to (index+1)·2^22 + pid, which must fit Perfetto's uint32.
+const maxTimelineRanks = 1023
+
+// timelineMap renames processes and flows so that several ranks share one trace: every rank
+// has its own pids (GPU 0 of every rank is pid 0 in Kineto), names and flow ids.
+type timelineMap struct{}
+
+func (*timelineMap) pid(b []byte, r *rankState, id kineto.ID) []byte {
+	if id.IsStr {
+		return appendJSONString(b, "rank "+strconv.Itoa(r.label)+" "+id.Str)
+	}
+	return strconv.AppendInt(b, timelinePid(r.idx, id.Num), 10)
+}
+
+func timelinePid(idx int, pid int64) int64 {
+	return int64(idx+1)<<22 | (pid & (1<<22 - 1))
+}
+
+func (*timelineMap) flowID(r *rankState, n uint64) uint64 { return uint64(r.idx+1)<<32 | n }
+
+// processMeta renames a rank's processes ("rank 3 python (pid 1234)", "rank 3 GPU 0") and
+// orders them rank by rank, CPU before GPUs. It returns the new args, or nil to keep them.
+func (*timelineMap) processMeta(r *rankState, ev *kineto.Event) []byte {
+	if ev.Pid.IsStr {
+		return nil
+	}
+	pid := ev.Pid.String()
+	gpu := r.kx.gpuPids[ev.Pid.Num] || strings.HasPrefix(r.kx.labels[pid], "GPU")
+	switch ev.Name {
+	case "process_name":
+		name := "rank " + strconv.Itoa(r.label) + " " + ev.Arg("name").String() + " (pid " + pid + ")"
+		if gpu {
+			name = "rank " + strconv.Itoa(r.label) + " GPU " + pid
+		}
+		return newObj(nil).str("name", name).done()
+	case "process_sort_index":
+		idx := int64(r.idx) * 100
+		if gpu {
+			idx += 50 + ev.Pid.Num%50
+		}
+		return newObj(nil).int("sort_index", idx).done()
+	}
+	return nil
+}
+
+// idSpace hands out flow ids that cannot collide between ranks or sources.
+type idSpace struct {
+	link, plugin map[*rankState]*uint64
+}
+
+func newIDSpace() *idSpace {
+	return &idSpace{link: map[*rankState]*uint64{}, plugin: map[*rankState]*uint64{}}
+}
+
+func counter(m map[*rankState]*uint64, r *rankState) *uint64 {
+	if m[r] == nil {
+		m[r] = new(uint64)
+	}
+	return m[r]
+}
+
+func (s *idSpace) linkFlow(r *rankState) uint64 {
+	c := counter(s.link, r)
+	*c++
+	return uint64(r.idx+1)<<32 | 3<<30 | *c
+}
+
+func (s *idSpace) pluginFlows(r *rankState) *uint64 { return counter(s.plugin, r) }
+
+func (s *idSpace) pluginFlow(r *rankState, n uint64) uint64 { return uint64(r.idx+1)<<32 | 1<<31 | n }
+
+// collectiveKey names one collective across ranks: NCCL's (communicator, function, seq).
+type collectiveKey struct {
+	comm uint64
+	fn   string
+	seq  int64
+}
+
+// alignHosts shifts every host but the first rank's so that the kernels of the same
+// collective end together (they finish at nearly the same instant on all ranks), and reports
+// what is left: the spread of kernel ends per collective.
+func alignHosts(ranks []*rankState) *Alignment {
+	ends := map[collectiveKey]map[*rankState]int64{}
+	for _, r := range ranks {
+		for _, l := range r.links {
+			if len(l.group.ops) != 1 || l.group.ops[0].ev.Kind != ptrace.Coll || l.group.ops[0].ev.Seq < 0 {
+				continue
+			}
+			op := l.group.ops[0].ev
+			k := collectiveKey{op.Comm, op.Func, op.Seq}
+			if ends[k] == nil {
+				ends[k] = map[*rankState]int64{}
+			}
+			ends[k][r] = l.kernel.end
+		}
+	}
+	a := &Alignment{Method: "median difference of collective kernel ends, per host", HostShiftNs: map[string]int64{}}
+	a.BeforeMedianNs, _, _ = spread(ends, nil)
+	ref := ranks[0].host
+	hostOf := func(r *rankState) string { return r.host }
+	diffs := map[string][]int64{}
+	for _, byRank := range ends {
+		var refEnds []int64
+		perHost := map[string][]int64{}
+		for r, end := range byRank {
+			if hostOf(r) == ref {
+				refEnds = append(refEnds, end)
+			} else {
+				perHost[hostOf(r)] = append(perHost[hostOf(r)], end)
+			}
+		}
+		if len(refEnds) == 0 {
+			continue
+		}
+		for h, e := range perHost {
+			diffs[h] = append(diffs[h], median(refEnds)-median(e))
+		}
+	}
+	shift := map[string]int64{ref: 0}
+	for h, d := range diffs {
+		shift[h] = median(d)
+	}
+	for _, r := range ranks {
+		r.shift = shift[hostOf(r)]
+		a.HostShiftNs[hostOf(r)] = r.shift
+	}
+	a.ResidualMedianNs, a.ResidualP90Ns, a.Collectives = spread(ends, shift)
+	return a
+}
+
+// spread returns the median and 90th percentile over collectives (seen on 2+ ranks) of the
+// spread of their kernel ends, with the given host shifts applied.
+func spread(ends map[collectiveKey]map[*rankState]int64, shift map[string]int64) (med, p90 int64, n int) {
+	var s []int64
+	for _, byRank := range ends {
+		if len(byRank) < 2 {
+			continue
+		}
+		lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
+		for r, e := range byRank {
+			e += shift[r.host]
+			lo, hi = min(lo, e), max(hi, e)
+		}
+		s = append(s, hi-lo)
+	}
+	if len(s) == 0 {
+		return 0, 0, 0
+	}
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2], s[len(s)*9/10], len(s)
+}
+
+func median(v []int64) int64 {
+	w := append([]int64(nil), v...)
+	sort.Slice(w, func(i, j int) bool { return w[i] < w[j] })
+	return w[len(w)/2]
+}

@@ -1,0 +1,384 @@
+// Package ptrace reads the ncclprof plugin's trace (docs/trace-format.md): the header, the
+// communicators, and every NCCL event with its handles and type-specific arguments. A file cut
+// anywhere (a job killed mid-write) is read up to its last complete event, as Perfetto does.
+//
+// It also reads the output of NCCL's example profiler plugin (a bare array of async b/e
+// events, with unquoted values in NCCL 2.28–2.29.2 and a {} sentinel), whose times are relative
+// to the plugin's start and whose threads are not real: such a trace is marked Unanchored.
+package ptrace
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ncclprof/ncclprof/internal/jsonscan"
+	"github.com/ncclprof/ncclprof/internal/traceevent"
+	"github.com/ncclprof/ncclprof/internal/tracefile"
+	"github.com/tidwall/gjson"
+)
+
+// Kind is the NCCL event type of a slice.
+type Kind uint8
+
+// Event kinds (docs/trace-format.md, "Slices").
+const (
+	KindOther Kind = iota
+	GroupAPI
+	CollAPI
+	P2pAPI
+	KernelLaunch
+	Group
+	Coll
+	P2p
+	ProxyOp
+	ProxyStep
+	StepState
+	ProxyCtrl
+	KernelCh
+	Net
+	CeColl
+	CeSync
+	CeBatch
+	Completion
+)
+
+var kindNames = [...]string{"Other", "GroupApi", "CollApi", "P2pApi", "KernelLaunch", "Group", "Coll",
+	"P2p", "ProxyOp", "ProxyStep", "StepState", "ProxyCtrl", "KernelCh", "NetPlugin", "CeColl", "CeSync",
+	"CeBatch", "Completion"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("Kind(%d)", k)
+}
+
+// kindOf classifies a slice by its category (and name where a category holds several types).
+func kindOf(cat, name string) Kind {
+	switch cat {
+	case "nccl_api":
+		switch name {
+		case "ncclGroup":
+			return GroupAPI
+		case "ncclSend", "ncclRecv":
+			return P2pAPI
+		}
+		return CollAPI
+	case "nccl_launch":
+		return KernelLaunch
+	case "nccl_group":
+		return Group
+	case "nccl_coll":
+		return Coll
+	case "nccl_p2p":
+		return P2p
+	case "nccl_proxy":
+		return ProxyOp
+	case "nccl_step":
+		return ProxyStep
+	case "nccl_step_state":
+		return StepState
+	case "nccl_ctrl":
+		return ProxyCtrl
+	case "nccl_gpu":
+		return KernelCh
+	case "nccl_net":
+		return Net
+	case "nccl_ce":
+		switch name {
+		case "CeSync":
+			return CeSync
+		case "CeBatch":
+			return CeBatch
+		}
+		return CeColl
+	case "nccl_op":
+		return Completion
+	}
+	return KindOther
+}
+
+// Event is one event of the plugin trace: the standard fields (times in Unix ns) and the NCCL
+// arguments ncclmerge links by.
+type Event struct {
+	traceevent.Event
+	Kind Kind
+	// Start and End are Unix ns (Trace.Base + ts).
+	Start, End int64
+
+	ID, Parent uint64 // handles ("0x…")
+	Comm       uint64
+	Rank       int
+	Func       string
+	Datatype   string
+	Count      uint64
+	Bytes      uint64
+	Seq        int64 // NCCL's per-(communicator, function) sequence number; -1 when absent
+	Algo       string
+	Proto      string
+	NChannels  int
+	Channel    int
+	Peer       int
+	GroupAPI   uint64 // KernelLaunch: the GroupApi handle
+	Group      uint64 // Coll/P2p: the Group (ncclGroupLaunch) handle
+	Op         uint64 // KernelCh, completion: the Coll/P2p handle
+	GPUStart   int64  // KernelCh: raw %globaltimer ns
+	GPUStop    int64
+	Graph      bool // captured in a CUDA graph
+}
+
+// Comm is a communicator as the plugin saw it (ncclprof_comm).
+type Comm struct {
+	Hash       uint64
+	Name       string
+	Rank       int
+	NRanks     int
+	NNodes     int
+	ABI        int
+	LocalIndex int
+}
+
+// Clock is how the plugin converted CPU timestamps (ncclprof.clock).
+type Clock struct {
+	Source       string
+	TicksPerNs   float64
+	FitPairs     int
+	ErrorBoundNs int64
+}
+
+// GPUClock is the plugin's own estimate of %globaltimer → Unix ns (ncclprofEnd.gpu_clock).
+type GPUClock struct {
+	Method        string
+	OffsetNs      int64
+	DriftPPM      float64
+	Samples       int
+	UncertaintyNs int64
+}
+
+// Trace is a plugin trace.
+type Trace struct {
+	*traceevent.Doc
+
+	Format    int
+	Version   string
+	Host      string
+	Pid       int64
+	Simulated bool
+	Base      int64
+	Clock     Clock
+	// Complete: the file has ncclprofEnd with complete:true (a clean finalize).
+	Complete bool
+	GPUClock GPUClock
+	Comms    []Comm
+	// Unanchored: times are relative to the plugin's start with no tie to Unix time (NCCL's
+	// example plugin); ncclmerge must estimate the offset.
+	Unanchored bool
+	// Events holds every event in file order.
+	Events []Event
+}
+
+// Comm returns the communicator with the given hash.
+func (t *Trace) Comm(hash uint64) (Comm, bool) {
+	for _, c := range t.Comms {
+		if c.Hash == hash {
+			return c, true
+		}
+	}
+	return Comm{}, false
+}
+
+const syntaxHint = "the file is not valid JSON; check that it is a trace written by the ncclprof plugin"
+
+// Read loads a plugin trace.
+func Read(path string) (*Trace, error) {
+	data, err := tracefile.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// Parse reads a plugin trace held in memory.
+func Parse(path string, data []byte) (*Trace, error) {
+	if looksLikeExamplePlugin(data) {
+		return parseExample(path, data)
+	}
+	t := &Trace{}
+	var raw []Event
+	doc, err := traceevent.Read(path, data, traceevent.Options{Truncated: true, Hint: syntaxHint},
+		func(e *traceevent.Event) error {
+			raw = append(raw, Event{Event: *e})
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	t.Doc = doc
+	if err := t.readHeader(); err != nil {
+		return nil, err
+	}
+	t.Events = raw
+	for i := range t.Events {
+		if err := t.fill(&t.Events[i]); err != nil {
+			return nil, err
+		}
+	}
+	t.collectComms()
+	return t, nil
+}
+
+func (t *Trace) readHeader() error {
+	base := t.Member("baseTimeNanoseconds")
+	if base == "" {
+		if t.Member("ncclprof") == "" {
+			return t.Errorf(0, "pass the plugin's *.trace.json (NCCLPROF_TRACE_DIR), not a Kineto trace", "not an ncclprof trace: no ncclprof header")
+		}
+		return t.Errorf(0, "", "the ncclprof trace has no baseTimeNanoseconds")
+	}
+	var err error
+	if t.Base, err = jsonscan.Int(base); err != nil {
+		return t.Errorf(0, "", "baseTimeNanoseconds is not an integer: %s", traceevent.Clip(base))
+	}
+	h := gjson.Parse(t.Member("ncclprof"))
+	if !h.IsObject() {
+		return t.Errorf(0, "pass the plugin's *.trace.json (NCCLPROF_TRACE_DIR), not a Kineto trace", "not an ncclprof trace: no ncclprof header")
+	}
+	t.Format = int(h.Get("format").Int())
+	if t.Format > 1 {
+		return t.Errorf(0, "use an ncclmerge at least as new as the plugin", "plugin trace format %d is newer than this ncclmerge reads (1)", t.Format)
+	}
+	t.Version, t.Host, t.Pid = h.Get("version").Str, h.Get("host").Str, h.Get("pid").Int()
+	t.Simulated = h.Get("simulated").Bool()
+	c := h.Get("clock")
+	t.Clock = Clock{Source: c.Get("source").Str, TicksPerNs: c.Get("ticks_per_ns").Float(),
+		FitPairs: int(c.Get("fit_pairs").Int()), ErrorBoundNs: c.Get("error_bound_ns").Int()}
+	end := gjson.Parse(t.Member("ncclprofEnd"))
+	t.Complete = end.Get("complete").Bool()
+	g := end.Get("gpu_clock")
+	t.GPUClock = GPUClock{Method: g.Get("method").Str, OffsetNs: g.Get("offset_ns").Int(),
+		DriftPPM: g.Get("drift_ppm").Float(), Samples: int(g.Get("samples").Int()),
+		UncertaintyNs: g.Get("uncertainty_ns").Int()}
+	end.Get("communicators").ForEach(func(_, v gjson.Result) bool {
+		t.addComm(commOf(v))
+		return true
+	})
+	return nil
+}
+
+func commOf(v gjson.Result) Comm {
+	h, _ := handle(v.Get("comm"))
+	return Comm{Hash: h, Name: v.Get("name").Str, Rank: int(v.Get("rank").Int()),
+		NRanks: int(v.Get("nranks").Int()), NNodes: int(v.Get("nnodes").Int()),
+		ABI: int(v.Get("abi").Int()), LocalIndex: int(v.Get("local_index").Int())}
+}
+
+func (t *Trace) addComm(c Comm) {
+	if _, ok := t.Comm(c.Hash); !ok {
+		t.Comms = append(t.Comms, c)
+	}
+}
+
+// collectComms adds the communicators announced by ncclprof_comm metadata events (a trace
+// without ncclprofEnd has only those).
+func (t *Trace) collectComms() {
+	for i := range t.Events {
+		e := &t.Events[i]
+		if e.Ph == "M" && e.Name == "ncclprof_comm" {
+			t.addComm(commOf(e.ArgsResult()))
+		}
+	}
+}
+
+// ArgsResult returns the event's args as a gjson value.
+func (e *Event) ArgsResult() gjson.Result {
+	if !e.ArgsSpan.Valid() {
+		return gjson.Result{}
+	}
+	return gjson.Parse(e.Raw[e.ArgsSpan.Start:e.ArgsSpan.End])
+}
+
+// handle reads a "0x<hex>" handle (or a plain number).
+func handle(v gjson.Result) (uint64, bool) {
+	if !v.Exists() {
+		return 0, false
+	}
+	raw := v.Raw
+	if v.Type == gjson.String {
+		raw = v.Str
+	}
+	h, err := jsonscan.Uint(raw)
+	return h, err == nil
+}
+
+// fill sets the NCCL fields of an event from its category and args.
+func (t *Trace) fill(e *Event) error {
+	e.Seq = -1
+	e.Start = t.Base + e.Ts
+	e.End = e.Start + e.Dur
+	if e.Ph != "X" {
+		return nil
+	}
+	if !e.HasTs {
+		return t.Errorf(int(e.Off), "", "slice %q has no ts", e.Name)
+	}
+	e.Kind = kindOf(e.Cat, e.Name)
+	var bad string
+	e.ArgsResult().ForEach(func(k, v gjson.Result) bool {
+		var ok = true
+		switch k.Str {
+		case "id":
+			e.ID, ok = handle(v)
+		case "parent":
+			e.Parent, ok = handle(v)
+		case "comm":
+			e.Comm, ok = handle(v)
+		case "group_api":
+			e.GroupAPI, ok = handle(v)
+		case "op":
+			e.Op, ok = handle(v)
+		case "rank":
+			e.Rank = int(v.Int())
+		case "func":
+			e.Func = v.Str
+		case "datatype":
+			e.Datatype = v.Str
+		case "count":
+			e.Count = v.Uint()
+		case "bytes":
+			e.Bytes = v.Uint()
+		case "seq":
+			e.Seq = v.Int()
+		case "algo":
+			e.Algo = v.Str
+		case "proto":
+			e.Proto = v.Str
+		case "nchannels":
+			e.NChannels = int(v.Int())
+		case "channel":
+			e.Channel = int(v.Int())
+		case "peer":
+			e.Peer = int(v.Int())
+		case "gpu_start_ns":
+			// Decimal strings: a double would lose the low bits of a globaltimer value.
+			e.GPUStart, _ = jsonscan.Int(v.Raw)
+		case "gpu_stop_ns":
+			e.GPUStop, _ = jsonscan.Int(v.Raw)
+		case "group":
+			e.Group, ok = handle(v)
+		case "graph_captured":
+			e.Graph = v.Bool()
+		}
+		if !ok {
+			bad = k.Str
+		}
+		return ok
+	})
+	if bad != "" {
+		return t.Errorf(int(e.Off), "", "slice %q: args.%s is not a handle (\"0x…\")", e.Name, bad)
+	}
+	if e.Func == "" && (e.Kind == Coll || e.Kind == P2p || e.Kind == CollAPI || e.Kind == P2pAPI) {
+		// The name carries the function where args do not (ncclAllReduce, Send).
+		e.Func = strings.TrimPrefix(e.Name, "nccl")
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+package ptrace
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+)
+
+func readFixture(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// The values below are the fixture's, read by eye.
+func TestSmallTrace(t *testing.T) {
+	tr, err := Parse("small.trace.json", readFixture(t, "small.trace.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Host != "node7" || tr.Pid != 4242 || !tr.Simulated || tr.Base != 1763790000000000000 || !tr.Complete || tr.Truncated {
+		t.Fatalf("header: %+v", tr)
+	}
+	if tr.Clock.Source != "tsc" || tr.Clock.ErrorBoundNs != 900 || tr.GPUClock.OffsetNs != 1763789995000000000 {
+		t.Errorf("clocks: %+v %+v", tr.Clock, tr.GPUClock)
+	}
+	if len(tr.Comms) != 1 || tr.Comms[0] != (Comm{Hash: 0xaa, Name: "world", Rank: 1, NRanks: 2, NNodes: 1, ABI: 6}) {
+		t.Errorf("comms: %+v", tr.Comms)
+	}
+	kinds := map[Kind]*Event{}
+	for i := range tr.Events {
+		kinds[tr.Events[i].Kind] = &tr.Events[i]
+	}
+	l := kinds[KernelLaunch]
+	if l == nil || l.GroupAPI != 1 || l.Start != 1763790000001010000 || l.End != 1763790000001022500 || l.Tid.Num != 4243 {
+		t.Errorf("launch: %+v", l)
+	}
+	c := kinds[Coll]
+	if c == nil || c.Seq != 7 || c.Func != "AllReduce" || c.Parent != 2 || c.Algo != "RING" || c.Proto != "LL" || c.NChannels != 2 || c.Bytes != 4096 || c.Comm != 0xaa || c.Rank != 1 {
+		t.Errorf("coll: %+v", c)
+	}
+	api := kinds[CollAPI]
+	if api == nil || api.Parent != 1 || api.Count != 1024 || api.Datatype != "ncclFloat32" {
+		t.Errorf("coll api: %+v", api)
+	}
+	k := kinds[KernelCh]
+	if k == nil || k.Op != 4 || k.Channel != 1 || k.GPUStart != 5000100000 || k.GPUStop != 5000120000 {
+		t.Errorf("kernel channel: %+v", k)
+	}
+	if kinds[GroupAPI] == nil || kinds[GroupAPI].ID != 1 {
+		t.Errorf("group api: %+v", kinds[GroupAPI])
+	}
+}
+
+// A file cut at any byte is read up to its last complete event, or fails with a message that
+// names the file; it never panics, and a longer prefix never yields fewer events.
+func TestTruncatedAnywhere(t *testing.T) {
+	full := readFixture(t, "small.trace.json")
+	start := strings.Index(string(full), `"traceEvents"`)
+	last := -1
+	for n := start + 20; n < len(full); n++ {
+		tr, err := Parse("cut.json", full[:n])
+		if err != nil {
+			if !strings.Contains(err.Error(), "cut.json") {
+				t.Fatalf("cut at %d: error without the file name: %v", n, err)
+			}
+			continue
+		}
+		got := len(tr.Events)
+		if got < last {
+			t.Fatalf("cut at %d: %d events, fewer than a shorter cut (%d)", n, got, last)
+		}
+		last = got
+		if n < len(full)-200 && !tr.Truncated {
+			t.Fatalf("cut at %d not reported as truncated", n)
+		}
+	}
+	if last != 10 {
+		t.Fatalf("the longest cuts read %d events, want 10", last)
+	}
+}
+
+func TestExamplePluginQuirks(t *testing.T) {
+	tr, err := Parse("example.json", readFixture(t, "example-2.28.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tr.Unanchored || tr.Pid != 777 {
+		t.Fatalf("header: unanchored %v pid %d", tr.Unanchored, tr.Pid)
+	}
+	var coll, ch, launch *Event
+	for i := range tr.Events {
+		e := &tr.Events[i]
+		switch {
+		case e.Kind == Coll && e.IsSlice():
+			coll = e
+		case e.Kind == KernelCh && e.IsSlice():
+			ch = e
+		case e.Kind == KernelLaunch && e.IsSlice():
+			launch = e
+		}
+	}
+	if coll == nil || coll.Seq != 3 || coll.Comm != 12345678901234567890 || coll.Datatype != "ncclFloat32" || coll.Algo != "RING" || coll.Start != 21000 || coll.End != 41000 {
+		t.Errorf("coll: %+v", coll)
+	}
+	if ch == nil || ch.GPUStart != 1756135989724672000 || ch.GPUStop-ch.GPUStart != 18000 || ch.Channel != 1 {
+		t.Errorf("kernel channel: %+v", ch)
+	}
+	if launch == nil || launch.End-launch.Start != 7000 {
+		t.Errorf("launch: %+v", launch)
+	}
+}
+
+func TestQuoteBareWords(t *testing.T) {
+	in := `{"datatype": ncclFloat32, "Stream": 0x262ca50, "n": -1.5e3, "b": true, "s": "a: b, c", "z": (nil)}`
+	out := string(QuoteBareWords([]byte(in)))
+	want := `{"datatype": "ncclFloat32", "Stream": "0x262ca50", "n": -1.5e3, "b": true, "s": "a: b, c", "z": "(nil)"}`
+	if out != want {
+		t.Fatalf("got  %s\nwant %s", out, want)
+	}
+	if !json.Valid([]byte(out)) {
+		t.Fatal("not valid JSON")
+	}
+}
+
+func TestNotAPluginTrace(t *testing.T) {
+	_, err := Parse("k.json", []byte(`{"schemaVersion":1,"traceEvents":[],"baseTimeNanoseconds":1}`))
+	if err == nil || !strings.Contains(err.Error(), "not an ncclprof trace") {
+		t.Fatalf("want a clear refusal, got %v", err)
+	}
+	_, err = Parse("k.json", []byte("\x1f\x8b\x08garbage"))
+	if err == nil || !strings.Contains(err.Error(), "k.json") {
+		t.Fatalf("want an error naming the file, got %v", err)
+	}
+}
+
+// FuzzParse: any input gives a trace or an error, never a panic.
+func FuzzParse(f *testing.F) {
+	f.Add(readFixture(f, "small.trace.json"))
+	f.Add(readFixture(f, "example-2.28.json"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tr, err := Parse("fuzz.json", data)
+		if err == nil && tr == nil {
+			t.Fatal("nil trace without error")
+		}
+	})
+}

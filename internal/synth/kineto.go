@@ -1,0 +1,201 @@
+package synth
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/ncclprof/ncclprof/internal/jsonscan"
+	"github.com/ncclprof/ncclprof/internal/ptrace"
+)
+
+// SimulatedNote marks Kineto traces made by KinetoFromPlugin.
+const SimulatedNote = "SIMULATED: written by ncclmerge demo from an ncclprof plugin trace of the C test host; not recorded by torch.profiler"
+
+// KinetoOptions describe the simulated rank.
+type KinetoOptions struct {
+	Rank, WorldSize int
+	Device          int
+}
+
+// KinetoFromPlugin writes the torch.profiler trace that would go with a plugin trace: for every
+// KernelLaunch, a record_param_comms op and a cudaLaunchKernelExC call inside it on the same
+// thread, and the NCCL kernel it starts on the GPU (timed from the plugin's kernel channels or
+// completion span), with Kineto's collective args and ac2g flow. It returns the trace and the
+// number of kernels.
+func KinetoFromPlugin(t *ptrace.Trace, opt KinetoOptions) ([]byte, int) {
+	k := &kgen{t: t, opt: opt, byID: map[uint64]*ptrace.Event{}, children: map[uint64][]*ptrace.Event{},
+		streamEnd: map[int64]int64{}, threads: map[int64]bool{}, streams: map[int64]bool{}}
+	for i := range t.Events {
+		e := &t.Events[i]
+		if !e.IsSlice() {
+			continue
+		}
+		k.byID[e.ID] = e
+		parent := e.Parent
+		if (e.Kind == ptrace.KernelCh || e.Kind == ptrace.Completion) && e.Op != 0 {
+			parent = e.Op
+		}
+		k.children[parent] = append(k.children[parent], e)
+		if e.Kind == ptrace.KernelLaunch {
+			k.launches = append(k.launches, e)
+		}
+	}
+	sort.SliceStable(k.launches, func(i, j int) bool { return k.launches[i].Start < k.launches[j].Start })
+	for _, l := range k.launches {
+		k.launch(l)
+	}
+	return k.finish(), k.kernels
+}
+
+type kgen struct {
+	t         *ptrace.Trace
+	opt       KinetoOptions
+	byID      map[uint64]*ptrace.Event
+	children  map[uint64][]*ptrace.Event
+	launches  []*ptrace.Event
+	events    []string
+	corr      int
+	kernels   int
+	streamEnd map[int64]int64
+	threads   map[int64]bool
+	streams   map[int64]bool
+}
+
+func (k *kgen) ts(unix int64) string { return string(jsonscan.AppendMicros(nil, unix-k.t.Base)) }
+
+func (k *kgen) dur(ns int64) string { return string(jsonscan.AppendMicros(nil, max(ns, 1))) }
+
+// ops returns the operations a launch started (GroupApi → CollApi/P2pApi → Coll/P2p).
+func (k *kgen) ops(l *ptrace.Event) (api, op []*ptrace.Event) {
+	for _, a := range k.children[l.GroupAPI] {
+		if a.Kind != ptrace.CollAPI && a.Kind != ptrace.P2pAPI {
+			continue
+		}
+		for _, c := range k.children[a.ID] {
+			if (c.Kind == ptrace.Coll || c.Kind == ptrace.P2p) && (l.Comm == 0 || c.Comm == l.Comm) {
+				api, op = append(api, a), append(op, c)
+			}
+		}
+	}
+	return api, op
+}
+
+var c10dNames = map[string]string{"AllReduce": "allreduce", "AllGather": "_allgather_base",
+	"ReduceScatter": "_reduce_scatter_base", "Broadcast": "broadcast", "Reduce": "reduce"}
+
+var torchDtypes = map[string]string{"ncclFloat32": "Float", "ncclFloat": "Float", "ncclBfloat16": "BFloat16",
+	"ncclFloat16": "Half", "ncclHalf": "Half", "ncclFloat64": "Double", "ncclInt64": "Long", "ncclInt32": "Int",
+	"ncclInt8": "Char", "ncclUint8": "Byte"}
+
+var shortTypes = map[string]string{"Float": "f32", "BFloat16": "bf16", "Half": "f16", "Double": "f64",
+	"Long": "i64", "Int": "i32", "Char": "i8", "Byte": "u8"}
+
+func (k *kgen) launch(l *ptrace.Event) {
+	apis, ops := k.ops(l)
+	if len(ops) == 0 {
+		return
+	}
+	k.corr++
+	corr := k.corr
+	pid, tid := l.Pid.Num, l.Tid.Num
+	k.threads[tid] = true
+	comm, _ := k.t.Comm(l.Comm)
+	stream := int64(20 + comm.LocalIndex)
+	k.streams[stream] = true
+	// CPU: record_param_comms over the launch interval, the launch call inside it.
+	d := l.End - l.Start
+	callStart, callDur := l.Start+d/4, max(d/2, 1)
+	fn, algo, proto := ops[0].Func, ops[0].Algo, ops[0].Proto
+	p2p := ops[0].Kind == ptrace.P2p
+	dtype := torchDtypes[apis[0].Datatype]
+	name := "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+	if !p2p {
+		name = fmt.Sprintf("ncclDevKernel_%s_Sum_%s_%s_%s(ncclDevKernelArgsStorage<4096ul>)", fn, shortTypes[dtype], algo, proto)
+	}
+	var args []string
+	if c, ok := c10dNames[fn]; ok && len(ops) == 1 && !p2p {
+		args = append(args,
+			fmt.Sprintf(`"Collective name": %q, "In msg nelems": %d, "Out msg nelems": %d, "Group size": %d, "dtype": %q`,
+				c, apis[0].Count, apis[0].Count, comm.NRanks, dtype),
+			fmt.Sprintf(`"Process Group Name": "%d", "Process Group Description": %q`, comm.LocalIndex, comm.Name))
+	}
+	extra := ""
+	if len(args) > 0 {
+		extra = ", " + strings.Join(args, ", ")
+	}
+	k.events = append(k.events,
+		fmt.Sprintf(`{"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": %d, "tid": %d, "ts": %s, "dur": %s, "args": {"External id": %d%s}}`,
+			pid, tid, k.ts(l.Start), k.dur(d), corr, extra),
+		fmt.Sprintf(`{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernelExC", "pid": %d, "tid": %d, "ts": %s, "dur": %s, "args": {"External id": %d, "cbid": 430, "correlation": %d}}`,
+			pid, tid, k.ts(callStart), k.dur(callDur), corr, corr),
+		fmt.Sprintf(`{"ph": "s", "id": %d, "pid": %d, "tid": %d, "ts": %s, "cat": "ac2g", "name": "ac2g"}`, corr, pid, tid, k.ts(callStart)))
+	start, end := k.kernelTime(l, ops)
+	start = max(start, k.streamEnd[stream]+1000)
+	end = max(end, start+1000)
+	k.streamEnd[stream] = end
+	dev := k.opt.Device
+	k.events = append(k.events,
+		fmt.Sprintf(`{"ph": "X", "cat": "kernel", "name": %q, "pid": %d, "tid": %d, "ts": %s, "dur": %s, "args": {"External id": %d, "device": %d, "stream": %d, "correlation": %d, "grid": [%d, 1, 1], "block": [544, 1, 1]%s}}`,
+			name, dev, stream, k.ts(start), k.dur(end-start), corr, dev, stream, corr, max(ops[0].NChannels, 1), extra),
+		fmt.Sprintf(`{"ph": "f", "id": %d, "pid": %d, "tid": %d, "ts": %s, "cat": "ac2g", "name": "ac2g", "bp": "e"}`, corr, dev, stream, k.ts(start)))
+	k.kernels++
+}
+
+// kernelTime puts the kernel after its launch: over its channels' GPU times where the plugin
+// recorded them and knows the GPU clock, else until the operation completed.
+func (k *kgen) kernelTime(l *ptrace.Event, ops []*ptrace.Event) (int64, int64) {
+	start, end := l.End+5000, l.End+50000
+	lo, hi := int64(1<<62), int64(0)
+	for _, o := range ops {
+		for _, c := range k.children[o.ID] {
+			switch {
+			case c.Kind == ptrace.KernelCh && c.GPUStart > 0 && k.t.GPUClock.Method != "" && k.t.GPUClock.Method != "none":
+				lo, hi = min(lo, c.GPUStart+k.t.GPUClock.OffsetNs-300), max(hi, c.GPUStop+k.t.GPUClock.OffsetNs+300)
+			case c.Kind == ptrace.Completion:
+				hi = max(hi, c.End)
+			}
+		}
+	}
+	if lo < hi {
+		return lo, hi
+	}
+	if hi > start {
+		end = hi
+	}
+	return start, end
+}
+
+func (k *kgen) finish() []byte {
+	pid := k.t.Pid
+	dev := k.opt.Device
+	var b strings.Builder
+	fmt.Fprintf(&b, "{\n  \"schemaVersion\": 1,\n  \"deviceProperties\": [{\"id\": %d, \"name\": \"simulated GPU\"}],\n", dev)
+	fmt.Fprintf(&b, "  \"distributedInfo\": {\"backend\": \"nccl\", \"rank\": %d, \"world_size\": %d},\n", k.opt.Rank, k.opt.WorldSize)
+	fmt.Fprintf(&b, "  \"host_name\": %q,\n  \"simulated\": %q,\n", k.t.Host, SimulatedNote)
+	fmt.Fprintf(&b, "  \"displayTimeUnit\": \"ms\",\n  \"baseTimeNanoseconds\": %d,\n  \"traceEvents\": [\n", k.t.Base)
+	meta := []string{
+		fmt.Sprintf(`{"ph": "M", "name": "process_name", "pid": %d, "tid": 0, "args": {"name": "python (simulated rank %d)"}}`, pid, k.opt.Rank),
+		fmt.Sprintf(`{"ph": "M", "name": "process_labels", "pid": %d, "tid": 0, "args": {"labels": "CPU"}}`, pid),
+		fmt.Sprintf(`{"ph": "M", "name": "process_name", "pid": %d, "tid": 0, "args": {"name": "python (simulated rank %d)"}}`, dev, k.opt.Rank),
+		fmt.Sprintf(`{"ph": "M", "name": "process_labels", "pid": %d, "tid": 0, "args": {"labels": "GPU %d"}}`, dev, dev),
+	}
+	for _, tid := range sortedKeys(k.threads) {
+		meta = append(meta, fmt.Sprintf(`{"ph": "M", "name": "thread_name", "pid": %d, "tid": %d, "args": {"name": "thread %d (simulated)"}}`, pid, tid, tid))
+	}
+	for _, s := range sortedKeys(k.streams) {
+		meta = append(meta, fmt.Sprintf(`{"ph": "M", "name": "thread_name", "pid": %d, "tid": %d, "args": {"name": "stream %d "}}`, dev, s, s))
+	}
+	b.WriteString("  " + strings.Join(append(meta, k.events...), ",\n  "))
+	b.WriteString("\n  ],\n  \"traceName\": \"simulated\"\n}\n")
+	return []byte(b.String())
+}
+
+func sortedKeys(m map[int64]bool) []int64 {
+	out := make([]int64, 0, len(m))
+	for v := range m {
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}

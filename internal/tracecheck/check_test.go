@@ -1,0 +1,69 @@
+package tracecheck
+
+import (
+	"path/filepath"
+	"testing"
+)
+
+func real(t *testing.T, name string) string {
+	p, _ := filepath.Abs(filepath.Join("../../../shared/traces/kineto", name))
+	return p
+}
+
+// The counts were taken from the files with Python (dangling flow starts, orphan ends, crossed
+// slices, tid 0).
+func TestRealTraces(t *testing.T) {
+	cases := []struct {
+		file                         string
+		noEnd, orphan, overlap, tid0 int
+	}{
+		{"nccl_parser_config_nccl_data.json.gz", 88, 4878, 0, 0},
+		{"negative_queue_length_values_check_rank0.json.gz", 0, 28167, 1, 0},
+		{"triton_example_triton_example.json.gz", 1, 0, 0, 0},
+		{"large_integer_trace.json.gz", 0, 0, 0, 1},
+		{"trace_filter_sampled_rank-0.json.gz", 0, 0, 0, 0},
+	}
+	for _, c := range cases {
+		r, err := File(real(t, c.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Count(CodeFlowNoEnd) != c.noEnd || r.Count(CodeFlowEndNoStart) != c.orphan ||
+			r.Count(CodeOverlap) != c.overlap || r.Count(CodeTidZero) != c.tid0 {
+			t.Errorf("%s: no end %d, orphan %d, overlap %d, tid0 %d", c.file, r.Count(CodeFlowNoEnd),
+				r.Count(CodeFlowEndNoStart), r.Count(CodeOverlap), r.Count(CodeTidZero))
+		}
+		if r.OK() != (c.noEnd == 0) {
+			t.Errorf("%s: OK %v", c.file, r.OK())
+		}
+	}
+}
+
+func TestRules(t *testing.T) {
+	cases := map[string]struct {
+		doc   string
+		code  string
+		count int
+	}{
+		"invalid json":       {`{"traceEvents":[{"ph":"X",}]}`, CodeInvalidJSON, 1},
+		"missing dur":        {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"pid":1,"tid":2}]}`, CodeMissingField, 1},
+		"flow without end":   {`{"traceEvents":[{"ph":"s","id":1,"cat":"c","name":"n","ts":1,"pid":1,"tid":2}]}`, CodeFlowNoEnd, 1},
+		"duplicate flow":     {`{"traceEvents":[{"ph":"s","id":1,"cat":"c","name":"n","ts":1,"pid":1,"tid":2},{"ph":"s","id":"0x1","cat":"c","name":"n","ts":2,"pid":1,"tid":2},{"ph":"f","id":1,"cat":"c","name":"n","ts":3,"pid":1,"tid":2}]}`, CodeFlowDuplicate, 1},
+		"same id other name": {`{"traceEvents":[{"ph":"s","id":1,"cat":"c","name":"n","ts":1,"pid":1,"tid":2},{"ph":"s","id":1,"cat":"c","name":"m","ts":2,"pid":1,"tid":2},{"ph":"f","id":1,"cat":"c","name":"n","ts":3,"pid":1,"tid":2},{"ph":"f","id":1,"cat":"c","name":"m","ts":3,"pid":1,"tid":2}]}`, CodeFlowDuplicate, 0},
+		"crossing slices":    {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":10,"pid":1,"tid":2},{"ph":"X","name":"b","ts":5,"dur":10,"pid":1,"tid":2}]}`, CodeOverlap, 1},
+		"nested slices":      {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":10,"pid":1,"tid":2},{"ph":"X","name":"b","ts":1,"dur":10,"pid":1,"tid":2},{"ph":"X","name":"c","ts":11,"dur":1,"pid":1,"tid":2}]}`, CodeOverlap, 0},
+		"other tracks":       {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":10,"pid":1,"tid":2},{"ph":"X","name":"b","ts":5,"dur":10,"pid":1,"tid":3}]}`, CodeOverlap, 0},
+		"tid 0 is pid":       {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":10,"pid":7,"tid":0},{"ph":"X","name":"b","ts":5,"dur":10,"pid":7,"tid":7}]}`, CodeOverlap, 1},
+		"tid 0":              {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":1,"pid":7,"tid":0}]}`, CodeTidZero, 1},
+		"negative dur":       {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":-1,"pid":7,"tid":1}]}`, CodeNegativeDur, 1},
+		"negative ts":        {`{"traceEvents":[{"ph":"X","name":"a","ts":-1,"dur":1,"pid":7,"tid":1}]}`, CodeNegativeTs, 1},
+		"flow backwards":     {`{"traceEvents":[{"ph":"s","id":1,"cat":"c","name":"n","ts":5,"pid":1,"tid":2},{"ph":"f","id":1,"cat":"c","name":"n","ts":3,"pid":1,"tid":2}]}`, CodeFlowBackwards, 1},
+		"B/E cross":          {`{"traceEvents":[{"ph":"B","name":"a","ts":1,"pid":1,"tid":2},{"ph":"X","name":"b","ts":2,"dur":10,"pid":1,"tid":2},{"ph":"E","ts":5,"pid":1,"tid":2}]}`, CodeOverlap, 1},
+	}
+	for name, c := range cases {
+		r := Check(name, []byte(c.doc))
+		if got := r.Count(c.code); got != c.count {
+			t.Errorf("%s: %s = %d, want %d (%+v)", name, c.code, got, c.count, r.Findings)
+		}
+	}
+}

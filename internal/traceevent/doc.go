@@ -1,0 +1,306 @@
+package traceevent
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"github.com/ncclprof/ncclprof/internal/jsonscan"
+)
+
+// Member is a top-level key of the trace object other than traceEvents, kept as written.
+type Member struct {
+	Key string // raw key text
+	Raw string // raw value text
+}
+
+// Doc is a trace document held in memory.
+type Doc struct {
+	Path string
+	Data []byte
+	doc  string // zero-copy view of Data
+
+	// Members are the top-level keys other than traceEvents, in file order.
+	Members []Member
+	// BareArray: the document is an array of events rather than an object.
+	BareArray bool
+	// Events counts the elements of traceEvents that were read.
+	Events int
+	// Truncated: the file ends inside traceEvents (a writer killed mid-write); the events up
+	// to the last complete one were read. TruncatedAt is the offset of the first byte not read.
+	Truncated   bool
+	TruncatedAt int64
+
+	eventsStart, eventsEnd int
+}
+
+// Member returns the raw value of a top-level key ("" when absent).
+func (d *Doc) Member(key string) string {
+	for _, m := range d.Members {
+		if m.Key == key {
+			return m.Raw
+		}
+	}
+	return ""
+}
+
+// Text is the document as a string (no copy).
+func (d *Doc) Text() string { return d.doc }
+
+// EventsStart is the offset of the traceEvents array's '['.
+func (d *Doc) EventsStart() int { return d.eventsStart }
+
+// EventsEnd is the offset just past the last event read (before the ']' of a complete file).
+func (d *Doc) EventsEnd() int { return d.eventsEnd }
+
+// Options tune reading.
+type Options struct {
+	// Truncated accepts a file that ends inside traceEvents, the way Perfetto reads an
+	// unterminated trace: events up to the last complete one are kept.
+	Truncated bool
+	// Progress, if set, is called now and then with the bytes walked so far.
+	Progress func(done, total int64)
+	// Hint is the advice added to a syntax error ("check that it is a trace written by …").
+	Hint string
+}
+
+// Error is a problem with a trace file, at a byte offset.
+type Error struct {
+	Path   string
+	Offset int64
+	Msg    string
+	Hint   string
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("%s: byte %d: %s", e.Path, e.Offset, e.Msg)
+	if e.Hint != "" {
+		s += " (" + e.Hint + ")"
+	}
+	return s
+}
+
+// Errorf makes an Error for the document.
+func (d *Doc) Errorf(off int, hint, format string, a ...any) error {
+	return &Error{Path: d.Path, Offset: int64(off), Msg: fmt.Sprintf(format, a...), Hint: hint}
+}
+
+// Read validates data as a trace document and calls visit for every event in file order. The
+// Event is reused between calls: copy what must outlive one (its strings point into data and
+// stay valid as long as data does).
+func Read(path string, data []byte, opt Options, visit func(*Event) error) (*Doc, error) {
+	d := &Doc{Path: path, Data: data}
+	d.doc = unsafe.String(unsafe.SliceData(data), len(data))
+	if err := d.walkTop(opt, visit); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *Doc) walkTop(opt Options, visit func(*Event) error) error {
+	s := d.doc
+	i := jsonscan.SkipWS(s, 0)
+	if i >= len(s) {
+		return d.Errorf(i, "", "the file is empty")
+	}
+	switch s[i] {
+	case '[':
+		d.BareArray = true
+		end, err := d.walkEvents(i, opt, visit)
+		if err != nil || d.Truncated {
+			return err
+		}
+		return d.expectEnd(end)
+	case '{':
+	default:
+		return d.Errorf(i, "a trace starts with '{' or '['; is this the right file?", "not a JSON trace: starts with %s", describeByte(s[i]))
+	}
+	seen := false
+	end, err := jsonscan.Members(s, i, func(key string, v int) (int, error) {
+		if key == "traceEvents" {
+			if seen {
+				return v, d.Errorf(v, "", "traceEvents appears twice")
+			}
+			seen = true
+			end, err := d.walkEvents(v, opt, visit)
+			if err == nil && d.Truncated {
+				err = errTruncated
+			}
+			return end, err
+		}
+		ve, err := jsonscan.Skip(s, v)
+		if err != nil {
+			return ve, err
+		}
+		d.Members = append(d.Members, Member{Key: key, Raw: s[v:ve]})
+		return ve, nil
+	})
+	if errors.Is(err, errTruncated) {
+		return nil
+	}
+	if err != nil {
+		return d.wrapScan(err, opt.Hint)
+	}
+	if !seen {
+		return d.Errorf(i, "a trace has a traceEvents array; is this the right file?", "no traceEvents in the trace object")
+	}
+	return d.expectEnd(end)
+}
+
+// errTruncated stops the top-level walk after a truncated traceEvents was accepted.
+var errTruncated = errors.New("truncated")
+
+func describeByte(c byte) string {
+	if c >= 0x20 && c < 0x7f {
+		return fmt.Sprintf("'%c'", c)
+	}
+	return fmt.Sprintf("byte 0x%02x", c)
+}
+
+func (d *Doc) expectEnd(end int) error {
+	if j := jsonscan.SkipWS(d.doc, end); j < len(d.doc) {
+		return d.Errorf(j, "", "unexpected data after the end of the trace")
+	}
+	return nil
+}
+
+// walkEvents validates and visits the traceEvents array at s[i]. Large arrays are parsed by
+// several goroutines, chunk by chunk (see parallel.go); visit still sees every event in file
+// order, from this goroutine.
+func (d *Doc) walkEvents(i int, opt Options, visit func(*Event) error) (int, error) {
+	s := d.doc
+	arr, err := jsonscan.NewArray(s, i)
+	if err != nil {
+		return i, err
+	}
+	d.eventsStart = jsonscan.SkipWS(s, i)
+	d.eventsEnd = d.eventsStart + 1
+	w := &walker{d: d, opt: opt, visit: visit, arr: arr}
+	if end, done, err := w.parallel(); done {
+		return end, err
+	}
+	return w.sequential(-1)
+}
+
+// walker carries one walk of the events array.
+type walker struct {
+	d     *Doc
+	opt   Options
+	visit func(*Event) error
+	arr   *jsonscan.Array
+	n     int
+	ev    Event
+}
+
+// sequential parses and visits events from the array's position until its end, or (limit ≥ 0)
+// until the next event would start at or after limit; it returns the array's end, or the
+// position reached.
+func (w *walker) sequential(limit int) (int, error) {
+	s := w.d.doc
+	for {
+		start, ok, err := w.arr.Begin()
+		if !ok && err == nil {
+			break
+		}
+		if limit >= 0 && err == nil && start >= limit {
+			w.arr.Rewind(start)
+			return start, nil
+		}
+		var end int
+		if err == nil {
+			end, err = Parse(&w.ev, s, start)
+		}
+		if err != nil {
+			return w.fail(err, end)
+		}
+		w.arr.Finish(end)
+		if err := w.accept(&w.ev, start, end); err != nil {
+			return start, err
+		}
+	}
+	return w.arr.End, nil
+}
+
+// fail ends a walk on a parse error: a file cut short is accepted with Options.Truncated.
+func (w *walker) fail(err error, end int) (int, error) {
+	if w.opt.Truncated && atEOF(err, len(w.d.doc)) {
+		w.d.Truncated, w.d.TruncatedAt = true, int64(w.d.eventsEnd)
+		return len(w.d.doc), nil
+	}
+	return end, w.d.wrapEvent(err, w.n, w.opt.Hint)
+}
+
+// accept checks and visits one parsed event.
+func (w *walker) accept(ev *Event, start, end int) error {
+	w.d.eventsEnd = end
+	if ev.Ph == "" && ev.Raw != "{}" {
+		return w.d.Errorf(start, "every trace event needs a \"ph\"", "event %d has no ph", w.n)
+	}
+	w.n++
+	w.d.Events++
+	if w.visit != nil {
+		if err := w.visit(ev); err != nil {
+			return err
+		}
+	}
+	if w.opt.Progress != nil && w.n&0xffff == 0 {
+		w.opt.Progress(int64(end), int64(len(w.d.doc)))
+	}
+	return nil
+}
+
+// atEOF reports whether a scan error is the document ending early.
+func atEOF(err error, n int) bool {
+	var se *jsonscan.Error
+	return errors.As(err, &se) && se.Offset >= int64(n) ||
+		errors.As(err, &se) && strings.HasPrefix(se.Msg, "unterminated string")
+}
+
+// wrapEvent turns a scan error inside event n into a file error with advice.
+func (d *Doc) wrapEvent(err error, n int, hint string) error {
+	var se *jsonscan.Error
+	if errors.As(err, &se) && se.Field {
+		return d.Errorf(int(se.Offset), "", "event %d: %s", n, se.Msg)
+	}
+	return d.wrapScan(err, hint)
+}
+
+// wrapScan turns a jsonscan error into a file error with advice.
+func (d *Doc) wrapScan(err error, hint string) error {
+	var se *jsonscan.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	if hint == "" {
+		hint = "the file is not valid JSON"
+	}
+	if se.Offset >= int64(len(d.doc)) || strings.HasPrefix(se.Msg, "unterminated string") {
+		hint = "the file ends early: it was cut while being written or copied; copy it again from where it was written"
+	}
+	return &Error{Path: d.Path, Offset: se.Offset, Msg: se.Msg, Hint: hint}
+}
+
+// Walk visits the events again, in file order. The Event is reused between calls; visit
+// returns false to stop.
+func (d *Doc) Walk(visit func(*Event) bool) {
+	if d.eventsEnd <= d.eventsStart+1 {
+		return
+	}
+	var ev Event
+	arr, err := jsonscan.NewArray(d.doc, d.eventsStart)
+	if err != nil {
+		return
+	}
+	for {
+		start, ok, err := arr.Begin()
+		if err != nil || !ok || start >= d.eventsEnd {
+			return
+		}
+		end, err := Parse(&ev, d.doc, start)
+		if err != nil || !visit(&ev) {
+			return
+		}
+		arr.Finish(end)
+	}
+}

@@ -1,0 +1,100 @@
+package traceevent
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestReadAndWalk(t *testing.T) {
+	doc := `{"a": 1, "traceEvents": [ {"ph":"X","name":"n\"q","pid":"Spans","tid":3,"ts":"1.5","dur":2,"args":{"x":[1]}} , {"ph":"M","name":"m","pid":1} ], "z": {"k": []}}`
+	var names []string
+	d, err := Read("t.json", []byte(doc), Options{}, func(e *Event) error {
+		names = append(names, e.Name)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Events != 2 || strings.Join(names, ",") != `n"q,m` || d.Member("z") != `{"k": []}` || d.Member("a") != "1" {
+		t.Fatalf("%+v %v", d, names)
+	}
+	var first Event
+	d.Walk(func(e *Event) bool { first = *e; return false })
+	if !first.Pid.IsStr || first.Pid.Str != "Spans" || first.Tid.Num != 3 || first.Ts != 1500 || first.Dur != 2000 ||
+		first.Raw[first.ArgsSpan.Start:first.ArgsSpan.End] != `{"x":[1]}` {
+		t.Fatalf("%+v", first)
+	}
+}
+
+// With Truncated, a file cut inside traceEvents keeps its complete events; without, it is an
+// error at the end of the data that says the file was cut.
+func TestTruncated(t *testing.T) {
+	doc := `{"traceEvents":[{"ph":"X","ts":1,"dur":1,"pid":1,"tid":1},{"ph":"X","ts":2,"du`
+	d, err := Read("t.json", []byte(doc), Options{Truncated: true}, nil)
+	if err != nil || !d.Truncated || d.Events != 1 || d.TruncatedAt != 57 {
+		t.Fatalf("%v %+v", err, d)
+	}
+	_, err = Read("t.json", []byte(doc), Options{}, nil)
+	if err == nil || !strings.Contains(err.Error(), "ends early") || !strings.HasPrefix(err.Error(), "t.json: byte ") {
+		t.Fatalf("%v", err)
+	}
+}
+
+// The parallel walk gives exactly the sequential result, whatever the chunk boundaries: real
+// events, false boundaries inside multi-line nested arrays, errors and truncation in late
+// chunks.
+func TestParallelMatchesSequential(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("{\"traceEvents\": [\n")
+	for i := 0; i < 400000; i++ {
+		if i > 0 {
+			b.WriteString(",\n  ")
+		}
+		if i%1000 == 7 {
+			// A nested multi-line array of objects: ",\n {" inside an event.
+			b.WriteString("{\"ph\": \"X\", \"name\": \"nested\", \"ts\": 1, \"dur\": 1, \"pid\": 1, \"tid\": 1, \"args\": {\"a\": [\n {\"x\": 1},\n {\"y\": 2}\n]}}")
+			continue
+		}
+		b.WriteString(`{"ph": "X", "name": "e` + strings.Repeat("x", i%50) + `", "ts": ` + itoa(i) + `, "dur": 1, "pid": 1, "tid": 2}`)
+	}
+	b.WriteString("\n]}\n")
+	doc := b.String()
+	if len(doc) < minParallel {
+		t.Fatalf("test document too small (%d) to go parallel", len(doc))
+	}
+	collect := func(data string, opt Options) ([]string, error, *Doc) {
+		var names []string
+		d, err := Read("p.json", []byte(data), opt, func(e *Event) error {
+			names = append(names, e.Name+"@"+itoa(int(e.Ts)))
+			return nil
+		})
+		return names, err, d
+	}
+	got, err, d := collect(doc, Options{})
+	if err != nil || len(got) != 400000 || d.Events != 400000 {
+		t.Fatalf("parallel walk: %v, %d events", err, len(got))
+	}
+	for i, g := range got {
+		want := "e" + strings.Repeat("x", i%50) + "@" + itoa(i*1000)
+		if i%1000 == 7 {
+			want = "nested@1000"
+		}
+		if g != want {
+			t.Fatalf("event %d: %s, want %s", i, g, want)
+		}
+	}
+	// An error late in the file is reported at its offset, as sequentially.
+	bad := strings.Replace(doc, `"ts": 399990,`, `"ts": 399990 x,`, 1)
+	if _, err, _ := collect(bad, Options{}); err == nil || !strings.Contains(err.Error(), "byte "+itoa(strings.Index(bad, " x,")+1)) {
+		t.Fatalf("late error: %v", err)
+	}
+	// A late cut is read up to the last complete event.
+	cut := doc[:len(doc)-5000]
+	names, err, d := collect(cut, Options{Truncated: true})
+	if err != nil || !d.Truncated || len(names) < 399000 || names[len(names)-1] != got[len(names)-1] {
+		t.Fatalf("truncated: %v %d", err, len(names))
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

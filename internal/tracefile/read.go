@@ -1,0 +1,100 @@
+// Package tracefile reads and writes trace files: JSON, plain or gzip-compressed, recognized by
+// content when read and by name when written.
+package tracefile
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// gzipMagic starts every gzip stream; files are recognized by content, not by name.
+var gzipMagic = []byte{0x1f, 0x8b}
+
+// ReadFile returns the whole content of path, decompressed if it is gzip. The buffer is sized
+// up front (the file size, or gzip's recorded length) so a large trace is held once, without
+// the doubling copies of a growing buffer.
+func ReadFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.IsDir() {
+		return nil, fmt.Errorf("%s is a directory, not a trace file", path)
+	}
+	size := st.Size()
+	var head [2]byte
+	n, _ := io.ReadFull(f, head[:])
+	if n == 2 && bytes.Equal(head[:], gzipMagic) {
+		return readGzip(f, path, size)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, size)
+	if _, err := io.ReadFull(f, buf); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return buf, nil
+}
+
+func readGzip(f *os.File, path string, compressed int64) ([]byte, error) {
+	hint := gzipSizeHint(f, compressed)
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: not a readable gzip file (%v); check that the file is complete", path, err)
+	}
+	defer zr.Close()
+	// One byte more than the hint, so a correct hint ends with room to spare and no regrowth.
+	buf := make([]byte, 0, hint+1)
+	for {
+		if len(buf) == cap(buf) {
+			// The hint was short (a stream over 4 GiB wraps gzip's length field): grow by a
+			// quarter rather than double, to keep the transient copy small.
+			nb := make([]byte, len(buf), cap(buf)+cap(buf)/4+1<<20)
+			copy(nb, buf)
+			buf = nb
+		}
+		n, err := zr.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, fmt.Errorf("%s: the gzip stream is truncated after %d bytes of data (the file was cut while being written or copied); copy it again, or salvage it with `gzip -dc %s > out.json`", path, len(buf), path)
+			}
+			return nil, fmt.Errorf("%s: corrupt gzip data after %d bytes of data: %v", path, len(buf), err)
+		}
+	}
+}
+
+// gzipSizeHint reads the length gzip records at the end of the stream (ISIZE, modulo 2^32),
+// trusting it only where it is plausible for JSON (compression ratios up to 100:1).
+func gzipSizeHint(f *os.File, compressed int64) int {
+	const minHint = 1 << 16
+	if compressed < 18 {
+		return minHint
+	}
+	var tail [4]byte
+	if _, err := f.ReadAt(tail[:], compressed-4); err != nil {
+		return minHint
+	}
+	isize := int64(binary.LittleEndian.Uint32(tail[:]))
+	if isize < compressed/2 || isize > compressed*100 {
+		return int(min(compressed*8, 1<<30))
+	}
+	return int(isize)
+}

@@ -1,0 +1,54 @@
+package tracefile
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A .gz name is written compressed and reads back the same; nothing appears under the name
+// until Close, and Abort leaves nothing behind.
+func TestWriteReadBack(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"a.json", "a.json.gz"} {
+		p := filepath.Join(dir, name)
+		w, err := Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := strings.Repeat(`{"ph":"X"},`, 10000)
+		w.WriteString(body)
+		if _, err := os.Stat(p); err == nil {
+			t.Fatalf("%s exists before Close", name)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadFile(p)
+		if err != nil || string(got) != body {
+			t.Fatalf("%s: read back %d bytes, %v", name, len(got), err)
+		}
+		raw, _ := os.ReadFile(p)
+		if IsGzipName(name) != (len(raw) < len(body)) {
+			t.Errorf("%s: %d bytes on disk for %d", name, len(raw), len(body))
+		}
+	}
+	w, _ := Create(filepath.Join(dir, "b.json"))
+	w.WriteString("partial")
+	w.Abort()
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Fatalf("Abort left files: %v", ents)
+	}
+}
+
+func TestReadErrors(t *testing.T) {
+	if _, err := ReadFile(t.TempDir()); err == nil || !strings.Contains(err.Error(), "directory") {
+		t.Errorf("directory: %v", err)
+	}
+	p := filepath.Join(t.TempDir(), "bad.gz")
+	os.WriteFile(p, []byte{0x1f, 0x8b, 0x08, 0, 0, 0, 0, 0, 0, 0xff, 1, 2, 3}, 0o644)
+	if _, err := ReadFile(p); err == nil || !strings.Contains(err.Error(), p) {
+		t.Errorf("corrupt gzip: %v", err)
+	}
+}
