@@ -8,16 +8,14 @@ import "C"
 import (
 	"cmp"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 
 	"github.com/ncclprof/ncclprof/internal/aggregate"
 	"github.com/ncclprof/ncclprof/internal/event"
 	"github.com/ncclprof/ncclprof/internal/linfit"
+	"github.com/ncclprof/ncclprof/internal/outfile"
 )
 
 // counterNames follow the NP_C_* order in core.h.
@@ -89,31 +87,16 @@ func (w *summaryWriter) finalized(r *aggregate.Result) {
 }
 
 func (w *summaryWriter) write(c aggregate.Comm, b []byte) error {
-	dir := outputDir()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	f, err := outfile.Create(outputDir(),
+		fmt.Sprintf("ncclprof-summary-%s-%d-%016x-r%d", w.host, os.Getpid(), c.Hash, c.Rank), ".json")
+	if err != nil {
 		return err
 	}
-	base := fmt.Sprintf("ncclprof-summary-%s-%d-%016x-r%d", w.host, os.Getpid(), c.Hash, c.Rank)
-	for n := 0; n < 1000; n++ {
-		name := base + ".json"
-		if n > 0 {
-			name = fmt.Sprintf("%s.%d.json", base, n)
-		}
-		// O_EXCL: never overwrite, and never follow a symlink planted at the name.
-		f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-		if errors.Is(err, fs.ErrExist) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		_, err = f.Write(append(b, '\n'))
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		return err
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	return fmt.Errorf("too many summaries named %s.*.json in %s", base, dir)
+	return err
 }
 
 type summaryJSON struct {

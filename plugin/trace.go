@@ -17,6 +17,7 @@ import (
 	"github.com/ncclprof/ncclprof/internal/align"
 	"github.com/ncclprof/ncclprof/internal/chrome"
 	"github.com/ncclprof/ncclprof/internal/event"
+	"github.com/ncclprof/ncclprof/internal/outfile"
 )
 
 // traceSink writes the Chrome trace of docs/trace-format.md. Tracing is off by default and
@@ -141,26 +142,23 @@ func (t *traceSink) open(from int64) {
 		"clock": clockInfo(t.cpu)}
 	hb, _ := json.Marshal(head)
 	header := fmt.Appendf(nil, `"schemaVersion":1,"displayTimeUnit":"ms","baseTimeNanoseconds":%d,"ncclprof":%s`, base, hb)
-	for n := 0; n < 10000; n++ {
-		name := fmt.Sprintf("ncclprof-%s-%d-%d.trace.json", t.host, t.pid, t.files)
-		t.files++
-		w, err := chrome.Create(t.traceDir(), name, base, header)
-		if chrome.IsExist(err) {
-			continue
-		}
-		if err != nil {
-			t.fail(err)
-			return
-		}
-		t.w = w
-		t.reset()
-		w.Event('M', "process_name", "", t.pid, 0).Args().
-			Str("name", fmt.Sprintf("ncclprof %s pid %d", t.host, t.pid)).End()
-		if currentStep != "" {
-			w.Event('i', "ncclprof_step", "ncclprof", t.pid, 0).Ts("ts", base).Str("s", "p").
-				Args().Str("step", currentStep).End()
-		}
+	f, err := outfile.Create(t.traceDir(), fmt.Sprintf("ncclprof-%s-%d-%d", t.host, t.pid, t.files), ".trace.json")
+	t.files++
+	var w *chrome.Writer
+	if err == nil {
+		w, err = chrome.New(f, base, header)
+	}
+	if err != nil {
+		t.fail(err)
 		return
+	}
+	t.w = w
+	t.reset()
+	w.Event('M', "process_name", "", t.pid, 0).Args().
+		Str("name", fmt.Sprintf("ncclprof %s pid %d", t.host, t.pid)).End()
+	if currentStep != "" {
+		w.Event('i', "ncclprof_step", "ncclprof", t.pid, 0).Ts("ts", base).Str("s", "p").
+			Args().Str("step", currentStep).End()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -12,7 +13,7 @@ import (
 // The file is a complete JSON document after every flush, and Close adds the closing members.
 func TestValidAfterEveryFlush(t *testing.T) {
 	dir := t.TempDir()
-	w, err := Create(dir, "t.trace.json", 1_700_000_000_000_000_000, []byte(`"schemaVersion":1,"baseTimeNanoseconds":1700000000000000000`))
+	w, err := New(newFile(t, dir), 1_700_000_000_000_000_000, []byte(`"schemaVersion":1,"baseTimeNanoseconds":1700000000000000000`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,25 +58,12 @@ func TestValidAfterEveryFlush(t *testing.T) {
 	}
 }
 
-// An existing file, or a symlink planted at the name, is never written through.
-func TestNeverOverwrites(t *testing.T) {
-	dir := t.TempDir()
-	target := filepath.Join(dir, "victim")
-	if err := os.WriteFile(target, []byte("keep"), 0o600); err != nil {
+func newFile(t *testing.T, dir string) *os.File {
+	f, err := os.Create(filepath.Join(dir, "t.trace.json"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(target, filepath.Join(dir, "link.json")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Create(dir, "link.json", 0, []byte(`"a":1`)); err == nil {
-		t.Fatal("created through a symlink")
-	}
-	if _, err := Create(dir, "victim", 0, []byte(`"a":1`)); !IsExist(err) {
-		t.Fatalf("overwrote an existing file: %v", err)
-	}
-	if b, _ := os.ReadFile(target); string(b) != "keep" {
-		t.Fatalf("victim changed: %q", b)
-	}
+	return f
 }
 
 // Random overlapping intervals: every lane's slices nest or are disjoint.
@@ -89,20 +77,50 @@ func TestLanesNest(t *testing.T) {
 		lane := l.Place(s, e)
 		placed[lane] = append(placed[lane], span{s, e})
 	}
+	checkLanes(t, &l, placed, 3000)
+	if len(placed) < 2 {
+		t.Errorf("overlapping slices all on one lane")
+	}
+}
+
+// A proxy thread as the drainer sees it: slices arrive in order of their stop, most short
+// (states, steps), a few lasting thousands of times longer (a step waiting for its peer), each
+// followed by hundreds of short slices before the next long one starts inside it. Every pair on
+// a lane must nest or be disjoint, however far apart they arrived.
+func TestLanesRememberLongSlices(t *testing.T) {
+	var l Lanes
+	rng := rand.New(rand.NewSource(2))
+	type arrival struct{ s, e int64 }
+	var all []arrival
+	for now := int64(0); now < 2_000_000; now += 100 {
+		all = append(all, arrival{now, now + 40 + int64(rng.Intn(40))})
+		if rng.Intn(200) == 0 { // a long step: starts now, stops 2 ms later
+			all = append(all, arrival{now + 10, now + 2_000_000/10})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].e < all[j].e }) // stop order
+	placed := map[int][]span{}
+	for _, a := range all {
+		lane := l.Place(a.s, a.e)
+		placed[lane] = append(placed[lane], span{a.s, a.e})
+	}
+	checkLanes(t, &l, placed, len(all))
+}
+
+// checkLanes: no two slices placed on one lane within `reach` arrivals of each other overlap
+// partially, and no slice was placed despite a conflict.
+func checkLanes(t *testing.T, l *Lanes, placed map[int][]span, reach int) {
+	t.Helper()
 	if l.Overflow != 0 {
 		t.Fatalf("%d overflows", l.Overflow)
 	}
 	for lane, sps := range placed {
-		// Within laneMemory of each other (what a lane checks), nothing partially overlaps.
 		for i := range sps {
-			for j := i + 1; j < len(sps) && j < i+laneMemory; j++ {
+			for j := i + 1; j < len(sps) && j < i+reach; j++ {
 				if conflicts(sps[i], sps[j]) {
 					t.Fatalf("lane %d: %v and %v overlap partially", lane, sps[i], sps[j])
 				}
 			}
 		}
-	}
-	if len(placed) < 2 {
-		t.Errorf("overlapping slices all on one lane")
 	}
 }

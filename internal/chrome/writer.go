@@ -11,9 +11,7 @@ package chrome
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -40,18 +38,11 @@ type Writer struct {
 	err    error
 }
 
-// Create makes dir (0755, umask applies) and a new file in it, never overwriting an existing
-// file and never following a symlink planted at the name. header is the JSON members written
-// before traceEvents (without braces), e.g. `"schemaVersion":1,...`.
-func Create(dir, name string, baseNs int64, header []byte) (*Writer, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	path := filepath.Join(dir, name)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
-	if err != nil {
-		return nil, err
-	}
+// New starts a trace in f, a new empty file (see internal/outfile), and owns it from then on.
+// header is the JSON members written before traceEvents (without braces), e.g.
+// `"schemaVersion":1,...`.
+func New(f *os.File, baseNs int64, header []byte) (*Writer, error) {
+	path := f.Name()
 	w := &Writer{f: f, path: path, base: baseNs, first: true}
 	head := append([]byte("{"), header...)
 	head = append(head, `,"traceEvents":[`...)
@@ -170,9 +161,6 @@ func (w *Writer) flush(final bool) error {
 func IsNoSpace(err error) bool {
 	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
-
-// IsExist reports whether Create failed because the name is taken.
-func IsExist(err error) bool { return errors.Is(err, fs.ErrExist) }
 
 // Event is one trace event being written. Fill it with the typed setters, then End.
 type Event struct {
