@@ -24,7 +24,7 @@ GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(
 WARN     := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN)
 
-.PHONY: all test bench demo clean sanitize soak
+.PHONY: all test bench demo clean sanitize soak otelcol
 
 all: $(PLUGIN) $(HOST) $(EMPTY) $(MERGE)
 
@@ -68,7 +68,12 @@ sanitize: $(BUILD)/asan/libnccl-profiler-ncclprof.so $(BUILD)/asan/ncclprof-test
 # Seconds each sanitizer fuzz run lasts in `make test` (per ABI version tried).
 FUZZ_SECONDS ?= 4
 
-test: all sanitize
+# The OpenTelemetry Collector the end-to-end metrics tests export to, built once with the
+# collector's builder (pinned in tools/otelcol/build.sh) and cached under ~/.cache/ncclprof.
+otelcol:
+	@tools/otelcol/build.sh >/dev/null
+
+test: all sanitize otelcol
 	NCCLPROF_FUZZ_SECONDS=$(FUZZ_SECONDS) $(GO) test -count=1 ./...
 
 bench: all

@@ -65,10 +65,15 @@ func (d *drain) run() {
 	n := int(C.np_cfg.nslots)
 	d.recs = unsafe.Slice((*C.np_record)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.np_record{})))), n)
 	d.sinks = append(d.sinks, newSummaryWriter())
+	metrics := newMetricsSink(d) // OpenTelemetry metrics (plugin/metrics.go)
 	d.cpu = align.NewCPU(tickSampler{}, d.clock.TicksPerNs())
 	trace := newTraceSink(d.cpu) // the Chrome trace (plugin/trace.go)
-	d.sinks = append(d.sinks, trace)
-	d.agg.OnOp = trace.op
+	// The trace first: the final metrics export then counts the trace writer's last bytes.
+	d.sinks = append(d.sinks, trace, metrics)
+	d.agg.OnOp = func(o *aggregate.Op) {
+		metrics.op(o)
+		trace.op(o)
+	}
 	lastAnchor := time.Now()
 	var ready [maxReady]C.np_ready
 	wait := pollInterval
@@ -103,6 +108,7 @@ func (d *drain) run() {
 		}
 		trace.tick()
 		publishRuntime()
+		metrics.tick()
 		d.mu.Unlock()
 		if req != 0 {
 			C.np_flush_done(C.uint64_t(req))

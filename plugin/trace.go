@@ -311,6 +311,7 @@ func (t *traceSink) window(c aggregate.Comm, recs []event.Record) {
 		default:
 			t.emit(c, r)
 		}
+		t.w.Spill()
 	})
 }
 
@@ -540,6 +541,7 @@ func (t *traceSink) op(o *aggregate.Op) {
 	}
 	e.Float("algbw_gbps", o.AlgBWGBps, 3).Float("busbw_gbps", o.BusBWGBps, 3).End()
 	t.link(o.Handle, tid, start)
+	t.w.Spill()
 }
 
 // sliceName is the slice's name and category (docs/trace-format.md).

@@ -124,3 +124,51 @@ func checkLanes(t *testing.T, l *Lanes, placed map[int][]span, reach int) {
 		}
 	}
 }
+
+// What reaches the file before a crash holds whole units: Spill never separates the two ends of
+// a flow written between two calls, whichever event crosses the flush threshold.
+func TestSpillKeepsUnitsWhole(t *testing.T) {
+	dir := t.TempDir()
+	w, err := New(newFile(t, dir), 0, []byte(`"schemaVersion":1`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(0); w.Events() == 0 || w.Pending() > 0; i++ { // until a spill has happened
+		w.Event('s', "nccl", "nccl_flow", 1, 2).Ts("ts", int64(i)).Uint("id", i).End()
+		w.Event('f', "nccl", "nccl_flow", 1, 3).Ts("ts", int64(i)+5).Uint("id", i).Str("bp", "e").End()
+		w.Spill()
+		if i > 100000 {
+			t.Fatal("no spill after 100000 flows")
+		}
+	}
+	// The process dies here: only what was spilled is on disk.
+	b, err := os.ReadFile(w.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []struct {
+			Ph string `json:"ph"`
+			ID uint64 `json:"id"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("not valid JSON: %v", err)
+	}
+	ends := map[uint64]int{}
+	for _, e := range doc.TraceEvents {
+		if e.Ph == "s" {
+			ends[e.ID]++
+		} else {
+			ends[e.ID]--
+		}
+	}
+	for id, n := range ends {
+		if n != 0 {
+			t.Fatalf("flow %d is cut in half in the file (%d of %d events)", id, n, len(doc.TraceEvents))
+		}
+	}
+	if len(doc.TraceEvents) < 1000 {
+		t.Fatalf("only %d events spilled", len(doc.TraceEvents))
+	}
+}

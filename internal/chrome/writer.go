@@ -20,7 +20,7 @@ import (
 
 const terminator = "\n]}\n"
 
-// flushAt bounds the buffer: past it, the next event first flushes what is pending.
+// flushAt bounds the buffer: past it, Spill flushes what is pending.
 const flushAt = 1 << 20
 
 // Writer streams one trace file. It is not safe for concurrent use. After an error (disk
@@ -76,9 +76,6 @@ func (w *Writer) BaseNs() int64 { return w.base }
 // Event starts a new event in the buffer and returns it for the caller to fill; the caller
 // must call End on it.
 func (w *Writer) Event(ph byte, name, cat string, pid, tid int64) *Event {
-	if len(w.buf) >= flushAt {
-		_ = w.flush(false) // an error sticks in w.err; the caller sees it at Flush
-	}
 	if !w.first {
 		w.buf = append(w.buf, ',')
 	}
@@ -97,6 +94,15 @@ func (w *Writer) Event(ph byte, name, cat string, pid, tid int64) *Event {
 	e.Int("tid", tid)
 	w.events++
 	return e
+}
+
+// Spill flushes once the buffer holds flushAt bytes. Callers call it between units that must
+// reach the file together (a slice with its states and the two ends of its flow), so a killed
+// job never leaves half of a flow behind.
+func (w *Writer) Spill() {
+	if len(w.buf) >= flushAt {
+		_ = w.flush(false) // an error sticks in w.err; the caller sees it at Flush
+	}
 }
 
 // Flush writes what is buffered, leaving the file a complete JSON document.
