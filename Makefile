@@ -18,7 +18,7 @@ CORE_SRC := plugin/core.c plugin/adapters.c plugin/control.c
 CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h
 HOST_SRC := testhost/main.c testhost/emit.c testhost/world.c testhost/scenarios.c \
             testhost/fuzz.c testhost/bench.c testhost/soak.c
-HOST_HDR := testhost/emit.h testhost/world.h testhost/scenarios.h plugin/abi.h
+HOST_HDR := testhost/emit.h testhost/world.h testhost/scenarios.h plugin/abi.h plugin/core.h
 GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(wildcard go.sum)
 
 WARN     := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
@@ -65,7 +65,9 @@ $(BUILD)/tsan/ncclprof-testhost: $(HOST_SRC) $(HOST_HDR)
 sanitize: $(BUILD)/asan/libnccl-profiler-ncclprof.so $(BUILD)/asan/ncclprof-testhost \
           $(BUILD)/tsan/libnccl-profiler-ncclprof.so $(BUILD)/tsan/ncclprof-testhost
 
-# Seconds each sanitizer fuzz run lasts in `make test` (per ABI version tried).
+# Seconds each sanitizer fuzz run lasts in `make test` (per ABI version tried). Packages are
+# tested one at a time (-p 1): several of them run the test host, whose threads spin like
+# NCCL's, and on a small machine two at once starve each other's plugin drainer.
 FUZZ_SECONDS ?= 4
 
 # The OpenTelemetry Collector the end-to-end metrics tests export to, built once with the
@@ -74,7 +76,7 @@ otelcol:
 	@tools/otelcol/build.sh >/dev/null
 
 test: all sanitize otelcol
-	NCCLPROF_FUZZ_SECONDS=$(FUZZ_SECONDS) $(GO) test -count=1 ./...
+	NCCLPROF_FUZZ_SECONDS=$(FUZZ_SECONDS) $(GO) test -count=1 -p 1 -timeout 30m ./...
 
 bench: all
 	@echo "== plugin callback cost (testhost bench, median of 7 runs) =="

@@ -300,6 +300,7 @@ static int np_map_comm(np_comm* c, uint32_t idx) {
   c->nslots = np_cfg.nslots;
   c->block = np_cfg.block;
   c->trigger = np_cfg.trigger;
+  c->detail_limit = np_cfg.nslots - np_cfg.nslots / 8;
   for (uint32_t w = 0; w < c->nwin; w++) {
     c->win[w].slots = (np_event*)((char*)m + (size_t)w * c->nslots * NP_SLOT_BYTES);
     /* Epochs start at a random value so a value NCCL never got from us (a corrupted or
@@ -502,13 +503,31 @@ void np_rotate(np_comm* c, uint32_t from) {
   __atomic_store_n(&c->rotating, 0, __ATOMIC_RELEASE);
 }
 
+static int np_step_cell(int state) {
+  switch (state) {
+  case NPABI_PROXY_STEP_SEND_GPU_WAIT: return NP_ST_SEND_GPU_WAIT;
+  case NPABI_PROXY_STEP_SEND_PEER_WAIT: return NP_ST_SEND_PEER_WAIT;
+  case NPABI_PROXY_STEP_SEND_WAIT: return NP_ST_SEND_WAIT;
+  case NPABI_PROXY_STEP_RECV_WAIT: return NP_ST_RECV_WAIT;
+  case NPABI_PROXY_STEP_RECV_FLUSH_WAIT: return NP_ST_RECV_FLUSH_WAIT;
+  case NPABI_PROXY_STEP_RECV_GPU_WAIT: return NP_ST_RECV_GPU_WAIT;
+  default: return -1;
+  }
+}
+
 void np_late(np_comm* c, np_thread* t, uint64_t h, uint32_t state, uint64_t a0, uint64_t a1,
              int has_args) {
   uint32_t wi, s, ep;
-  np_event* ev = np_claim(c, t, &wi, &s, &ep);
+  /* A late stop or state is as detailed as its event: the event's slot is still readable while
+   * its window is SEALED (we are inside the active section, so it is not recycled under us);
+   * past that, a step state tells. */
+  np_event* old = np_slot_of(c, h, 1);
+  int detail = old ? np_is_detail_type(np_ev_type(old))
+                   : state != NP_LATE_STOP && np_step_cell((int)state) >= 0;
+  np_event* ev = np_claim(c, t, detail, &wi, &s, &ep);
   if (ev == NULL) {
     __atomic_fetch_add(&c->dropped, 1, __ATOMIC_RELAXED);
-    np_count(NP_C_DROPPED_FULL);
+    np_count(detail ? NP_C_DROPPED_DETAIL : NP_C_DROPPED_FULL);
     return;
   }
   ev->parent = 0;
@@ -539,17 +558,6 @@ static void np_copy_net_payload(np_event* ev, const void* data) {
   if (n) memcpy(ev->u.net.payload, data, n);
 }
 
-static int np_step_cell(int state) {
-  switch (state) {
-  case NPABI_PROXY_STEP_SEND_GPU_WAIT: return NP_ST_SEND_GPU_WAIT;
-  case NPABI_PROXY_STEP_SEND_PEER_WAIT: return NP_ST_SEND_PEER_WAIT;
-  case NPABI_PROXY_STEP_SEND_WAIT: return NP_ST_SEND_WAIT;
-  case NPABI_PROXY_STEP_RECV_WAIT: return NP_ST_RECV_WAIT;
-  case NPABI_PROXY_STEP_RECV_FLUSH_WAIT: return NP_ST_RECV_FLUSH_WAIT;
-  case NPABI_PROXY_STEP_RECV_GPU_WAIT: return NP_ST_RECV_GPU_WAIT;
-  default: return -1;
-  }
-}
 
 void np_apply_state(np_event* ev, int state, uint64_t a0, uint64_t a1, int has_args,
                     uint64_t now) {

@@ -4,6 +4,7 @@ package main
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
+static uint64_t np_counter(int i) { return __atomic_load_n(&np_counters[i], __ATOMIC_RELAXED); }
 */
 import "C"
 
@@ -39,6 +40,8 @@ type drain struct {
 	comms map[uint32]aggregate.Comm
 	strs  map[uintptr]string
 	sinks []sink
+	// warnedDrops: the one warning about dropped events was given.
+	warnedDrops bool
 }
 
 // sink receives what the drainer produces. The summary writer is one; metrics and the trace
@@ -109,6 +112,7 @@ func (d *drain) run() {
 		trace.tick()
 		publishRuntime()
 		metrics.tick()
+		d.warnDrops()
 		d.mu.Unlock()
 		if req != 0 {
 			C.np_flush_done(C.uint64_t(req))
@@ -240,6 +244,31 @@ func (tickSampler) Sample() align.Sample {
 	C.np_clock_sample(&before, &mono, &real, &after)
 	return align.Sample{Before: uint64(before), After: uint64(after), MonoNs: uint64(mono),
 		RealNs: uint64(real)}
+}
+
+// warnDrops says once, through NCCL's logger, that events are being dropped and what to do;
+// the counts go on in the summaries and the metrics.
+func (d *drain) warnDrops() {
+	if d.warnedDrops {
+		return
+	}
+	full := uint64(C.np_counter(C.NP_C_DROPPED_FULL))
+	detail := uint64(C.np_counter(C.NP_C_DROPPED_DETAIL))
+	threads := uint64(C.np_counter(C.NP_C_DROPPED_THREADS))
+	switch {
+	case full+detail > 0:
+		warnf("events are being dropped: NCCL produces them faster than the plugin reads its "+
+			"windows (%d steps/channel/network events, %d operation events so far). Raise "+
+			"NCCLPROF_WINDOW_SLOTS or NCCLPROF_WINDOWS, or leave detail types out of "+
+			"NCCLPROF_EVENT_MASK; counts are in the summaries (dropped_*) and the metric "+
+			"ncclprof.events.dropped. This warning is printed once.", detail, full)
+	case threads > 0:
+		warnf("events are being dropped: more than %d threads called the plugin at once; "+
+			"counted as dropped_too_many_threads. This warning is printed once.", C.NP_MAX_THREADS)
+	default:
+		return
+	}
+	d.warnedDrops = true
 }
 
 func warnf(format string, args ...any) {

@@ -53,7 +53,7 @@ typedef struct np_comm {
   uint64_t comm_hash, incarnation;
   int32_t rank, nranks, nnodes, abi;
   uint32_t learned; /* v1–v3: hash/name/rank learned from the first Coll/P2p */
-  uint32_t pad;
+  uint32_t detail_limit; /* detail events (steps, net, channels, ctrl) claim below this slot */
   npabi_logger_t log;
   uint64_t dropped, stale, late;
   char name[128];
@@ -186,8 +186,17 @@ NP_HOT np_tcache* np_tcache_for(np_thread* t, uint32_t comm) {
   return e;
 }
 
+/* Detail events are the many small ones under an operation. When the drainer falls behind,
+ * they lose their slots first: the top eighth of every window is kept for the operations
+ * themselves (Group, Coll, P2p, API, ProxyOp), so operation counts and bytes stay exact under
+ * a flood of steps. Normally a window rotates at three quarters and never reaches the reserve. */
+NP_HOT int np_is_detail_type(int type) {
+  return type == NP_T_PROXY_STEP || type == NP_T_NET_PLUGIN || type == NP_T_KERNEL_CH ||
+         type == NP_T_PROXY_CTRL;
+}
+
 /* A slot in the communicator's current window; the thread must have entered. */
-NP_HOT np_event* np_claim(np_comm* c, np_thread* t, uint32_t* win, uint32_t* slot,
+NP_HOT np_event* np_claim(np_comm* c, np_thread* t, int detail, uint32_t* win, uint32_t* slot,
                                  uint32_t* epoch) {
   np_tcache* e = np_tcache_for(t, c->idx);
   for (int attempt = 0; attempt < 3; attempt++) {
@@ -212,6 +221,11 @@ NP_HOT np_event* np_claim(np_comm* c, np_thread* t, uint32_t* win, uint32_t* slo
       e->end = s + c->block < c->nslots ? s + c->block : c->nslots;
       if (NP_UNLIKELY(s < c->trigger && s + c->block >= c->trigger)) np_rotate(c, wi);
     }
+    if (NP_UNLIKELY(detail && s >= c->detail_limit)) {
+      e->next = s; /* left in the thread's block for its next operation event */
+      np_rotate(c, wi);
+      continue;
+    }
     *win = wi;
     *slot = s;
     *epoch = ep;
@@ -222,7 +236,7 @@ NP_HOT np_event* np_claim(np_comm* c, np_thread* t, uint32_t* win, uint32_t* slo
 
 /* A slot in the parent's window when that window is CLOSING, so a collective's proxy
  * operations and steps close with it. Returns NULL to use the current window instead. */
-NP_HOT np_event* np_claim_routed(np_comm* c, uint64_t parent, uint32_t* win,
+NP_HOT np_event* np_claim_routed(np_comm* c, uint64_t parent, int detail, uint32_t* win,
                                         uint32_t* slot, uint32_t* epoch, uint16_t* flags) {
   if (np_h_comm(parent) != c->idx || np_h_win(parent) >= c->nwin) return NULL;
   uint32_t wi = np_h_win(parent);
@@ -234,7 +248,7 @@ NP_HOT np_event* np_claim_routed(np_comm* c, uint64_t parent, uint32_t* win,
   }
   if (NP_SE_STATE(se) != NP_W_CLOSING) return NULL;
   uint32_t s = __atomic_fetch_add(&w->claimed, 1, __ATOMIC_RELAXED);
-  if (s >= c->nslots) return NULL;
+  if (s >= (detail ? c->detail_limit : c->nslots)) return NULL;
   *flags |= NP_F_ROUTED;
   *win = wi;
   *slot = s;
@@ -276,13 +290,14 @@ NP_HOT int np_begin(np_comm* c, int type, int abi, uint64_t parent, int32_t rank
   uint32_t wi = 0, s = 0, ep = 0;
   np_event* ev = NULL;
   if (parent == NP_H_DROPPED) flags |= NP_F_PARENT_DROPPED;
+  int detail = np_is_detail_type(type);
   if ((parent & 1) && np_is_routed_type(type))
-    ev = np_claim_routed(c, parent, &wi, &s, &ep, &flags);
-  if (ev == NULL) ev = np_claim(c, t, &wi, &s, &ep);
+    ev = np_claim_routed(c, parent, detail, &wi, &s, &ep, &flags);
+  if (ev == NULL) ev = np_claim(c, t, detail, &wi, &s, &ep);
   if (NP_UNLIKELY(ev == NULL)) {
     np_leave(t);
     __atomic_fetch_add(&c->dropped, 1, __ATOMIC_RELAXED);
-    np_count(NP_C_DROPPED_FULL);
+    np_count(detail ? NP_C_DROPPED_DETAIL : NP_C_DROPPED_FULL);
     *eHandle = (void*)NP_H_DROPPED;
     return 0;
   }

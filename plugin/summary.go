@@ -23,7 +23,7 @@ var counterNames = [...]string{"events", "dropped_windows_full", "dropped_too_ma
 	"null_handle", "stale_handle", "bad_handle", "null_descriptor", "unknown_type",
 	"unknown_state", "stop_twice", "state_after_stop", "foreign_pxn_events",
 	"foreign_context", "late_records", "quiesce_timeouts", "init_disabled", "null_finalize",
-	"windows_processed", "sealed_at_max_grace"}
+	"windows_processed", "sealed_at_max_grace", "dropped_detail"}
 
 func init() {
 	if len(counterNames) != C.NP_C_COUNT {

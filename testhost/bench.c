@@ -19,6 +19,7 @@
 #include <x86intrin.h>
 #endif
 
+#include "../plugin/core.h"
 #include "scenarios.h"
 
 #define CHANNELS_MAX 8
@@ -284,7 +285,7 @@ static uint64_t dropped(bench_lib* L) {
   uint64_t c[32] = {0};
   if (!L->counters) return 0;
   L->counters(c, 32);
-  return c[1] + c[2]; /* dropped_windows_full, dropped_too_many_threads */
+  return c[NP_C_DROPPED_FULL] + c[NP_C_DROPPED_THREADS] + c[NP_C_DROPPED_DETAIL];
 }
 
 #define DEFAULT_MASK (NPABI_GROUP | NPABI_COLL | NPABI_P2P | NPABI_PROXY_OP | NPABI_PROXY_STEP | \

@@ -26,6 +26,7 @@ static void usage(void) {
           "             operations, three threads at full rate, for --seconds; a JSON line a second\n"
           "  manycomms  --comms communicators (1100), more than the plugin's table holds\n"
           "  fork       allreduce with a fork() halfway; the child exits without NCCL\n"
+          "  flood      AllReduces in 64-byte chunks: thousands of ProxySteps per operation\n"
           "options:\n"
           "  --abi N (1-6, default 6)  --rank R (0)  --nranks N (4)  --iters N (50)\n"
           "  --channels N (2)  --kernel (emit KernelCh)  --comms N  --cycles N (3)\n"
@@ -88,6 +89,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(o.scenario, "cycles")) scenario_cycles(&o);
   else if (!strcmp(o.scenario, "manycomms")) scenario_manycomms(&o);
   else if (!strcmp(o.scenario, "fork")) scenario_fork(&o);
+  else if (!strcmp(o.scenario, "flood")) scenario_flood(&o);
   else usage();
   world_finalize_all();
   if (o.truth) {

@@ -486,3 +486,19 @@ void scenario_fork(const opts* op) {
   }
   proxy_stop();
 }
+
+/* One event type flooding: every AllReduce moves its bytes in 64-byte chunks, so each
+ * operation brings 16384 ProxySteps, emitted as fast as the proxy thread can: many times what
+ * the drainer reads per second, while the operations themselves come at a modest rate. The
+ * steps must give way (dropped and counted) and every operation must still be recorded. */
+void scenario_flood(const opts* op) {
+  hcomm* c = world_comm("flood", 0xF100D00000000001ull + (uint64_t)op->seed, op->nranks, op->rank, 1);
+  proxy_start();
+  for (int i = 0; i < op->iters; i++) {
+    op_spec o = {.func = "AllReduce", .count = 64 * 1024, .dtype = "ncclFloat32", .algo = "RING",
+                 .proto = "SIMPLE", .nchannels = op->channels, .chunk = 64};
+    launch_group(c, &o, 1, 1);
+    proxy_drain(); /* like NCCL, the next collective waits for this one's network work */
+  }
+  proxy_stop();
+}

@@ -45,5 +45,6 @@ int scenario_bench(const opts* o);
 int scenario_soak(const opts* o);
 void scenario_manycomms(const opts* o);
 void scenario_fork(const opts* o);
+void scenario_flood(const opts* o);
 
 #endif

@@ -92,7 +92,9 @@ int scenario_soak(const opts* o) {
         printf("{\"t\":%.1f,\"calls_per_s\":%llu,\"dropped\":%llu,\"events\":%llu,\"rss_kib\":%ld,"
                "\"threads\":%ld,\"fds\":%ld,\"goroutines\":%llu,\"go_heap\":%llu,\"cycles\":%llu}\n",
                (now_ns() - start) / 1e9, (unsigned long long)(calls - last_calls),
-               (unsigned long long)(ct[1] + ct[2]), (unsigned long long)ct[0], rss_kib(),
+               (unsigned long long)(ct[NP_C_DROPPED_FULL] + ct[NP_C_DROPPED_THREADS] +
+                                    ct[NP_C_DROPPED_DETAIL]),
+               (unsigned long long)ct[NP_C_EVENTS], rss_kib(),
                count_dir("/proc/self/task"), count_dir("/proc/self/fd"),
                (unsigned long long)st[NP_S_GOROUTINES], (unsigned long long)st[NP_S_GO_HEAP],
                (unsigned long long)cycles);

@@ -97,7 +97,10 @@ hcomm* world_comm(const char* name, uint64_t hash, int nranks, int rank, int nno
 
 void world_finalize_all(void) {
   for (int i = 0; i < W.ncomms; i++) {
+    double t0 = now_ns();
     host_finalize(&W.plugin, W.comms[i].ctx);
+    double took = now_ns() - t0;
+    if (took > W.finalize_max_ns) W.finalize_max_ns = took;
     W.comms[i].ctx = NULL;
   }
 }
@@ -298,8 +301,8 @@ void truth_write(FILE* f, const char* scenario) {
           W.plugin.abi, (int)getpid(), W.rank, W.nranks);
   fprintf(f, "\"gpu_offset_ns\":%.1f,\"gpu_drift_ppm\":%.3f,\"gpu_base_real_ns\":\"%lld\",\"mask\":%d,",
           W.gpu_offset_ns, W.gpu_drift_ppm, (long long)W.t_base_real, W.plugin.mask);
-  fprintf(f, "\"unwritten_handles\":%llu,\"threads\":%d,\"type_counts\":[",
-          (unsigned long long)host_unwritten_handles, thread_count());
+  fprintf(f, "\"unwritten_handles\":%llu,\"threads\":%d,\"finalize_max_ns\":%.0f,\"type_counts\":[",
+          (unsigned long long)host_unwritten_handles, thread_count(), W.finalize_max_ns);
   for (int i = 0; i < 15; i++) fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)W.type_counts[i]);
   fprintf(f, "],\"clock_samples\":[");
   for (int i = 0; i < W.nsamples; i++)

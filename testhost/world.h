@@ -87,6 +87,8 @@ typedef struct world {
   } samples[4096];
   int nsamples;
   pthread_mutex_t smu;
+  /* The longest a communicator's finalize took: what a plugin makes NCCL's destroy wait. */
+  double finalize_max_ns;
 } world;
 
 extern world W;

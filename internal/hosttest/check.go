@@ -38,7 +38,8 @@ func CheckExact(t *testing.T, r *Run, tr Truth) {
 				t.Errorf("%s: health %s = %d, want 0", tc.Name, k, s.Health[k])
 			}
 		}
-		if d := s.Counters["dropped_windows_full"] + s.Counters["dropped_too_many_threads"]; d != 0 {
+		if d := s.Counters["dropped_windows_full"] + s.Counters["dropped_too_many_threads"] +
+			s.Counters["dropped_detail"]; d != 0 {
 			t.Errorf("%s: %d events dropped", tc.Name, d)
 		}
 	}

@@ -195,11 +195,14 @@ func TestDropsAreCountedNotFatal(t *testing.T) {
 		t.Fatal("no summaries")
 	}
 	c := r.Summaries[0].Counters
-	if c["dropped_windows_full"] == 0 {
+	if c["dropped_windows_full"]+c["dropped_detail"] == 0 {
 		t.Fatalf("expected drops with 2×256 slots under a burst; counters %v", c)
 	}
 	if c["events"] == 0 {
 		t.Errorf("nothing recorded at all: %v", c)
+	}
+	if n := strings.Count(string(r.Stderr), "events are being dropped"); n != 1 {
+		t.Errorf("drops reported %d times, want once; stderr:\n%s", n, r.Stderr)
 	}
 }
 

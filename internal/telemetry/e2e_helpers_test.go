@@ -255,11 +255,14 @@ type truthComm struct {
 }
 
 type truth struct {
-	Scenario string      `json:"scenario"`
-	PID      int         `json:"pid"`
-	Rank     int         `json:"rank"`
-	NRanks   int         `json:"nranks"`
-	Comms    []truthComm `json:"comms"`
+	Scenario string `json:"scenario"`
+	// FinalizeMaxNs is the longest a communicator's finalize took in the host: the time the
+	// plugin made NCCL's destroy wait (the final export happens there).
+	FinalizeMaxNs float64     `json:"finalize_max_ns"`
+	PID           int         `json:"pid"`
+	Rank          int         `json:"rank"`
+	NRanks        int         `json:"nranks"`
+	Comms         []truthComm `json:"comms"`
 }
 
 type hostRun struct {
@@ -538,3 +541,15 @@ func dropped(t *testing.T, dir string) float64 {
 }
 
 var execCommand = exec.Command
+
+// checkFinalizeWait fails if NCCL's communicator destroy waited longer than bound for the
+// plugin. Wall times of whole runs are not compared: on a shared machine they measure the
+// neighbours, while this is the one wait metrics can add to the job.
+func checkFinalizeWait(t *testing.T, r hostRun, bound time.Duration) {
+	t.Helper()
+	got := time.Duration(r.truth.FinalizeMaxNs)
+	t.Logf("longest communicator finalize: %v (bound %v)", got.Round(time.Millisecond), bound)
+	if got > bound {
+		t.Errorf("a communicator's finalize waited %v, more than %v", got.Round(time.Millisecond), bound)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,15 +76,13 @@ type fileExporter struct {
 	maxSize     int64
 	temporality sdkmetric.TemporalitySelector
 
-	mu     sync.Mutex
-	f      *os.File
-	path   string
-	size   int64
-	full   bool
-	closed bool
+	mu        sync.Mutex
+	f         *os.File
+	path      string
+	size      int64
+	rotations uint64
+	closed    bool
 }
-
-var errFileFull = errors.New("metrics file reached NCCLPROF_METRICS_FILE_MAX_MB; further exports are dropped")
 
 func newFileExporter(dir, base string, maxSize int64, temporality sdkmetric.TemporalitySelector) *fileExporter {
 	return &fileExporter{dir: dir, base: base, maxSize: maxSize, temporality: temporality}
@@ -124,9 +123,10 @@ func (e *fileExporter) Export(ctx context.Context, rm *metricdata.ResourceMetric
 	if e.closed {
 		return errors.New("metrics file exporter is shut down")
 	}
-	if e.full || (e.size > 0 && e.size+int64(len(b)) > e.maxSize) {
-		e.full = true
-		return errFileFull
+	if e.f != nil && e.size > 0 && e.size+int64(len(b)) > e.maxSize/2 {
+		if err := e.rotate(); err != nil {
+			return err
+		}
 	}
 	if e.f == nil {
 		if err := e.open(); err != nil {
@@ -136,6 +136,37 @@ func (e *fileExporter) Export(ctx context.Context, rm *metricdata.ResourceMetric
 	n, err := e.f.Write(b) // one write: a line is never interleaved or split by another export
 	e.size += int64(n)
 	return err
+}
+
+// rotate moves the full file to <name>.prev.jsonl (replacing the previous one) and starts the
+// name afresh, so the two files together stay under NCCLPROF_METRICS_FILE_MAX_MB for a job of
+// any length. Under cumulative temporality (the default) every line holds all totals, so
+// rotating loses only older history, never a count.
+func (e *fileExporter) rotate() error {
+	err := e.f.Close()
+	e.f, e.size = nil, 0
+	if err != nil {
+		return err
+	}
+	name := strings.TrimSuffix(filepath.Base(e.path), ".jsonl")
+	// rename replaces whatever is at the target, a planted symlink included, without following it.
+	if err := os.Rename(e.path, filepath.Join(filepath.Dir(e.path), name+".prev.jsonl")); err != nil {
+		return err
+	}
+	e.rotations++
+	f, err := outfile.Create(e.dir, name, ".jsonl")
+	if err != nil {
+		return err
+	}
+	e.f, e.path = f, f.Name()
+	return nil
+}
+
+// Rotations is how many times the file was rotated.
+func (e *fileExporter) Rotations() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.rotations
 }
 
 func (e *fileExporter) ForceFlush(context.Context) error { return nil }

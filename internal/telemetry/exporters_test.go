@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/ncclprof/ncclprof/internal/aggregate"
+	"github.com/ncclprof/ncclprof/internal/event"
 )
 
 type warnings struct {
@@ -118,33 +119,48 @@ func TestFileExporter(t *testing.T) {
 	}
 }
 
-// TestFileExporterCap: past NCCLPROF_METRICS_FILE_MAX_MB exports are dropped, counted and
-// warned about once; the file does not grow.
-func TestFileExporterCap(t *testing.T) {
+// TestFileExporterRotates: past half of NCCLPROF_METRICS_FILE_MAX_MB the file moves to
+// <name>.prev.jsonl and starts again, so the two stay under the cap however long the job runs,
+// every export succeeds, and the newest line still holds every operation (cumulative).
+func TestFileExporterRotates(t *testing.T) {
 	dir := t.TempDir()
 	var w warnings
-	r := fileRecorder(t, dir, 1000, &w) // smaller than one line: the first line is still written
-	r.RecordOp(allReduce(1, 1<<20, 2e6, 1e4, 0, 0, nil, nil))
-	if err := r.FinalFlush(); err != nil {
-		t.Fatal(err)
-	}
-	st1, _ := os.Stat(r.Stats().File)
-	for i := 0; i < 3; i++ {
-		if err := r.FinalFlush(); err == nil {
-			t.Fatal("export past the cap succeeded")
+	const maxSize = 40_000
+	r := fileRecorder(t, dir, maxSize, &w)
+	const n = 40
+	for i := 1; i <= n; i++ {
+		r.RecordOp(allReduce(event.Ticks(i), 1<<20, 2e6, 1e4, 0, 0, nil, nil))
+		if err := r.FinalFlush(); err != nil {
+			t.Fatalf("export %d: %v", i, err)
 		}
 	}
-	st2, _ := os.Stat(r.Stats().File)
-	if st2.Size() != st1.Size() {
-		t.Errorf("file grew from %d to %d bytes past the cap", st1.Size(), st2.Size())
-	}
 	s := r.Stats()
-	if s.Exports != 1 || s.ExportFailures != 3 || s.DroppedPoints == 0 {
-		t.Errorf("stats %+v, want 1 export, 3 failures, dropped points counted", s)
+	if s.Exports != n || s.ExportFailures != 0 {
+		t.Errorf("stats %+v, want %d exports and no failure", s, n)
 	}
-	ws := w.all()
-	if len(ws) != 1 || !strings.Contains(ws[0], "NCCLPROF_METRICS_FILE_MAX_MB") {
-		t.Errorf("want one warning naming NCCLPROF_METRICS_FILE_MAX_MB, got %q", ws)
+	if s.FileRotations < 2 {
+		t.Fatalf("%d rotations: the lines are too small for this test", s.FileRotations)
+	}
+	prev := strings.TrimSuffix(s.File, ".jsonl") + ".prev.jsonl"
+	var total int64
+	for _, p := range []string{s.File, prev} {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += st.Size()
+	}
+	if total > maxSize {
+		t.Errorf("current + previous file = %d bytes, over the %d cap", total, maxSize)
+	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 2 {
+		t.Errorf("files %v, want the current and the previous one", files)
+	}
+	if p := readOTLP(t, s.File, 4242).one(t, MOps, map[string]string{AttrOp: "AllReduce"}); p.value != n {
+		t.Errorf("ops in the newest line = %v, want %d", p.value, n)
+	}
+	if len(w.all()) != 0 {
+		t.Errorf("warnings: %v", w.all())
 	}
 }
 

@@ -68,10 +68,8 @@ func TestFaultCollectorAbsent(t *testing.T) {
 				"metrics off %v %v; max RSS %d / %d / %d KB",
 				proto, dead.wall.Round(time.Millisecond), walls, live.wall.Round(time.Millisecond), liveWalls,
 				base.wall.Round(time.Millisecond), baseWalls, dead.maxRSSKB, live.maxRSSKB, base.maxRSSKB)
-			if dead.wall > live.wall+500*time.Millisecond {
-				t.Errorf("a dead collector made the run %v slower than a healthy one (%v vs %v)",
-					dead.wall-live.wall, dead.wall, live.wall)
-			}
+			// Refused at once; the final export gives up within 250 ms after a failure.
+			checkFinalizeWait(t, dead, 250*time.Millisecond+time.Second/2)
 			w := metricsWarnings(dead.stderr)
 			if len(w) != 1 || !strings.Contains(w[0], "failed") || !strings.Contains(w[0], "printed once") ||
 				!strings.Contains(w[0], fmt.Sprint(port)) {
@@ -122,9 +120,7 @@ func TestFaultCollectorStopsMidRun(t *testing.T) {
 			if r.wall < 1700*time.Millisecond {
 				t.Fatalf("the run (%v) ended before the collector came back; make it longer", r.wall)
 			}
-			if r.wall > base.wall*3/2+time.Second {
-				t.Errorf("run took %v with the collector stopping, %v without metrics", r.wall, base.wall)
-			}
+			checkFinalizeWait(t, r, 2*time.Second+time.Second/2) // the final export's bound
 			if w := metricsWarnings(r.stderr); len(w) != 1 {
 				t.Errorf("want one warning, got %d:\n%s", len(w), strings.Join(w, "\n"))
 			}
@@ -193,13 +189,10 @@ func TestFaultCollectorSlow(t *testing.T) {
 				env = append(env, "NCCLPROF_METRICS_FINAL_TIMEOUT_MS="+tc.finalMs)
 			}
 			r := runHost(t, env, args...)
-			extra := r.wall - base.wall
-			t.Logf("%s, collector hangs, final export bounded by %v: run %v, without metrics %v (+%v); max RSS %d KB vs %d KB",
+			t.Logf("%s, collector hangs, final export bounded by %v: run %v, without metrics %v; max RSS %d KB vs %d KB",
 				tc.proto, tc.bound, r.wall.Round(time.Millisecond), base.wall.Round(time.Millisecond),
-				extra.Round(time.Millisecond), r.maxRSSKB, base.maxRSSKB)
-			if extra > tc.bound+time.Second {
-				t.Errorf("run took %v more than without metrics; the final export is bounded by %v", extra, tc.bound)
-			}
+				r.maxRSSKB, base.maxRSSKB)
+			checkFinalizeWait(t, r, tc.bound+time.Second/2)
 			w := metricsWarnings(r.stderr)
 			if len(w) != 1 || !strings.Contains(w[0], "failed") {
 				t.Errorf("want one warning about the failed export, got %d:\n%s", len(w), strings.Join(w, "\n"))
@@ -232,9 +225,7 @@ func TestFaultCollectorDelayed(t *testing.T) {
 	t.Logf("collector answering after 300 ms, exports every 100 ms: run %v, metrics off %v; %d requests; max RSS %d KB vs %d KB",
 		r.wall.Round(time.Millisecond), base.wall.Round(time.Millisecond), requests.Load(), r.maxRSSKB, base.maxRSSKB)
 	// The final export waits for the collector's answer (300 ms) within its 2 s bound.
-	if r.wall > base.wall+300*time.Millisecond+time.Second {
-		t.Errorf("run took %v with a slow collector, %v without metrics", r.wall, base.wall)
-	}
+	checkFinalizeWait(t, r, 2*time.Second+time.Second/2)
 	if w := metricsWarnings(r.stderr); len(w) != 0 {
 		t.Errorf("a slow but working collector caused warnings:\n%s", strings.Join(w, "\n"))
 	}

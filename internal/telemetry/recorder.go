@@ -363,6 +363,8 @@ func (r *Recorder) observe(o metric.Observer, obs map[string]metric.Observable) 
 				i64(MEventsDropped, v, with(attribute.String(AttrReason, "windows_full")))
 			case "dropped_too_many_threads":
 				i64(MEventsDropped, v, with(attribute.String(AttrReason, "too_many_threads")))
+			case "dropped_detail":
+				i64(MEventsDropped, v, with(attribute.String(AttrReason, "detail_reserve")))
 			default:
 				i64(MConditions, v, with(attribute.String(AttrKind, name)))
 			}
@@ -450,10 +452,18 @@ func (r *Recorder) exportFailed(err error, points uint64) {
 	case ExporterFile:
 		what = fmt.Sprintf("writing metrics to %s failed", r.cfg.OutputDir)
 	}
+	advice := "check the collector and OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_PROTOCOL, " +
+		"or set NCCLPROF_METRICS=file or none"
+	switch r.cfg.Exporter {
+	case ExporterFile:
+		advice = "check that the directory is writable and has space, choose another with " +
+			"NCCLPROF_OUTPUT_DIR, or set NCCLPROF_METRICS=none"
+	case ExporterConsole, ExporterPrometheus:
+		advice = "set NCCLPROF_METRICS=none to turn metrics off"
+	}
 	r.warnOnce(&r.warnedExport, fmt.Sprintf("%s: %v. The job continues; metrics that cannot be "+
-		"exported are dropped and counted (ncclprof.export.failures). Check the collector and "+
-		"OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_PROTOCOL, or set NCCLPROF_METRICS=file "+
-		"or none. This warning is printed once.", what, err))
+		"exported are dropped and counted (ncclprof.export.failures); %s. This warning is "+
+		"printed once.", what, err, advice))
 }
 
 func (r *Recorder) exportOK() {
@@ -464,6 +474,8 @@ func (r *Recorder) exportOK() {
 // Stats are the Recorder's own counts.
 type Stats struct {
 	Exports, ExportFailures, DroppedPoints uint64
+	// FileRotations counts the metrics file's rotations (NCCLPROF_METRICS_FILE_MAX_MB).
+	FileRotations uint64
 	// File is the metrics file (file exporter, after its first export); PrometheusAddr the
 	// address the Prometheus endpoint listens on.
 	File, PrometheusAddr string
@@ -477,7 +489,7 @@ func (r *Recorder) Stats() Stats {
 	s := Stats{Exports: r.exportsOK.Load(), ExportFailures: r.exportFailures.Load(),
 		DroppedPoints: r.droppedPoints.Load(), PrometheusAddr: r.promAddr}
 	if r.file != nil {
-		s.File = r.file.Path()
+		s.File, s.FileRotations = r.file.Path(), r.file.Rotations()
 	}
 	return s
 }
