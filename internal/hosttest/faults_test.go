@@ -2,8 +2,12 @@ package hosttest
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A process with more communicators than the plugin's table (1023 slots): the ones beyond get
@@ -100,5 +104,48 @@ func TestFloodOfStepsKeepsOperations(t *testing.T) {
 	}
 	if tr.UnwrittenHandles != 0 {
 		t.Errorf("%d handles left unwritten", tr.UnwrittenHandles)
+	}
+}
+
+// With the default configuration the plugin opens no socket at all: no listener, no
+// connection. (The Prometheus endpoint and OTLP export are opt-in; see internal/telemetry.)
+func TestNoSocketsByDefault(t *testing.T) {
+	Build(t)
+	dir := t.TempDir()
+	cmd := exec.Command(Path(t, "ncclprof-testhost"), "--lib", Path(t, "libnccl-profiler-ncclprof.so"),
+		"--iters", "1000000", "--kernel", "mixed") // killed below, once looked at
+	cmd.Env = append(os.Environ(), "NCCLPROF_OUTPUT_DIR="+dir, "NCCLPROF_TRACE=1",
+		"OTEL_METRIC_EXPORT_INTERVAL=100")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	// Look while the plugin is busy: once its trace and metrics files exist, its drainer, trace
+	// writer and metrics exporter have all started.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		traces, _ := filepath.Glob(filepath.Join(dir, "*.trace.json"))
+		metrics, _ := filepath.Glob(filepath.Join(dir, "ncclprof-metrics-*.jsonl"))
+		if len(traces) > 0 && len(metrics) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the plugin wrote no trace and metrics file within 30 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", cmd.Process.Pid, fd.Name()))
+		if strings.HasPrefix(link, "socket:") {
+			t.Errorf("fd %s is a socket (%s)", fd.Name(), link)
+		}
+	}
+	if len(fds) < 3 {
+		t.Fatalf("%d file descriptors: the process was gone before the check", len(fds))
 	}
 }

@@ -124,21 +124,29 @@ type collector struct {
 
 // startCollector runs the collector with OTLP gRPC and HTTP receivers on free loopback ports and
 // a file exporter writing OTLP/JSON lines.
-func startCollector(t *testing.T) *collector {
+func startCollector(t *testing.T) *collector { return startCollectorTLS(t, "", "") }
+
+// startCollectorTLS is startCollector with both receivers serving TLS with the given
+// certificate and key (PEM files), when certFile is not empty.
+func startCollectorTLS(t *testing.T, certFile, keyFile string) *collector {
 	t.Helper()
 	c := &collector{t: t, bin: collectorBinary(t), dir: t.TempDir(), grpcPort: freePort(t), httpPort: freePort(t)}
 	c.out = filepath.Join(c.dir, "collected.jsonl")
 	c.cfg = filepath.Join(c.dir, "otelcol.yaml")
+	tls := ""
+	if certFile != "" {
+		tls = fmt.Sprintf("\n        tls:\n          cert_file: %s\n          key_file: %s", certFile, keyFile)
+	}
 	cfg := fmt.Sprintf(`receivers:
   otlp:
     protocols:
       grpc:
-        endpoint: 127.0.0.1:%d
+        endpoint: 127.0.0.1:%[1]d%[4]s
       http:
-        endpoint: 127.0.0.1:%d
+        endpoint: 127.0.0.1:%[2]d%[4]s
 exporters:
   file:
-    path: %s
+    path: %[3]s
     flush_interval: 100ms
 service:
   telemetry:
@@ -150,7 +158,7 @@ service:
     metrics:
       receivers: [otlp]
       exporters: [file]
-`, c.grpcPort, c.httpPort, c.out)
+`, c.grpcPort, c.httpPort, c.out, tls)
 	if err := os.WriteFile(c.cfg, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
