@@ -190,7 +190,7 @@ func (e *Event) key(k string) {
 // Str adds a string member (JSON-escaped).
 func (e *Event) Str(k, v string) *Event {
 	e.key(k)
-	e.w.buf = appendString(e.w.buf, v)
+	e.w.buf = AppendString(e.w.buf, v)
 	return e
 }
 
@@ -281,9 +281,9 @@ func appendMicros(b []byte, ns int64) []byte {
 	return append(b, '.', byte('0'+frac/100), byte('0'+frac/10%10), byte('0'+frac%10))
 }
 
-// appendString appends s as a JSON string (invalid UTF-8 becomes U+FFFD, so the file stays
+// AppendString appends s as a JSON string (invalid UTF-8 becomes U+FFFD, so the file stays
 // valid JSON whatever a communicator name or step label holds).
-func appendString(b []byte, s string) []byte {
+func AppendString(b []byte, s string) []byte {
 	if !utf8.ValidString(s) {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 	}

@@ -104,8 +104,8 @@ func TestAllReduceCompletionAndGPU(t *testing.T) {
 				}
 				// The host times Coll start → its proxy finished; the plugin Coll start → last
 				// child stop. Both see the same waits; allow 15 % for callback overheads.
-				if m := got.Completion.Mean(); math.Abs(m-o.CompletionMean)/o.CompletionMean > 0.15 {
-					t.Errorf("%s: mean completion %.0f ns, host measured %.0f ns", o.Func, m, o.CompletionMean)
+				if m := got.Completion.Mean(); math.Abs(m-o.CompletionMeanNs)/o.CompletionMeanNs > 0.15 {
+					t.Errorf("%s: mean completion %.0f ns, host measured %.0f ns", o.Func, m, o.CompletionMeanNs)
 				}
 			}
 		})

@@ -7,20 +7,23 @@ import (
 
 // Truth is what the host knows it did (testhost/world.c truth_write).
 type Truth struct {
-	Scenario         string        `json:"scenario"`
-	ABI              int           `json:"abi"`
-	PID              int           `json:"pid"`
-	Rank             int           `json:"rank"`
-	NRanks           int           `json:"nranks"`
-	GPUOffsetNs      float64       `json:"gpu_offset_ns"`
-	GPUDriftPPM      float64       `json:"gpu_drift_ppm"`
-	Mask             int           `json:"mask"`
-	UnwrittenHandles int           `json:"unwritten_handles"`
-	Threads          int           `json:"threads"`
-	TypeCounts       []uint64      `json:"type_counts"` // recorded starts, NCCL bit order
-	ClockSamples     []ClockSample `json:"clock_samples"`
-	GPUBaseRealNs    int64         `json:"gpu_base_real_ns,string"`
-	Comms            []TruthComm   `json:"comms"`
+	Scenario         string  `json:"scenario"`
+	ABI              int     `json:"abi"`
+	PID              int     `json:"pid"`
+	Rank             int     `json:"rank"`
+	NRanks           int     `json:"nranks"`
+	GPUOffsetNs      float64 `json:"gpu_offset_ns"`
+	GPUDriftPPM      float64 `json:"gpu_drift_ppm"`
+	Mask             int     `json:"mask"`
+	UnwrittenHandles int     `json:"unwritten_handles"`
+	Threads          int     `json:"threads"`
+	// FinalizeMaxNs is the longest a communicator's finalize took: what the plugin made
+	// NCCL's destroy wait.
+	FinalizeMaxNs float64       `json:"finalize_max_ns"`
+	TypeCounts    []uint64      `json:"type_counts"` // recorded starts, NCCL bit order
+	ClockSamples  []ClockSample `json:"clock_samples"`
+	GPUBaseRealNs int64         `json:"gpu_base_real_ns,string"`
+	Comms         []TruthComm   `json:"comms"`
 }
 
 // ClockSample is CLOCK_REALTIME (ns) read just before and after a callback that got Handle.
@@ -57,13 +60,13 @@ type TruthComm struct {
 
 // TruthOp counts the operations of one key and their total bytes.
 type TruthOp struct {
-	Func           string  `json:"func"`
-	Algo           string  `json:"algo"`
-	Proto          string  `json:"proto"`
-	NChannels      int     `json:"nchannels"`
-	Count          uint64  `json:"count"`
-	Bytes          uint64  `json:"bytes"`
-	CompletionMean float64 `json:"completion_ns_mean"`
+	Func             string  `json:"func"`
+	Algo             string  `json:"algo"`
+	Proto            string  `json:"proto"`
+	NChannels        int     `json:"nchannels"`
+	Count            uint64  `json:"count"`
+	Bytes            uint64  `json:"bytes"`
+	CompletionMeanNs float64 `json:"completion_ns_mean"`
 }
 
 // TruthPair is the model and the traffic of one peer.

@@ -3,6 +3,7 @@ package merge
 import (
 	"strconv"
 
+	"github.com/ncclprof/ncclprof/internal/chrome"
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
 )
 
@@ -74,27 +75,8 @@ func (o *obj) bool(k string, v bool) *obj {
 
 func (o *obj) done() []byte { return append(o.b, '}') }
 
-// appendJSONString quotes s as JSON (strconv.Quote's escapes are Go's, not JSON's).
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c == '\n':
-			b = append(b, '\\', 'n')
-		case c == '\t':
-			b = append(b, '\\', 't')
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
-}
+// appendJSONString quotes s as JSON, as the plugin's trace writer does.
+func appendJSONString(b []byte, s string) []byte { return chrome.AppendString(b, s) }
 
 func hexHandle(h uint64) string {
 	const digits = "0123456789abcdef"

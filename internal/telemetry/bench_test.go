@@ -3,7 +3,6 @@ package telemetry
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/ncclprof/ncclprof/internal/aggregate"
 )
@@ -11,17 +10,8 @@ import (
 // BenchmarkRecordOp is the drainer's cost per completed operation (an AllReduce with
 // transfers, 4 histograms and 3 counters touched plus bandwidths).
 func BenchmarkRecordOp(b *testing.B) {
-	r, err := New(context.Background(), Options{Config: Config{Exporter: "test", Histogram: HistogramExponential, MaxLabels: 8},
-		Reader: newManual(), Host: Host{Name: "h", PID: 1, LocalRank: -1}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	r, ops := benchRecorder(b), benchOps()
 	defer r.Shutdown(context.Background())
-	ops := make([]*aggregate.Op, 64)
-	for i := range ops {
-		ops[i] = allReduce(0, uint64(1+i%7)<<20, float64(1e6+i*1000), 2e4, 0, 3e3, []float64{1 << 20, 1 << 19}, []float64{5e4, 3e4})
-		ops[i].Proto = []string{"SIMPLE", "LL", "LL128"}[i%3]
-	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -38,17 +28,8 @@ func BenchmarkRecordOp(b *testing.B) {
 // BenchmarkRecordOpWorker is the worker's cost per operation (histogram recording in the SDK),
 // measured by waiting for it after every batch so nothing is skipped.
 func BenchmarkRecordOpWorker(b *testing.B) {
-	r, err := New(context.Background(), Options{Config: Config{Exporter: "test", Histogram: HistogramExponential, MaxLabels: 8},
-		Reader: newManual(), Host: Host{Name: "h", PID: 1, LocalRank: -1}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	r, ops := benchRecorder(b), benchOps()
 	defer r.Shutdown(context.Background())
-	ops := make([]*aggregate.Op, 64)
-	for i := range ops {
-		ops[i] = allReduce(0, uint64(1+i%7)<<20, float64(1e6+i*1000), 2e4, 0, 3e3, []float64{1 << 20, 1 << 19}, []float64{5e4, 3e4})
-		ops[i].Proto = []string{"SIMPLE", "LL", "LL128"}[i%3]
-	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		r.RecordOp(ops[i%len(ops)])
@@ -62,11 +43,7 @@ func BenchmarkRecordOpWorker(b *testing.B) {
 // BenchmarkObserveResults is the drainer's cost of copying a communicator with 8 peers and 8
 // channels for export (done at most once a second).
 func BenchmarkObserveResults(b *testing.B) {
-	r, err := New(context.Background(), Options{Config: Config{Exporter: "test", Histogram: HistogramExponential, MaxLabels: 8},
-		Reader: newManual(), Host: Host{Name: "h", PID: 1, LocalRank: -1}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	r := benchRecorder(b)
 	defer r.Shutdown(context.Background())
 	res := testResult(tpComm)
 	for p := 4; p < 8; p++ {
@@ -77,5 +54,24 @@ func BenchmarkObserveResults(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		r.ObserveResults(all)
 	}
-	_ = time.Now
+}
+
+// benchRecorder is a Recorder with a manual reader: nothing is exported while measuring.
+func benchRecorder(b *testing.B) *Recorder {
+	r, err := New(context.Background(), Options{Config: Config{Exporter: "test", Histogram: HistogramExponential, MaxLabels: 8},
+		Reader: newManual(), Host: Host{Name: "h", PID: 1, LocalRank: -1}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
+// benchOps are 64 AllReduces of 7 sizes and 3 protocols, with two transfers each.
+func benchOps() []*aggregate.Op {
+	ops := make([]*aggregate.Op, 64)
+	for i := range ops {
+		ops[i] = allReduce(0, uint64(1+i%7)<<20, float64(1e6+i*1000), 2e4, 0, 3e3, []float64{1 << 20, 1 << 19}, []float64{5e4, 3e4})
+		ops[i].Proto = []string{"SIMPLE", "LL", "LL128"}[i%3]
+	}
+	return ops
 }

@@ -24,45 +24,17 @@ import (
 	cpb "go.opentelemetry.io/proto/otlp/common/v1"
 	mpb "go.opentelemetry.io/proto/otlp/metrics/v1"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/ncclprof/ncclprof/internal/hosttest"
 )
 
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("cannot find the repository root (no go.mod above the test)")
-		}
-		dir = parent
-	}
-}
+func repoRoot(t *testing.T) string { return hosttest.Root(t) }
 
-var (
-	buildOnce sync.Once
-	buildErr  error
-	buildOut  []byte
-)
-
-// built returns the plugin library and the C test host, running `make all` (incremental) once.
+// built makes the plugin and the C test host (hosttest.Build) and returns their paths.
 func built(t *testing.T) (lib, host string) {
 	t.Helper()
-	root := repoRoot(t)
-	buildOnce.Do(func() {
-		cmd := exec.Command("make", "-C", root, "all")
-		buildOut, buildErr = cmd.CombinedOutput()
-	})
-	if buildErr != nil {
-		t.Fatalf("make -C %s all failed (%v); the end-to-end tests need the plugin and the C test host:\n%s",
-			root, buildErr, buildOut)
-	}
-	return filepath.Join(root, "build", "libnccl-profiler-ncclprof.so"), filepath.Join(root, "build", "ncclprof-testhost")
+	hosttest.Build(t)
+	return hosttest.Path(t, "libnccl-profiler-ncclprof.so"), hosttest.Path(t, "ncclprof-testhost")
 }
 
 var (
@@ -228,50 +200,11 @@ func (c *collector) stop() {
 
 // ---------------------------------------------------------------------------- the test host
 
-type truthOp struct {
-	Func, Algo, Proto string
-	NChannels         int     `json:"nchannels"`
-	Count             uint64  `json:"count"`
-	Bytes             uint64  `json:"bytes"`
-	CompletionMeanNs  float64 `json:"completion_ns_mean"`
-}
-
-type truthPair struct {
-	Peer          int     `json:"peer"`
-	LatencyNs     float64 `json:"latency_ns"`
-	BandwidthBps  float64 `json:"bandwidth_Bps"`
-	SentBytes     uint64  `json:"sent_bytes"`
-	SendTransfers uint64  `json:"send_transfers"`
-	RecvBytes     uint64  `json:"recv_bytes"`
-	RecvTransfers uint64  `json:"recv_transfers"`
-}
-
-type truthChannel struct {
-	Channel   int    `json:"channel"`
-	Transfers uint64 `json:"transfers"`
-	Bytes     uint64 `json:"bytes"`
-}
-
-type truthComm struct {
-	Name     string         `json:"name"`
-	Hash     string         `json:"hash"`
-	Rank     int            `json:"rank"`
-	NRanks   int            `json:"nranks"`
-	Ops      []truthOp      `json:"ops"`
-	Pairs    []truthPair    `json:"pairs"`
-	Channels []truthChannel `json:"channels"`
-}
-
-type truth struct {
-	Scenario string `json:"scenario"`
-	// FinalizeMaxNs is the longest a communicator's finalize took in the host: the time the
-	// plugin made NCCL's destroy wait (the final export happens there).
-	FinalizeMaxNs float64     `json:"finalize_max_ns"`
-	PID           int         `json:"pid"`
-	Rank          int         `json:"rank"`
-	NRanks        int         `json:"nranks"`
-	Comms         []truthComm `json:"comms"`
-}
+// The host's ground truth, as the plugin-core tests read it.
+type (
+	truth     = hosttest.Truth
+	truthComm = hosttest.TruthComm
+)
 
 type hostRun struct {
 	dir      string // NCCLPROF_OUTPUT_DIR
