@@ -27,6 +27,7 @@ static void usage(void) {
           "  manycomms  --comms communicators (1100), more than the plugin's table holds\n"
           "  fork       allreduce with a fork() halfway; the child exits without NCCL\n"
           "  flood      AllReduces in 64-byte chunks: thousands of ProxySteps per operation\n"
+          "  skew       ranks on one schedule with a planted slow rank (its own options: see skew.c)\n"
           "options:\n"
           "  --abi N (1-6, default 6)  --rank R (0)  --nranks N (4)  --iters N (50)\n"
           "  --channels N (2)  --kernel (emit KernelCh)  --comms N  --cycles N (3)\n"
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   /* Whatever the plugin writes from this process is labelled as made by the stand-in for
    * NCCL, so a trace of the test host is never mistaken for one of a real job. */
   setenv("NCCLPROF_SIMULATED", "1", 0);
+  if (argc > 1 && !strcmp(argv[argc - 1], "skew")) return scenario_skew(argc, argv);
   opts o = {.abi = 6, .rank = 0, .nranks = 4, .iters = 50, .channels = 2, .cycles = 3,
             .realtime = 1, .seconds = 5, .threads = 3, .reps = 7, .seed = 1};
   for (int i = 1; i < argc; i++) {

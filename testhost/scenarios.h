@@ -46,5 +46,6 @@ int scenario_soak(const opts* o);
 void scenario_manycomms(const opts* o);
 void scenario_fork(const opts* o);
 void scenario_flood(const opts* o);
+int scenario_skew(int argc, char** argv); /* parses its own options (skew.c) */
 
 #endif

@@ -33,17 +33,31 @@ func benchCmd() *cobra.Command {
 		hta, keep  bool
 		pythonPath string
 		jsonOut    string
+		what       string
+		reps       int
+		ranks, ops int
 	)
 	c := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure merge throughput and memory on a large synthesized trace, against a plain read and HTA",
-		Long: `Synthesize a Kineto trace of --size bytes by repeating a real one (each copy later in time,
-with its own correlation ids) and its plugin trace, then measure in one run:
+		Short: "Measure merge, stats or skew throughput and memory on large synthesized traces",
+		Long: `--what merge (the default): synthesize a Kineto trace of --size bytes by repeating a real one
+(each copy later in time, with its own correlation ids) and its plugin trace, then measure in one run:
   - a plain read of the file into memory,
   - ncclmerge merge of it (in a child process: wall time, throughput of input, peak RSS),
   - HTA's trace parser loading the same file (pip package HolisticTraceAnalysis), unless --hta=false.
+
+--what stats: synthesize one rank's plugin trace of --size bytes with every event NCCL reports per
+operation (API, launch, group, proxy ops, steps and their states, GPU channels, flows), and time
+ncclmerge stats on it (--reps runs in child processes: median wall time, CPU, peak RSS).
+
+--what skew: synthesize the plugin traces of --ranks ranks × --ops collectives (a straggler planted),
+and of a quarter of that job (half the ranks, half the operations), and time ncclmerge skew on
+both: the ratio of their times against the ratio of their sizes (4) shows how it scales.
+
 The temporary files are deleted unless --keep.`,
-		Example: "  ncclmerge bench --size 1GiB --source ../shared/traces/kineto/nccl_parser_config_nccl_data.json.gz",
+		Example: `  ncclmerge bench --size 1GiB --source ../shared/traces/kineto/nccl_parser_config_nccl_data.json.gz
+  ncclmerge bench --what stats --size 1GiB
+  ncclmerge bench --what skew --ranks 64 --ops 10000`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			n, err := parseSize(size)
 			if err != nil {
@@ -56,7 +70,17 @@ The temporary files are deleted unless --keep.`,
 			if !keep {
 				defer os.RemoveAll(tmp)
 			}
-			res, err := runBench(tmp, source, n, hta, pythonPath)
+			var res *benchReport
+			switch what {
+			case "merge":
+				res, err = runBench(tmp, source, n, hta, pythonPath)
+			case "stats":
+				res, err = benchStats(tmp, n, reps)
+			case "skew":
+				res, err = benchSkew(tmp, ranks, ops, reps)
+			default:
+				return fmt.Errorf("--what %q: want merge, stats or skew", what)
+			}
 			if err != nil {
 				return err
 			}
@@ -75,6 +99,10 @@ The temporary files are deleted unless --keep.`,
 	f.StringVar(&pythonPath, "python", "python3", "the Python that has HolisticTraceAnalysis")
 	f.BoolVar(&keep, "keep", false, "keep the temporary files")
 	f.StringVar(&jsonOut, "json", "", "also write the results as JSON to this file")
+	f.StringVar(&what, "what", "merge", "what to measure: merge, stats or skew")
+	f.IntVar(&reps, "reps", 3, "stats, skew: runs of each measurement (the median is reported)")
+	f.IntVar(&ranks, "ranks", 64, "skew: ranks of the larger job")
+	f.IntVar(&ops, "ops", 10000, "skew: collectives per rank of the larger job")
 	return c
 }
 
@@ -197,8 +225,12 @@ func timeChild(name string, args ...string) (secs, cpu, rss float64, err error) 
 }
 
 func printBench(r *benchReport) {
-	fmt.Printf("input: %s Kineto trace (%d copies of %s), %d CPUs\n", fmtBytes(r.InputBytes), r.Copies, filepath.Base(r.Source), r.CPUs)
-	fmt.Printf("%-28s %10s %10s %10s %12s  %s\n", "step", "seconds", "MB/s", "CPU s", "peak RSS MB", "")
+	if r.Copies > 0 {
+		fmt.Printf("input: %s Kineto trace (%d copies of %s), %d CPUs\n", fmtBytes(r.InputBytes), r.Copies, filepath.Base(r.Source), r.CPUs)
+	} else {
+		fmt.Printf("input: %s, %d CPUs\n", r.Source, r.CPUs)
+	}
+	fmt.Printf("%-36s %10s %10s %10s %12s  %s\n", "step", "seconds", "MB/s", "CPU s", "peak RSS MB", "")
 	for _, x := range r.Results {
 		rss, cpu := "", ""
 		if x.PeakRSSMB > 0 {
@@ -207,7 +239,7 @@ func printBench(r *benchReport) {
 		if x.CPUSecs > 0 {
 			cpu = fmt.Sprintf("%.2f", x.CPUSecs)
 		}
-		fmt.Printf("%-28s %10.2f %10.0f %10s %12s  %s\n", x.What, x.Seconds, x.MBps, cpu, rss, x.Note)
+		fmt.Printf("%-36s %10.2f %10.0f %10s %12s  %s\n", x.What, x.Seconds, x.MBps, cpu, rss, x.Note)
 	}
 	if r.Summary != "" {
 		fmt.Println(r.Summary)

@@ -61,31 +61,15 @@ func runDemo(dir, host, lib, scenario string, ranks, iters int) error {
 	}
 	absLib, _ := filepath.Abs(lib)
 	fmt.Printf("running %d simulated ranks (%s, %d operations each) through %s …\n", ranks, scenario, iters, lib)
-	procs := make([]*exec.Cmd, ranks)
-	stderrs := make([]strings.Builder, ranks)
-	for r := 0; r < ranks; r++ {
+	err := runRanks(ranks, func(r int) *exec.Cmd {
 		cmd := exec.Command(host, "--lib", absLib, "--rank", strconv.Itoa(r), "--nranks", strconv.Itoa(ranks),
 			"--iters", strconv.Itoa(iters), "--kernel", "--seed", "7", scenario)
 		cmd.Env = append(os.Environ(), "NCCLPROF_TRACE=1", "NCCLPROF_SIMULATED=1", "NCCLPROF_EVENT_MASK=default,kernelch",
 			"NCCLPROF_TRACE_DIR="+ncclDir, "NCCLPROF_OUTPUT_DIR="+ncclDir)
-		cmd.Stderr = &stderrs[r]
-		if err := cmd.Start(); err != nil {
-			for _, p := range procs[:r] { // do not leave the ranks already started running
-				p.Process.Kill()
-				p.Wait()
-			}
-			return err
-		}
-		procs[r] = cmd
-	}
-	var failed error
-	for r, p := range procs { // wait for every rank, even after one failed
-		if err := p.Wait(); err != nil && failed == nil {
-			failed = fmt.Errorf("test host rank %d failed: %v\n%s", r, err, stderrs[r].String())
-		}
-	}
-	if failed != nil {
-		return failed
+		return cmd
+	})
+	if err != nil {
+		return err
 	}
 	traces, _ := filepath.Glob(filepath.Join(ncclDir, "*.trace.json"))
 	if len(traces) == 0 {
@@ -130,4 +114,30 @@ func pluginRankOf(t *ptrace.Trace) int {
 		}
 	}
 	return best
+}
+
+// runRanks runs one test-host process per rank at once (a job's ranks run together) and waits
+// for all of them, even after one failed; it returns the first failure with what it printed.
+func runRanks(n int, command func(rank int) *exec.Cmd) error {
+	procs := make([]*exec.Cmd, n)
+	stderrs := make([]strings.Builder, n)
+	for r := 0; r < n; r++ {
+		cmd := command(r)
+		cmd.Stderr = &stderrs[r]
+		if err := cmd.Start(); err != nil {
+			for _, p := range procs[:r] { // do not leave the ranks already started running
+				p.Process.Kill()
+				p.Wait()
+			}
+			return err
+		}
+		procs[r] = cmd
+	}
+	var failed error
+	for r, p := range procs {
+		if err := p.Wait(); err != nil && failed == nil {
+			failed = fmt.Errorf("test host rank %d failed: %v\n%s", r, err, stderrs[r].String())
+		}
+	}
+	return failed
 }

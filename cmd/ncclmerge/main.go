@@ -15,7 +15,9 @@ import (
 var errReported = errors.New("reported")
 
 func main() {
-	if err := newRoot().Execute(); err != nil {
+	err := newRoot().Execute()
+	writePeak()
+	if err != nil {
 		if !errors.Is(err, errReported) {
 			fmt.Fprintln(os.Stderr, "ncclmerge:", err)
 		}
@@ -34,6 +36,6 @@ steps, GPU channel times, bus bandwidth) beside PyTorch's. Open the result in ui
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(mergeCmd(), checkCmd(), demoCmd(), benchCmd())
+	root.AddCommand(mergeCmd(), checkCmd(), statsCmd(), skewCmd(), pprofCmd(), reportCmd(), demoCmd(), benchCmd())
 	return root
 }

@@ -263,12 +263,12 @@ func skipNumber(s string, i int) (int, error) {
 	case i < len(s) && s[i] >= '1' && s[i] <= '9':
 		i = skipDigits(s, i+1)
 	default:
-		return i, errAt(start, "invalid number")
+		return i, numberErr(s, start, i, "invalid number")
 	}
 	if i < len(s) && s[i] == '.' {
 		j := skipDigits(s, i+1)
 		if j == i+1 {
-			return j, errAt(start, "invalid number: digits must follow '.'")
+			return j, numberErr(s, start, j, "invalid number: digits must follow '.'")
 		}
 		i = j
 	}
@@ -279,11 +279,21 @@ func skipNumber(s string, i int) (int, error) {
 		}
 		j := skipDigits(s, i)
 		if j == i {
-			return j, errAt(start, "invalid number: digits must follow the exponent")
+			return j, numberErr(s, start, j, "invalid number: digits must follow the exponent")
 		}
 		i = j
 	}
 	return i, nil
+}
+
+// numberErr reports a bad number at its start, or at the end of the document when the document
+// ends inside it ("1234." of a file cut while written), so that a reader accepting cut files
+// sees the cut.
+func numberErr(s string, start, at int, msg string) error {
+	if at >= len(s) {
+		return errAt(at, "%s", msg)
+	}
+	return errAt(start, "%s", msg)
 }
 
 func skipDigits(s string, i int) int {

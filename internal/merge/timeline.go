@@ -1,11 +1,11 @@
 package merge
 
 import (
-	"math"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/ncclprof/ncclprof/internal/align"
 	"github.com/ncclprof/ncclprof/internal/kineto"
 	"github.com/ncclprof/ncclprof/internal/ptrace"
 )
@@ -106,60 +106,15 @@ func alignHosts(ranks []*rankState) *Alignment {
 			ends[k][r] = l.kernel.end
 		}
 	}
-	a := &Alignment{Method: "median difference of collective kernel ends, per host", HostShiftNs: map[string]int64{}}
-	a.BeforeMedianNs, _, _ = spread(ends, nil)
-	ref := ranks[0].host
-	hostOf := func(r *rankState) string { return r.host }
-	diffs := map[string][]int64{}
-	for _, byRank := range ends {
-		var refEnds []int64
-		perHost := map[string][]int64{}
-		for r, end := range byRank {
-			if hostOf(r) == ref {
-				refEnds = append(refEnds, end)
-			} else {
-				perHost[hostOf(r)] = append(perHost[hostOf(r)], end)
-			}
-		}
-		if len(refEnds) == 0 {
-			continue
-		}
-		for h, e := range perHost {
-			diffs[h] = append(diffs[h], median(refEnds)-median(e))
-		}
-	}
-	shift := map[string]int64{ref: 0}
-	for h, d := range diffs {
-		shift[h] = median(d)
-	}
+	res := align.Ends(ends, func(r *rankState) string { return r.host }, ranks[0].host)
+	a := &Alignment{Method: "median difference of collective kernel ends, per host", HostShiftNs: map[string]int64{},
+		Collectives: res.Collectives, BeforeMedianNs: res.BeforeMedian,
+		ResidualMedianNs: res.ResidualMedian, ResidualP90Ns: res.ResidualP90}
 	for _, r := range ranks {
-		r.shift = shift[hostOf(r)]
-		a.HostShiftNs[hostOf(r)] = r.shift
+		r.shift = res.Shift[r.host]
+		a.HostShiftNs[r.host] = r.shift
 	}
-	a.ResidualMedianNs, a.ResidualP90Ns, a.Collectives = spread(ends, shift)
 	return a
-}
-
-// spread returns the median and 90th percentile over collectives (seen on 2+ ranks) of the
-// spread of their kernel ends, with the given host shifts applied.
-func spread(ends map[collectiveKey]map[*rankState]int64, shift map[string]int64) (med, p90 int64, n int) {
-	var s []int64
-	for _, byRank := range ends {
-		if len(byRank) < 2 {
-			continue
-		}
-		lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
-		for r, e := range byRank {
-			e += shift[r.host]
-			lo, hi = min(lo, e), max(hi, e)
-		}
-		s = append(s, hi-lo)
-	}
-	if len(s) == 0 {
-		return 0, 0, 0
-	}
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2], s[len(s)*9/10], len(s)
 }
 
 func median(v []int64) int64 {

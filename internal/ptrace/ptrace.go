@@ -227,6 +227,55 @@ func Parse(path string, data []byte) (*Trace, error) {
 	return t, nil
 }
 
+// Stream reads a trace that holds plugin events — a plugin trace, or ncclmerge's output of one
+// rank or of all — without keeping them, so a large trace is read with the memory of the file
+// alone. visit sees every event undecoded (the Event is reused between calls); it decodes the ones
+// it wants with Decode, so the many it passes over cost no argument parsing. The Trace returned has
+// the header where the file has one (Host, Pid, … stay zero otherwise), the base, the
+// communicators (those announced before an event are known when it is visited) and no Events.
+func Stream(path string, data []byte, opt traceevent.Options, visit func(t *Trace, e *traceevent.Event) error) (*Trace, error) {
+	t := &Trace{Doc: &traceevent.Doc{Path: path}}
+	opt.Truncated = true
+	if opt.Hint == "" {
+		opt.Hint = syntaxHint
+	}
+	doc, err := traceevent.Read(path, data, opt, func(e *traceevent.Event) error {
+		if e.Ph == "M" && e.Name == "ncclprof_comm" {
+			ev := Event{Event: *e}
+			t.addComm(commOf(ev.ArgsResult()))
+		}
+		return visit(t, e)
+	})
+	if err != nil {
+		return nil, err
+	}
+	t.Doc = doc
+	if t.Member("ncclprof") != "" {
+		if err := t.readHeader(); err != nil {
+			return nil, err
+		}
+	} else if b := t.Member("baseTimeNanoseconds"); b != "" {
+		t.Base, _ = jsonscan.Int(b)
+	}
+	return t, nil
+}
+
+// Decode fills out from a streamed event as Parse fills its events, except that Start and End are
+// relative to the base (a merged trace may write its baseTimeNanoseconds after its events: add
+// Trace.Base once Stream has returned).
+func (t *Trace) Decode(e *traceevent.Event, out *Event) error {
+	*out = Event{Event: *e}
+	base := t.Base
+	t.Base = 0
+	err := t.fill(out)
+	t.Base = base
+	return err
+}
+
+// KindOf is the NCCL event type of a slice of the given category and name (KindOther for
+// events that are not the plugin's).
+func KindOf(cat, name string) Kind { return kindOf(cat, name) }
+
 func (t *Trace) readHeader() error {
 	base := t.Member("baseTimeNanoseconds")
 	if base == "" {

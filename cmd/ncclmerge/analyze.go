@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+
+	"github.com/ncclprof/ncclprof/internal/commops"
+	"github.com/ncclprof/ncclprof/internal/merge"
+	"github.com/spf13/cobra"
+)
+
+// The analysis commands (stats, skew, pprof, report) all read NCCL operations from the same kinds
+// of input: plugin traces, merged ranks, merged timelines.
+
+const traceArgsHelp = `TRACE is a file, a quoted glob or a directory: the plugin's *.trace.json, ncclmerge merge's
+output of one rank (where NCCL kernels carry their sizes and GPU times, which are then used), or
+a --timeline of all ranks. .json and .json.gz are recognized by content.`
+
+// readOps expands the arguments and reads their operations, with progress on stderr unless quiet.
+func readOps(cmd *cobra.Command, args []string, quiet, legs bool) (*commops.Set, error) {
+	if len(args) == 0 {
+		return nil, fmt.Errorf("give the traces to read: ncclmerge %s TRACE... (files, quoted globs or directories; see --help)", cmd.Name())
+	}
+	paths, err := expandTraces(args)
+	if err != nil {
+		return nil, err
+	}
+	var log io.Writer
+	if !quiet {
+		log = os.Stderr
+	}
+	// The traces are held in memory one at a time per CPU; collect garbage sooner than the
+	// default so the peak stays near the largest file's size.
+	debug.SetGCPercent(20)
+	set, err := commops.Read(paths, commops.Options{Legs: legs, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	if len(set.Ops) == 0 {
+		return nil, fmt.Errorf("no NCCL operations in %d trace(s): pass the plugin's traces (NCCLPROF_TRACE=1 writes them) or ncclmerge merge outputs, not torch.profiler traces alone", len(paths))
+	}
+	return set, nil
+}
+
+// expandTraces expands the arguments like merge's inputs, except that a directory gives its plugin
+// traces and merged outputs (*.trace.json, *.merged.json, gzipped or not) when it has any, so that
+// the summaries and other JSON the plugin writes beside them are passed over.
+func expandTraces(args []string) ([]string, error) {
+	var out []string
+	for _, a := range args {
+		if st, err := os.Stat(a); err == nil && st.IsDir() {
+			var found []string
+			for _, pat := range []string{"*.trace.json", "*.trace.json.gz", "*.merged.json", "*.merged.json.gz"} {
+				m, _ := filepath.Glob(filepath.Join(a, pat))
+				found = append(found, m...)
+			}
+			if len(found) > 0 {
+				out = append(out, found...)
+				continue
+			}
+		}
+		m, err := merge.Expand([]string{a})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m...)
+	}
+	return out, nil
+}

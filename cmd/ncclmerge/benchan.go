@@ -1,0 +1,123 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/ncclprof/ncclprof/internal/synth"
+)
+
+// benchStats times ncclmerge stats on one rank's synthesized plugin trace of at least size bytes.
+func benchStats(tmp string, size int64, reps int) (*benchReport, error) {
+	opt := synth.DefaultJob(8, 0)
+	opt.Detail, opt.TargetBytes, opt.Only = true, size, []int{0}
+	dir := filepath.Join(tmp, "stats")
+	fmt.Fprintf(os.Stderr, "synthesizing a %s plugin trace …\n", fmtBytes(size))
+	paths, err := synth.Job(dir, opt)
+	if err != nil {
+		return nil, err
+	}
+	st, err := os.Stat(paths[0])
+	if err != nil {
+		return nil, err
+	}
+	rep := &benchReport{InputBytes: st.Size(), CPUs: runtime.NumCPU(),
+		Source: fmt.Sprintf("%s plugin trace of one rank (synthesized: every NCCL event of 1 MiB AllReduces)", fmtBytes(st.Size()))}
+	r, err := medianChild(reps, "ncclmerge stats", st.Size(), "stats", "-q", paths[0])
+	if err != nil {
+		return nil, err
+	}
+	r.Note += fmt.Sprintf("; peak RSS %.2f× the input", r.PeakRSSMB*1e6/float64(st.Size()))
+	rep.Results = append(rep.Results, r)
+	return rep, nil
+}
+
+// benchSkew times ncclmerge skew on a job of ranks × ops and on one of half the ranks and half
+// the operations: the ratio of their times against the ratio of their sizes shows the scaling.
+func benchSkew(tmp string, ranks, ops, reps int) (*benchReport, error) {
+	if ranks < 4 || ops < 20 {
+		return nil, fmt.Errorf("--ranks at least 4 and --ops at least 20")
+	}
+	rep := &benchReport{CPUs: runtime.NumCPU(), Source: fmt.Sprintf("synthesized plugin traces: %d ranks × %d collectives, and %d × %d",
+		ranks, ops, ranks/2, ops/2)}
+	var secs [2]float64
+	for i, size := range [][2]int{{ranks / 2, ops / 2}, {ranks, ops}} {
+		dir := filepath.Join(tmp, fmt.Sprintf("skew-%dx%d", size[0], size[1]))
+		fmt.Fprintf(os.Stderr, "synthesizing %d ranks × %d collectives …\n", size[0], size[1])
+		paths, err := synth.Job(dir, synth.DefaultJob(size[0], size[1]))
+		if err != nil {
+			return nil, err
+		}
+		var in int64
+		for _, p := range paths {
+			if st, err := os.Stat(p); err == nil {
+				in += st.Size()
+			}
+		}
+		r, err := medianChild(reps, fmt.Sprintf("ncclmerge skew %d × %d", size[0], size[1]), in, "skew", "-q", dir)
+		if err != nil {
+			return nil, err
+		}
+		r.Note += fmt.Sprintf("; %d operations, %s of traces, %.0f ns per operation", size[0]*size[1], fmtBytes(in),
+			r.Seconds*1e9/float64(size[0]*size[1]))
+		secs[i] = r.Seconds
+		rep.Results = append(rep.Results, r)
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, err
+		}
+	}
+	rep.Summary = fmt.Sprintf("4× the operations took %.2f× the time (linear: 4)", secs[1]/secs[0])
+	return rep, nil
+}
+
+// peakEnv names a file where ncclmerge writes its peak resident memory when it exits. A child's
+// rusage peak would count the pages it shared with this process before exec (the synthesized
+// input's generator); the kernel's VmHWM of the child itself does not.
+const peakEnv = "NCCLMERGE_PEAK_FILE"
+
+// writePeak writes this process's VmHWM (KiB) to $NCCLMERGE_PEAK_FILE, if set.
+func writePeak() {
+	path := os.Getenv(peakEnv)
+	if path == "" {
+		return
+	}
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			os.WriteFile(path, []byte(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB"))), 0o644)
+		}
+	}
+}
+
+// medianChild runs this program reps times with args and returns the run of median wall time.
+func medianChild(reps int, what string, inBytes int64, args ...string) (benchResult, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return benchResult{}, err
+	}
+	peak := filepath.Join(os.TempDir(), fmt.Sprintf("ncclmerge-peak-%d", os.Getpid()))
+	os.Setenv(peakEnv, peak)
+	defer os.Unsetenv(peakEnv)
+	defer os.Remove(peak)
+	var runs []benchResult
+	for i := 0; i < max(reps, 1); i++ {
+		fmt.Fprintf(os.Stderr, "%s: run %d of %d …\n", what, i+1, reps)
+		secs, cpu, _, err := timeChild(self, args...)
+		if err != nil {
+			return benchResult{}, fmt.Errorf("%s failed: %w", what, err)
+		}
+		b, _ := os.ReadFile(peak)
+		kib, _ := strconv.ParseFloat(string(b), 64)
+		rss := kib * 1024 / 1e6
+		runs = append(runs, benchResult{What: what, Seconds: secs, MBps: float64(inBytes) / 1e6 / secs, CPUSecs: cpu, PeakRSSMB: rss})
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i].Seconds < runs[j].Seconds })
+	m := runs[len(runs)/2]
+	m.Note = fmt.Sprintf("median of %d runs (%.2f–%.2f s)", len(runs), runs[0].Seconds, runs[len(runs)-1].Seconds)
+	return m, nil
+}

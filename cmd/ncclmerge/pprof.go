@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/ncclprof/ncclprof/internal/pprofout"
+	"github.com/spf13/cobra"
+)
+
+func pprofCmd() *cobra.Command {
+	var (
+		out   string
+		quiet bool
+	)
+	c := &cobra.Command{
+		Use:   "pprof TRACE... -o profile.pb.gz",
+		Short: "Write communication time as a pprof profile (flame graph with go tool pprof -http)",
+		Long: `Write a pprof profile of NCCL communication: one sample per operation, whose stack is
+  rank (host, pid) → communicator (size, rank in it) → function and size bucket → channel → peer
+(the channel and peer of each network send, else each GPU channel, where the trace has them),
+with three values — time (ns; the operation's kernel time in merged traces, else its completion
+span), bytes (nccl-tests' size) and operations (count) — and labels algo, proto and step.
+An operation's time and bytes are split evenly over its channels. The totals equal the traces'.
+
+View it with:  go tool pprof -http=:8080 profile.pb.gz   (Flame Graph; -sample_index=bytes)
+or: go tool pprof -top -tagfocus=algo=RING profile.pb.gz
+
+` + traceArgsHelp,
+		Example: `  ncclmerge pprof ncclprof-out/ -o comm.pb.gz && go tool pprof -http=:8080 comm.pb.gz`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				return fmt.Errorf("-o is required: the profile file to write (e.g. -o comm.pb.gz)")
+			}
+			set, err := readOps(cmd, args, quiet, true)
+			if err != nil {
+				return err
+			}
+			p := pprofout.Build(set)
+			if err := writeAtomic(out, func(f *os.File) error { return pprofout.Write(f, p) }); err != nil {
+				return err
+			}
+			if !quiet {
+				t, b, n := pprofout.Totals(p)
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %d operations, %s, %.3f ms (go tool pprof -http=:8080 %s)\n",
+					out, n, fmtBytes(b), float64(t)/1e6, out)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVarP(&out, "output", "o", "", "the profile to write (.pb.gz)")
+	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "no progress on stderr")
+	return c
+}
+
+// writeAtomic writes a file under a temporary name and renames it, so that a failure never
+// leaves half a file.
+func writeAtomic(path string, write func(*os.File) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w (does its directory exist?)", path, err)
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/ncclprof/ncclprof/internal/skew"
+	"github.com/spf13/cobra"
+)
+
+func skewCmd() *cobra.Command {
+	opt := skew.Defaults
+	var (
+		minLate     time.Duration
+		align       string
+		jsonOut     bool
+		quiet, fail bool
+	)
+	c := &cobra.Command{
+		Use:   "skew TRACE...",
+		Short: "Find the ranks that arrive late at collectives and make the others wait",
+		Long: fmt.Sprintf(`Match each collective across ranks by NCCL's (communicator, function, seq), measure how late
+each rank arrived (its Coll start) after the collective's median arrival, and flag:
+
+  late arrival  lateness > median + k·MAD of all lateness in the communicator (k = --k, %g),
+                and at least --min-late (%s) after the median;
+  slow rank     late on at least --min-count (%d) collectives, and more often than chance
+                allows: at the rate of late arrivals of the communicator's other ranks, being
+                late that often has a probability below --alpha (%g).
+
+The median absolute deviation is used, not the standard deviation: stragglers are the outliers,
+and a few very late arrivals inflate a standard deviation until they hide inside it.
+
+Output: the slow ranks, with how late, on which communicators and in which training steps
+(ncclprof_set_step labels); every rank that was late, most often first, with how often it arrived
+last; the collectives with the largest skew (first to last arrival) and where the late rank's
+slice is in its trace (file, pid, tid, ts as Perfetto shows them).
+
+Hosts whose clocks differ are aligned first on collective ends (--align ends, the default: every
+rank leaves a blocking collective at nearly the same instant), and the spread that remains is
+reported. Ranks without a trace and traces cut short are reported; collectives are compared over
+the ranks present.
+
+`+traceArgsHelp, skew.Defaults.K, time.Duration(skew.Defaults.MinLateNs), skew.Defaults.MinLate, skew.Defaults.Alpha),
+		Example: `  ncclmerge skew ncclprof-out/
+  ncclmerge skew --k 3 'job/rank*/ncclprof-*.trace.json'
+  ncclmerge skew --json merged/ > skew.json`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch align {
+			case "ends":
+				opt.Align = true
+			case "none":
+				opt.Align = false
+			default:
+				return fmt.Errorf("--align %q: want ends or none", align)
+			}
+			if opt.K <= 0 || opt.Alpha <= 0 || opt.Alpha >= 1 {
+				return fmt.Errorf("--k must be above 0 and --alpha between 0 and 1 (e.g. --k 5 --alpha 0.001)")
+			}
+			opt.MinLateNs = int64(minLate)
+			set, err := readOps(cmd, args, quiet, false)
+			if err != nil {
+				return err
+			}
+			res := skew.Analyze(set, opt)
+			out := cmd.OutOrStdout()
+			if jsonOut {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(res); err != nil {
+					return err
+				}
+			} else {
+				res.WriteText(out)
+			}
+			if fail && len(res.Slow) > 0 {
+				return errReported
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.Float64Var(&opt.K, "k", opt.K, "late above median + k·MAD")
+	f.DurationVar(&minLate, "min-late", time.Duration(opt.MinLateNs), "and at least this far after the collective's median arrival")
+	f.Float64Var(&opt.Alpha, "alpha", opt.Alpha, "slow: late more often than this probability allows at the other ranks' rate")
+	f.IntVar(&opt.MinLate, "min-count", opt.MinLate, "slow: and late on at least this many collectives")
+	f.IntVar(&opt.Top, "top", opt.Top, "how many of the most skewed collectives to list")
+	f.StringVar(&align, "align", "ends", "ends (align hosts' clocks on collective ends) or none")
+	f.BoolVar(&jsonOut, "json", false, "print the result as JSON")
+	f.BoolVar(&fail, "fail", false, "exit with status 1 when a slow rank is found (for CI)")
+	f.BoolVarP(&quiet, "quiet", "q", false, "no progress on stderr")
+	return c
+}

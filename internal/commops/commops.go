@@ -1,0 +1,161 @@
+// Package commops reads the NCCL operations out of any trace that ncclprof or ncclmerge writes —
+// the plugin's trace of one process, ncclmerge's merged output of one rank or of all ranks — into
+// one flat list that the analyses (stats, skew, pprof, report) share: which process ran which
+// operation of which communicator, when it arrived and completed, its size and time, its training
+// step, and where it is in the trace.
+package commops
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// Source says where an operation's time comes from.
+type Source uint8
+
+const (
+	// NoTime: only the enqueue is known (no network or KernelCh child: intra-node without
+	// KernelCh, self send/recv), or the trace was cut before the operation completed.
+	NoTime Source = iota
+	// Completion: the plugin's completion span, Coll/P2p start → its last ProxyOp or KernelCh stop.
+	Completion
+	// Kernel: the GPU kernel ncclmerge linked to the operation (torch.profiler's kernel duration),
+	// what nccl-tests times.
+	Kernel
+)
+
+func (s Source) String() string {
+	return [...]string{"none", "completion", "kernel"}[s]
+}
+
+// Ref is where a slice is in its trace, in the terms Perfetto shows: the file, the pid and tid
+// as written, and ts as written (µs relative to the file's base) in ns.
+type Ref struct {
+	File     int32
+	Pid, Tid int64
+	TsNs     int64
+}
+
+// Leg is one channel's share of an operation's work, with the peer it sent to (-1: unknown, as
+// for a KernelCh).
+type Leg struct {
+	Channel, Peer int32
+}
+
+// Op is one NCCL operation on one rank.
+type Op struct {
+	Proc      int32 // index in Set.Procs
+	Comm      int32 // index in Set.Comms
+	Rank      int32 // rank in the communicator
+	Func      string
+	Algo      string
+	Proto     string
+	Seq       int64 // NCCL's per-(communicator, function) sequence number; -1 for P2P
+	Peer      int32 // P2P peer; -1 otherwise
+	NChannels int32
+	Count     uint64
+	Bytes     uint64 // nccl-tests' size
+	// Arrive is when the operation reached NCCL on this rank (its Coll/P2p start), Done when it
+	// completed (0: unknown), both Unix ns.
+	Arrive, Done int64
+	// Time is the duration bandwidth is computed from (ns; 0 when Source is NoTime).
+	Time   int64
+	Source Source
+	Step   int32 // index in Set.Steps of the step label current at Arrive; -1: none
+	Ref    Ref   // the slice that shows the operation: its kernel, else its completion span
+	Legs   []Leg // with Options.Legs: its channels (and peers) in order
+}
+
+// Proc is one process (one rank's NCCL).
+type Proc struct {
+	Files     []string
+	Host      string
+	Pid       int64
+	Rank      int // rank in the largest communicator it took part in (-1: none seen)
+	Truncated bool
+	Ops       int
+}
+
+// Comm is a communicator.
+type Comm struct {
+	Hash   uint64
+	Name   string
+	NRanks int
+}
+
+// Label names a communicator for people: its name, else its hash.
+func (c Comm) Label() string {
+	if c.Name != "" {
+		return c.Name
+	}
+	return fmt.Sprintf("0x%016x", c.Hash)
+}
+
+// Set is every operation read from a group of traces.
+type Set struct {
+	Files []string
+	Procs []Proc
+	Comms []Comm
+	Steps []string
+	Ops   []Op
+	// Notes say what was read with reservations (cut files, operations without a time).
+	Notes []string
+
+	marks []stepMark // step labels, until finish gives them to the operations
+}
+
+// Options tune reading.
+type Options struct {
+	// Legs also collects each operation's channels and peers (pprof's leaf frames).
+	Legs bool
+	// Log receives progress: a line per file read when there are many, and every few seconds
+	// inside a large one (nil: silent).
+	Log io.Writer
+}
+
+// Read reads the operations of every trace in paths (several at once, in file order).
+func Read(paths []string, opt Options) (*Set, error) {
+	parts := make([]*part, len(paths))
+	errs := make([]error, len(paths))
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	done, start := 0, time.Now()
+	for w := 0; w < min(runtime.GOMAXPROCS(0), len(paths)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				parts[i], errs[i] = readFile(int32(i), paths[i], opt)
+				mu.Lock()
+				done++
+				if opt.Log != nil && len(paths) > 4 && (done%16 == 0 || done == len(paths)) {
+					fmt.Fprintf(opt.Log, "read %d of %d traces in %.1f s\n", done, len(paths), time.Since(start).Seconds())
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range paths {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	s := &Set{Files: paths}
+	n := 0
+	for i, p := range parts {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		n += len(p.ops)
+	}
+	s.Ops = make([]Op, 0, n)
+	for _, p := range parts {
+		s.add(p)
+	}
+	s.finish()
+	return s, nil
+}

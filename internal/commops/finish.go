@@ -1,0 +1,275 @@
+package commops
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/ncclprof/ncclprof/internal/collective"
+	"github.com/ncclprof/ncclprof/internal/ptrace"
+	"github.com/tidwall/gjson"
+)
+
+// finish puts a file's operations on the Unix clock (its base is known only now: a merged trace
+// may write it after its events), applies the kernel links and names the processes.
+func (r *reader) finish(t *ptrace.Trace) error {
+	dead := r.applyKernels()
+	base := t.Base
+	// Where each operation goes once the group members are dropped (-1: dropped).
+	moved := make([]int32, len(r.p.ops))
+	ops := make([]Op, 0, len(r.p.ops)-len(dead))
+	for i := range r.p.ops {
+		moved[i] = -1
+		if dead[int32(i)] {
+			continue
+		}
+		o := r.p.ops[i]
+		o.Arrive += base
+		if o.Source != NoTime {
+			o.Done += base
+		}
+		moved[i] = int32(len(ops))
+		ops = append(ops, o)
+	}
+	r.p.ops = ops
+	for i := range r.p.steps {
+		r.p.steps[i].at += base
+	}
+	for i := range r.p.comms {
+		c := &r.p.comms[i]
+		if tc, ok := t.Comm(c.Hash); ok {
+			c.Name, c.NRanks = r.intern(tc.Name), tc.NRanks
+		}
+	}
+	if r.opt.Legs {
+		for k, legs := range r.legs {
+			if i, ok := r.keys[k]; ok && moved[i] >= 0 {
+				r.p.ops[moved[i]].Legs = distinctLegs(legs)
+			}
+		}
+	}
+	r.nameProcs(t)
+	if t.Truncated {
+		r.p.notes = append(r.p.notes, fmt.Sprintf("%s ends early (cut at byte %d: the job was killed or the copy is incomplete); its operations after that are missing", r.path, t.TruncatedAt))
+	}
+	return nil
+}
+
+// distinctLegs keeps an operation's sends (channel and peer) where it has network work, else its
+// GPU channels, each once (a merged trace has a KernelCh on the plugin's track and on the GPU's).
+func distinctLegs(legs []Leg) []Leg {
+	sends := slices.ContainsFunc(legs, func(l Leg) bool { return l.Peer >= 0 })
+	var out []Leg
+	for _, l := range legs {
+		if (l.Peer >= 0) == sends && !slices.Contains(out, l) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// applyKernels gives linked operations their kernel's time. A kernel of one operation times it; a
+// kernel of a group (a Send and a Recv, a user's group of collectives) becomes one operation of
+// the kernel's function that stands for the group, whose members are returned to be dropped.
+func (r *reader) applyKernels() map[int32]bool {
+	dead := map[int32]bool{}
+	for _, k := range r.kerns {
+		var members []int32
+		for _, h := range k.handles {
+			if i, ok := r.keys[opKey{k.group, h}]; ok {
+				members = append(members, i)
+			}
+		}
+		var o *Op
+		if len(members) == 1 && len(k.handles) == 1 {
+			o = &r.p.ops[members[0]]
+		} else {
+			o = r.groupOp(k, members, dead)
+		}
+		o.Time, o.Source, o.Done, o.Ref = k.dur, Kernel, k.start+k.dur, k.ref
+		n := k.nccl
+		o.Comm, o.Rank = r.comm(hashOf(n.Get("comm"))), int32(n.Get("rank").Int())
+		if cn := n.Get("comm_name").Str; cn != "" && r.p.comms[o.Comm].Name == "" {
+			r.p.comms[o.Comm].Name = r.intern(cn)
+		}
+		if nr := int(n.Get("nranks").Int()); nr > 0 {
+			r.p.comms[o.Comm].NRanks = nr
+		}
+		r.fillArgs(o, n.Get("func").Str, n.Get("algo").Str, n.Get("proto").Str, seqOf(n.Get("seq")),
+			n.Get("count").Uint(), n.Get("bytes").Uint(), int(n.Get("nchannels").Int()))
+	}
+	return dead
+}
+
+// groupOp makes the operation that stands for a kernel's group.
+func (r *reader) groupOp(k kernelLink, members []int32, dead map[int32]bool) *Op {
+	fn := "Generic"
+	if spec, ok := collective.ParseKernel(k.name); ok {
+		fn = spec.Func
+	}
+	g := Op{Proc: r.proc(k.ref.Pid), Func: r.intern(fn), Seq: -1, Peer: -1, Step: -1, Arrive: k.start,
+		Bytes: k.nccl.Get("bytes").Uint()}
+	for n, i := range members {
+		m := r.p.ops[i]
+		if n == 0 || m.Arrive < g.Arrive {
+			g.Arrive = m.Arrive
+		}
+		g.Proc = m.Proc
+		dead[i] = true
+	}
+	r.p.ops = append(r.p.ops, g)
+	r.arrive = append(r.arrive, true)
+	return &r.p.ops[len(r.p.ops)-1]
+}
+
+func hashOf(v gjson.Result) uint64 {
+	h, _ := handleOf(v)
+	return h
+}
+
+func seqOf(v gjson.Result) int64 {
+	if !v.Exists() {
+		return -1
+	}
+	return v.Int()
+}
+
+// nameProcs sets each process's host and pid: a timeline keeps every rank's plugin header under
+// ncclmergeRanks; a plugin trace or merged rank has its own.
+func (r *reader) nameProcs(t *ptrace.Trace) {
+	ranks := gjson.Parse(t.Member("ncclmergeRanks"))
+	for g, i := range r.groups {
+		p := &r.p.procs[i]
+		switch {
+		case ranks.IsArray() && g > 0:
+			h := ranks.Get(fmt.Sprint(g - 1))
+			p.Host, p.Pid = h.Get("ncclprof.host").Str, h.Get("ncclprof.pid").Int()
+			if p.Host == "" {
+				p.Host = h.Get("metadata.host_name").Str
+			}
+		case t.Host != "" || t.Pid != 0:
+			p.Host, p.Pid = t.Host, t.Pid
+		}
+		if p.Host == "" {
+			// Unknown host: its clock is its own.
+			p.Host = r.path
+		}
+		p.Host = r.intern(p.Host)
+		p.Truncated = t.Truncated
+	}
+}
+
+// add appends a file's part, merging processes (a process may have written several files) and
+// communicators by identity.
+func (s *Set) add(p *part) {
+	procMap := make([]int32, len(p.procs))
+	for i, pr := range p.procs {
+		procMap[i] = s.procIndex(pr)
+	}
+	commMap := make([]int32, len(p.comms))
+	for i, c := range p.comms {
+		commMap[i] = s.commIndex(c)
+	}
+	for i := range p.ops {
+		o := &p.ops[i]
+		o.Proc, o.Comm = procMap[o.Proc], commMap[o.Comm]
+	}
+	s.Ops = append(s.Ops, p.ops...)
+	p.ops = nil
+	for _, m := range p.steps {
+		m.proc = procMap[m.proc]
+		s.marks = append(s.marks, m)
+	}
+	s.Notes = append(s.Notes, p.notes...)
+}
+
+func (s *Set) procIndex(pr Proc) int32 {
+	for i := range s.Procs {
+		q := &s.Procs[i]
+		if q.Host == pr.Host && q.Pid == pr.Pid {
+			q.Files = append(q.Files, pr.Files...)
+			q.Truncated = q.Truncated || pr.Truncated
+			return int32(i)
+		}
+	}
+	s.Procs = append(s.Procs, pr)
+	return int32(len(s.Procs) - 1)
+}
+
+func (s *Set) commIndex(c Comm) int32 {
+	for i := range s.Comms {
+		if s.Comms[i].Hash == c.Hash {
+			if s.Comms[i].Name == "" {
+				s.Comms[i].Name = c.Name
+			}
+			s.Comms[i].NRanks = max(s.Comms[i].NRanks, c.NRanks)
+			return int32(i)
+		}
+	}
+	s.Comms = append(s.Comms, c)
+	return int32(len(s.Comms) - 1)
+}
+
+// finish labels every operation with its step, sorts operations by process and arrival, and
+// gives each process its rank.
+func (s *Set) finish() {
+	s.labelSteps()
+	sort.SliceStable(s.Ops, func(i, j int) bool {
+		a, b := &s.Ops[i], &s.Ops[j]
+		return a.Proc < b.Proc || a.Proc == b.Proc && a.Arrive < b.Arrive
+	})
+	best := make([]int, len(s.Procs))
+	for i := range s.Procs {
+		s.Procs[i].Ops = 0
+	}
+	untimed := 0
+	for i := range s.Ops {
+		o := &s.Ops[i]
+		p := &s.Procs[o.Proc]
+		p.Ops++
+		if n := s.Comms[o.Comm].NRanks; n > best[o.Proc] || p.Rank < 0 {
+			best[o.Proc], p.Rank = n, int(o.Rank)
+		}
+		if o.Source == NoTime {
+			untimed++
+		}
+	}
+	if untimed > 0 {
+		s.Notes = append(s.Notes, fmt.Sprintf("%d of %d operations have no completion time (no network or KernelCh child: record KernelCh with NCCLPROF_EVENT_MASK=default,kernelch; or the trace ends before they completed): counted, but not timed", untimed, len(s.Ops)))
+	}
+}
+
+// labelSteps gives each operation the step label last set on its process at or before it arrived.
+func (s *Set) labelSteps() {
+	byProc := map[int32][]stepMark{}
+	ids := map[string]int32{}
+	for _, m := range s.marks {
+		byProc[m.proc] = append(byProc[m.proc], m)
+		if _, ok := ids[m.label]; !ok {
+			ids[m.label] = int32(len(s.Steps))
+			s.Steps = append(s.Steps, m.label)
+		}
+	}
+	for _, marks := range byProc {
+		slices.SortStableFunc(marks, func(a, b stepMark) int { return cmpInt(a.at, b.at) })
+	}
+	for i := range s.Ops {
+		o := &s.Ops[i]
+		marks := byProc[o.Proc]
+		j := sort.Search(len(marks), func(j int) bool { return marks[j].at > o.Arrive }) - 1
+		if j >= 0 {
+			o.Step = ids[marks[j].label]
+		}
+	}
+	s.marks = nil
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

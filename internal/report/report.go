@@ -1,0 +1,112 @@
+// Package report writes one self-contained HTML page that answers the questions people open a
+// trace for — which collectives cost the most, do they reach the bandwidth the hardware allows,
+// which rank makes everyone wait — with plots drawn as inline SVG: no script, style sheet or
+// font is fetched, so the page opens anywhere, offline.
+package report
+
+import (
+	_ "embed"
+	"fmt"
+	"html/template"
+	"io"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/ncclprof/ncclprof/internal/commops"
+	"github.com/ncclprof/ncclprof/internal/skew"
+	"github.com/ncclprof/ncclprof/internal/stats"
+)
+
+//go:embed page.html
+var pageHTML string
+
+var page = template.Must(template.New("report").Funcs(template.FuncMap{
+	"ms":   func(ns int64) string { return fmt.Sprintf("%.3f", float64(ns)/1e6) },
+	"us":   func(ns int64) string { return fmt.Sprintf("%.1f", float64(ns)/1e3) },
+	"pct":  func(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) },
+	"bw":   func(v float64) string { return fmtBW(v) },
+	"size": func(n uint64) string { return stats.Size(n) },
+	"base": filepath.Base,
+}).Parse(pageHTML))
+
+// Page is what the template shows.
+type Page struct {
+	Title     string
+	Generated string
+	Files     []string
+	Ops       int
+	Ranks     int
+	TotalNs   int64
+	Plots     []template.HTML
+	Stats     []*stats.Row
+	Skew      *skew.Result
+	Slowest   []SlowOp
+	Notes     []string
+}
+
+// SlowOp is one of the slowest operations, with where to find it.
+type SlowOp struct {
+	Rank     int
+	Comm     string
+	Func     string
+	Seq      int64
+	Bytes    uint64
+	TimeNs   int64
+	BusBW    float64
+	Step     string
+	TimeFrom string
+	File     string
+	Pid, Tid int64
+	TsUs     string
+	// PerfettoTs is the slice's ts as Perfetto's trace processor stores it (ns): the JSON ts in µs
+	// × 1000, for `SELECT * FROM slice WHERE ts = …` in its query page.
+	PerfettoTs int64
+}
+
+// Build assembles the page from the operations, their statistics and their skew.
+func Build(s *commops.Set, st *stats.Table, sk *skew.Result, title string) *Page {
+	p := &Page{Title: title, Generated: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Files: s.Files,
+		Ops: len(s.Ops), Ranks: len(s.Procs), TotalNs: st.TotalNs, Skew: sk, Notes: sk.Notes}
+	for _, svg := range []string{bandwidthPlot(s), heatmap(s), skewPlot(s, sk), latePlot(sk)} {
+		p.Plots = append(p.Plots, template.HTML(svg)) // built by this package, every text escaped
+	}
+	p.Stats = st.Rows[:min(len(st.Rows), 25)]
+	p.Slowest = slowest(s, 25)
+	return p
+}
+
+// slowest lists the n longest operations.
+func slowest(s *commops.Set, n int) []SlowOp {
+	idx := make([]int, 0, len(s.Ops))
+	for i := range s.Ops {
+		if s.Ops[i].Source != commops.NoTime {
+			idx = append(idx, i)
+		}
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return s.Ops[idx[a]].Time > s.Ops[idx[b]].Time })
+	var out []SlowOp
+	for _, i := range idx[:min(n, len(idx))] {
+		o := &s.Ops[i]
+		c := s.Comms[o.Comm]
+		_, bus := stats.Bandwidth(o.Func, o.Bytes, o.Time, c.NRanks)
+		r := SlowOp{Rank: s.Procs[o.Proc].Rank, Comm: c.Label(), Func: o.Func, Seq: o.Seq, Bytes: o.Bytes, TimeNs: o.Time,
+			BusBW: bus, TimeFrom: o.Source.String(), File: s.Files[o.Ref.File], Pid: o.Ref.Pid, Tid: o.Ref.Tid,
+			TsUs: fmt.Sprintf("%.3f", float64(o.Ref.TsNs)/1e3), PerfettoTs: o.Ref.TsNs}
+		if o.Step >= 0 {
+			r.Step = s.Steps[o.Step]
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func fmtBW(v float64) string {
+	if v != v || v <= 0 { // NaN: the communicator's size is not known
+		return "–"
+	}
+	return fmt.Sprintf("%.3f", v)
+}
+
+// Write renders the page.
+func (p *Page) Write(w io.Writer) error { return page.Execute(w, p) }

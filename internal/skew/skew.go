@@ -1,0 +1,421 @@
+// Package skew finds the ranks that make everyone wait. It matches the same collective across
+// ranks by NCCL's (communicator, function, seq), measures how late each rank arrived (its
+// Coll start) against the median arrival of that collective, and flags as late the arrivals above
+// median + k·MAD of all arrivals of the communicator. The median absolute deviation is used rather
+// than the standard deviation because stragglers are exactly the outliers: a few very late arrivals
+// inflate a standard deviation until it hides them, while they move the median and MAD hardly at
+// all. A rank is slow when it is late on clearly more of its operations than the typical rank.
+// Hosts whose clocks differ are aligned first on collective ends (internal/align).
+package skew
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/ncclprof/ncclprof/internal/align"
+	"github.com/ncclprof/ncclprof/internal/commops"
+	"github.com/ncclprof/ncclprof/internal/quantile"
+)
+
+// Options are the thresholds.
+type Options struct {
+	// K: an arrival is late above median + K·MAD of its communicator's lateness.
+	K float64
+	// MinLateNs: and at least this far after the median, so that ranks arriving within the clock's
+	// error of each other (a MAD of a few hundred ns) are not called late.
+	MinLateNs int64
+	// Alpha: a rank is slow when it is late more often than chance allows: if it were late at the
+	// rate of the other ranks of its communicator, it would be late this often with a probability
+	// below Alpha …
+	Alpha float64
+	// MinLate: … and it is late on at least this many collectives.
+	MinLate int
+	// Align hosts on collective ends before comparing arrivals.
+	Align bool
+	// Top: how many of the most skewed operations to list.
+	Top int
+}
+
+// Defaults: K = 5 with the raw MAD is a modified z-score of 3.4 (Iglewicz and Hoaglin's outlier
+// cut is 3.5): about 1 in 3,000 arrivals of a normal spread is late by chance.
+var Defaults = Options{K: 5, MinLateNs: 10_000, Alpha: 1e-3, MinLate: 3, Align: true, Top: 20}
+
+// RankRow is one rank of one communicator.
+type RankRow struct {
+	Comm       string `json:"comm"`
+	CommHash   string `json:"comm_hash"`
+	Rank       int    `json:"rank"`
+	GlobalRank int    `json:"global_rank"`
+	Host       string `json:"host"`
+	Pid        int64  `json:"pid"`
+	Matched    int    `json:"matched_ops"`
+	Late       int    `json:"late_ops"`
+	Last       int    `json:"arrived_last"`
+	// Lateness beyond the median arrival, over the late operations: total, median and largest.
+	LateTotalNs  int64 `json:"late_total_ns"`
+	LateMedianNs int64 `json:"late_median_ns"`
+	LateMaxNs    int64 `json:"late_max_ns"`
+	Slow         bool  `json:"slow"`
+	// Chance: the probability of being late this often at the other ranks' rate.
+	Chance float64 `json:"chance"`
+	// Steps: the training steps it was late in, in order of time, with how late.
+	Steps []StepLate `json:"late_steps,omitempty"`
+
+	late []int64
+}
+
+// StepLate is how late a rank was in one training step (ncclprof_set_step label).
+type StepLate struct {
+	Step  string `json:"step"`
+	Late  int    `json:"late_ops"`
+	MaxNs int64  `json:"late_max_ns"`
+}
+
+// LateFraction is the share of the rank's matched operations on which it was late.
+func (r *RankRow) LateFraction() float64 { return float64(r.Late) / float64(max(r.Matched, 1)) }
+
+// CommRow is what was found for one communicator.
+type CommRow struct {
+	Comm     string `json:"comm"`
+	CommHash string `json:"comm_hash"`
+	NRanks   int    `json:"nranks"`
+	Present  int    `json:"ranks_present"`
+	Missing  []int  `json:"ranks_missing,omitempty"`
+	Matched  int    `json:"matched_ops"`
+	// Lateness statistics over all arrivals of the communicator, and the threshold they give.
+	MedianNs    int64 `json:"lateness_median_ns"`
+	MADNs       int64 `json:"lateness_mad_ns"`
+	ThresholdNs int64 `json:"threshold_ns"`
+}
+
+// OpRow is one collective as all ranks ran it.
+type OpRow struct {
+	Comm     string `json:"comm"`
+	Func     string `json:"func"`
+	Seq      int64  `json:"seq"`
+	Step     string `json:"step,omitempty"`
+	Bytes    uint64 `json:"bytes"`
+	Ranks    int    `json:"ranks"`
+	SkewNs   int64  `json:"skew_ns"` // last arrival − first arrival
+	Last     int    `json:"last_rank"`
+	LateNs   int64  `json:"last_late_ns"` // last arrival − median arrival
+	ArriveNs int64  `json:"median_arrival_unix_ns"`
+	// Where the last rank's slice is in its trace.
+	File string  `json:"file"`
+	Pid  int64   `json:"pid"`
+	Tid  int64   `json:"tid"`
+	TsUs float64 `json:"ts_us"`
+}
+
+// Alignment reports the clock alignment of hosts on collective ends.
+type Alignment struct {
+	Hosts            int              `json:"hosts"`
+	Reference        string           `json:"reference_host"`
+	ShiftNs          map[string]int64 `json:"host_shift_ns"`
+	Collectives      int              `json:"collectives"`
+	BeforeMedianNs   int64            `json:"end_spread_before_median_ns"`
+	ResidualMedianNs int64            `json:"end_spread_after_median_ns"`
+	ResidualP90Ns    int64            `json:"end_spread_after_p90_ns"`
+}
+
+// Point is one matched collective over time (the report's skew plot).
+type Point struct {
+	AtNs   int64 `json:"at_unix_ns"`
+	SkewNs int64 `json:"skew_ns"`
+	Comm   int   `json:"comm"`
+	Last   int   `json:"last_rank"`
+	Late   bool  `json:"last_is_late"`
+	op     int32 // the last rank's operation
+	ranks  int
+}
+
+// Result is the whole answer.
+type Result struct {
+	Options   Options    `json:"options"`
+	Comms     []*CommRow `json:"comms"`
+	Ranks     []*RankRow `json:"ranks"`
+	Slow      []*RankRow `json:"slow_ranks"`
+	Top       []OpRow    `json:"most_skewed"`
+	Alignment *Alignment `json:"alignment,omitempty"`
+	Notes     []string   `json:"notes,omitempty"`
+	Points    []Point    `json:"-"`
+}
+
+// matchKey names one collective across ranks.
+type matchKey struct {
+	comm int32
+	fn   string
+	seq  int64
+}
+
+// Analyze finds the slow ranks of s.
+func Analyze(s *commops.Set, opt Options) *Result {
+	res := &Result{Options: opt, Notes: slices.Clone(s.Notes)}
+	keys, groups := match(s)
+	shift := map[string]int64{}
+	if opt.Align {
+		res.Alignment, shift = alignHosts(s, keys, groups)
+	}
+	a := &analysis{s: s, opt: opt, res: res, shift: shift, ranks: map[[2]int32]*RankRow{}}
+	a.measure(keys, groups)
+	a.flag()
+	a.describe()
+	return res
+}
+
+// match groups the collectives (seq ≥ 0) by (communicator, function, seq), one operation per rank
+// (a rank whose operation appears twice, in two overlapping files, counts once). It costs O(1) per
+// operation, so that a job's analysis grows linearly with ranks × operations.
+func match(s *commops.Set) ([]matchKey, [][]int32) {
+	index := map[matchKey]int32{}
+	var keys []matchKey
+	var groups [][]int32
+	var seen [][]uint64 // per group, a bit per rank
+	for i := range s.Ops {
+		o := &s.Ops[i]
+		if o.Seq < 0 || o.Rank < 0 {
+			continue
+		}
+		k := matchKey{o.Comm, o.Func, o.Seq}
+		g, ok := index[k]
+		if !ok {
+			g = int32(len(groups))
+			index[k] = g
+			keys = append(keys, k)
+			n := max(s.Comms[o.Comm].NRanks, 2)
+			groups = append(groups, make([]int32, 0, n))
+			seen = append(seen, make([]uint64, (n+63)/64))
+		}
+		w, bit := int(o.Rank/64), uint64(1)<<(o.Rank%64)
+		for w >= len(seen[g]) {
+			seen[g] = append(seen[g], 0)
+		}
+		if seen[g][w]&bit == 0 {
+			seen[g][w] |= bit
+			groups[g] = append(groups[g], int32(i))
+		}
+	}
+	return keys, groups
+}
+
+// alignHosts measures each host's clock offset on the ends of the matched collectives.
+func alignHosts(s *commops.Set, keys []matchKey, groups [][]int32) (*Alignment, map[string]int64) {
+	hosts := map[string]bool{}
+	for _, p := range s.Procs {
+		hosts[p.Host] = true
+	}
+	if len(hosts) < 2 {
+		return nil, map[string]int64{}
+	}
+	ends := make(map[matchKey]map[int32]int64, len(keys))
+	for g, k := range keys {
+		m := make(map[int32]int64, len(groups[g]))
+		for _, i := range groups[g] {
+			if o := &s.Ops[i]; o.Done != 0 {
+				m[o.Proc] = o.Done
+			}
+		}
+		ends[k] = m
+	}
+	ref := referenceHost(s)
+	r := align.Ends(ends, func(p int32) string { return s.Procs[p].Host }, ref)
+	return &Alignment{Hosts: len(hosts), Reference: ref, ShiftNs: r.Shift, Collectives: r.Collectives,
+		BeforeMedianNs: r.BeforeMedian, ResidualMedianNs: r.ResidualMedian, ResidualP90Ns: r.ResidualP90}, r.Shift
+}
+
+// referenceHost is the host of global rank 0 (else the first process's).
+func referenceHost(s *commops.Set) string {
+	for _, p := range s.Procs {
+		if p.Rank == 0 {
+			return p.Host
+		}
+	}
+	return s.Procs[0].Host
+}
+
+// analysis carries one Analyze.
+type analysis struct {
+	s     *commops.Set
+	opt   Options
+	res   *Result
+	shift map[string]int64
+	ranks map[[2]int32]*RankRow // (comm, rank)
+	comms map[int32]*CommRow
+	// lateness of every arrival, per communicator, with its op
+	samples map[int32][]sample
+	keys    []matchKey
+}
+
+type sample struct {
+	late  int64
+	op    int32
+	group int32
+}
+
+// measure computes every arrival's lateness against its collective's median arrival.
+func (a *analysis) measure(keys []matchKey, groups [][]int32) {
+	a.keys = keys
+	a.samples = map[int32][]sample{}
+	a.comms = map[int32]*CommRow{}
+	arr := make([]int64, 0, 64)
+	for g, idx := range groups {
+		if len(idx) < 2 {
+			continue
+		}
+		arr = arr[:0]
+		for _, i := range idx {
+			arr = append(arr, a.arrive(i))
+		}
+		med := quantile.MedianInPlace(arr)
+		comm := keys[g].comm
+		for _, i := range idx {
+			a.samples[comm] = append(a.samples[comm], sample{a.arrive(i) - med, i, int32(g)})
+			a.rank(i).Matched++
+		}
+		a.comm(comm).Matched++
+		a.point(g, idx, med)
+	}
+}
+
+func (a *analysis) arrive(i int32) int64 {
+	o := &a.s.Ops[i]
+	return o.Arrive + a.shift[a.s.Procs[o.Proc].Host]
+}
+
+// point records the collective for the skew-over-time plot and marks who arrived last.
+func (a *analysis) point(g int, idx []int32, med int64) {
+	last, first := idx[0], idx[0]
+	for _, i := range idx {
+		if a.arrive(i) > a.arrive(last) {
+			last = i
+		}
+		if a.arrive(i) < a.arrive(first) {
+			first = i
+		}
+	}
+	a.rank(last).Last++
+	a.res.Points = append(a.res.Points, Point{AtNs: med, SkewNs: a.arrive(last) - a.arrive(first),
+		Comm: int(a.keys[g].comm), Last: int(a.s.Ops[last].Rank), op: last, ranks: len(idx)})
+}
+
+func (a *analysis) rank(i int32) *RankRow {
+	o := &a.s.Ops[i]
+	k := [2]int32{o.Comm, o.Rank}
+	if r := a.ranks[k]; r != nil {
+		return r
+	}
+	c, p := a.s.Comms[o.Comm], a.s.Procs[o.Proc]
+	r := &RankRow{Comm: c.Label(), CommHash: fmt.Sprintf("0x%016x", c.Hash), Rank: int(o.Rank), GlobalRank: p.Rank,
+		Host: p.Host, Pid: p.Pid}
+	a.ranks[k] = r
+	return r
+}
+
+func (a *analysis) comm(c int32) *CommRow {
+	if r := a.comms[c]; r != nil {
+		return r
+	}
+	cm := a.s.Comms[c]
+	r := &CommRow{Comm: cm.Label(), CommHash: fmt.Sprintf("0x%016x", cm.Hash), NRanks: cm.NRanks}
+	a.comms[c] = r
+	return r
+}
+
+// flag applies the thresholds: late arrivals per communicator, then slow ranks.
+func (a *analysis) flag() {
+	lateOp := map[int32]bool{}
+	for c, ss := range a.samples {
+		v := make([]int64, len(ss))
+		for i, x := range ss {
+			v[i] = x.late
+		}
+		med := quantile.MedianInPlace(v)
+		mad := quantile.MAD(v, med)
+		thr := med + max(int64(a.opt.K*float64(mad)), a.opt.MinLateNs)
+		cr := a.comm(c)
+		cr.MedianNs, cr.MADNs, cr.ThresholdNs = med, mad, thr
+		for _, x := range ss {
+			if x.late > thr {
+				r := a.rank(x.op)
+				r.Late++
+				r.late = append(r.late, x.late)
+				lateOp[x.op] = true
+				if st := a.s.Ops[x.op].Step; st >= 0 {
+					r.addStep(a.s.Steps[st], x.late)
+				}
+			}
+		}
+	}
+	for i := range a.res.Points {
+		p := &a.res.Points[i]
+		p.Late = lateOp[p.op]
+	}
+	a.slowRanks()
+}
+
+func (r *RankRow) addStep(step string, late int64) {
+	for i := range r.Steps {
+		if s := &r.Steps[i]; s.Step == step {
+			s.Late++
+			s.MaxNs = max(s.MaxNs, late)
+			return
+		}
+	}
+	r.Steps = append(r.Steps, StepLate{step, 1, late})
+}
+
+// slowRanks flags the ranks late more often than the other ranks' rate of late arrivals makes
+// likely. The rate is the others' (leave-one-out), so that the straggler does not raise its own
+// bar; a scheduler hiccup now and then on every rank raises everyone's rate alike.
+func (a *analysis) slowRanks() {
+	type total struct{ late, matched int }
+	byComm := map[string]*total{}
+	for _, r := range a.ranks {
+		if byComm[r.CommHash] == nil {
+			byComm[r.CommHash] = &total{}
+		}
+		byComm[r.CommHash].late += r.Late
+		byComm[r.CommHash].matched += r.Matched
+		l := quantile.Sorted(r.late)
+		r.LateMedianNs = quantile.MedianSorted(l)
+		if len(l) > 0 {
+			r.LateMaxNs = l[len(l)-1]
+		}
+		for _, x := range l {
+			r.LateTotalNs += x
+		}
+		r.late = nil
+	}
+	for _, r := range a.ranks {
+		c := byComm[r.CommHash]
+		others := c.matched - r.Matched
+		p := math.Max(float64(c.late-r.Late), 1) / float64(others+1)
+		r.Chance = binomTail(r.Late, r.Matched, p)
+		r.Slow = r.Late >= a.opt.MinLate && r.Chance < a.opt.Alpha
+	}
+}
+
+// binomTail is P(X ≥ k) for X ~ Binomial(n, p), summed in log space from k up until the terms
+// no longer count.
+func binomTail(k, n int, p float64) float64 {
+	if k <= 0 {
+		return 1
+	}
+	if p >= 1 {
+		return 1
+	}
+	lp, lq := math.Log(p), math.Log1p(-p)
+	lgN, _ := math.Lgamma(float64(n + 1))
+	sum := 0.0
+	for i := k; i <= n; i++ {
+		li, _ := math.Lgamma(float64(i + 1))
+		lni, _ := math.Lgamma(float64(n - i + 1))
+		t := math.Exp(lgN - li - lni + float64(i)*lp + float64(n-i)*lq)
+		sum += t
+		if t < sum*1e-12 && float64(i) > float64(n)*p {
+			break
+		}
+	}
+	return math.Min(sum, 1)
+}

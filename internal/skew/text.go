@@ -1,0 +1,123 @@
+package skew
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteText prints the result for a person: the slow ranks first, then every rank that was late,
+// the most skewed collectives, the clock alignment and what was missing.
+func (r *Result) WriteText(w io.Writer) {
+	o := r.Options
+	fmt.Fprintf(w, "late arrival: more than median + %g·MAD of the communicator's lateness (and at least %s) after the collective's median arrival\n",
+		o.K, fmtNs(o.MinLateNs))
+	fmt.Fprintf(w, "slow rank: late on %d collectives or more, and more often than chance allows at the other ranks' rate (p < %g)\n\n", o.MinLate, o.Alpha)
+	if len(r.Slow) == 0 {
+		fmt.Fprintln(w, "no slow rank")
+	}
+	for _, s := range r.Slow {
+		fmt.Fprintf(w, "SLOW: rank %d of %s (global rank %d, %s pid %d): late on %d of %d collectives (%.0f%%; by chance: p = %.1g) by %s median, %s at most; arrived last %d times\n",
+			s.Rank, s.Comm, s.GlobalRank, s.Host, s.Pid, s.Late, s.Matched, 100*s.LateFraction(), s.Chance, fmtNs(s.LateMedianNs), fmtNs(s.LateMaxNs), s.Last)
+		if len(s.Steps) > 0 {
+			fmt.Fprintf(w, "      late in steps: %s\n", clipList(s.StepList(), 12))
+		}
+	}
+	fmt.Fprintln(w)
+	r.writeComms(w)
+	r.writeRanks(w)
+	r.writeTop(w)
+	if a := r.Alignment; a != nil {
+		fmt.Fprintf(w, "\nclocks of %d hosts aligned on the ends of %d collectives (reference %s): end spread median %s before, %s after (p90 %s)\n",
+			a.Hosts, a.Collectives, a.Reference, fmtNs(a.BeforeMedianNs), fmtNs(a.ResidualMedianNs), fmtNs(a.ResidualP90Ns))
+		for _, h := range slices.Sorted(maps.Keys(a.ShiftNs)) {
+			fmt.Fprintf(w, "  host %s: clock shifted by %s\n", h, fmtNs(a.ShiftNs[h]))
+		}
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+}
+
+func (r *Result) writeComms(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "communicator\tranks\tcollectives\tlateness median\tMAD\tlate above")
+	for _, c := range r.Comms {
+		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%s\t%s\t%s\n", c.Comm, c.Present, c.NRanks, c.Matched, fmtNs(c.MedianNs), fmtNs(c.MADNs), fmtNs(c.ThresholdNs))
+	}
+	tw.Flush()
+}
+
+func (r *Result) writeRanks(w io.Writer) {
+	fmt.Fprintln(w, "\nranks that arrive late (most often first):")
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "comm\trank\tglobal\thost\tlate\tof\tlast\tlate median\tlate max\tby chance\tslow")
+	n := 0
+	for _, k := range r.Ranks {
+		if k.Late == 0 || n == 20 {
+			continue
+		}
+		n++
+		slow := ""
+		if k.Slow {
+			slow = "SLOW"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\t%.2g\t%s\n", k.Comm, k.Rank, k.GlobalRank, k.Host, k.Late, k.Matched, k.Last,
+			fmtNs(k.LateMedianNs), fmtNs(k.LateMaxNs), k.Chance, slow)
+	}
+	tw.Flush()
+	if n == 0 {
+		fmt.Fprintln(w, "  none")
+	}
+}
+
+func (r *Result) writeTop(w io.Writer) {
+	if len(r.Top) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\ncollectives with the largest skew (first to last arrival):")
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "comm\tfunc\tseq\tstep\tskew\tlast rank\tlate by\twhere (file pid/tid ts µs)")
+	for _, o := range r.Top {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s %d/%d %.3f\n", o.Comm, o.Func, o.Seq, dash(o.Step), fmtNs(o.SkewNs), o.Last,
+			fmtNs(o.LateNs), o.File, o.Pid, o.Tid, o.TsUs)
+	}
+	tw.Flush()
+}
+
+// StepList names the steps a rank was late in, with how late at most: "train step 3 (3.0 ms)".
+func (r *RankRow) StepList() []string {
+	out := make([]string, len(r.Steps))
+	for i, s := range r.Steps {
+		out[i] = fmt.Sprintf("%s (%s)", s.Step, fmtNs(s.MaxNs))
+	}
+	return out
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func clipList(v []string, n int) string {
+	if len(v) <= n {
+		return strings.Join(v, ", ")
+	}
+	return strings.Join(v[:n], ", ") + fmt.Sprintf(", … (%d in all)", len(v))
+}
+
+func fmtNs(ns int64) string {
+	a := max(ns, -ns)
+	switch {
+	case a >= 10_000_000:
+		return fmt.Sprintf("%.2f ms", float64(ns)/1e6)
+	case a >= 10_000:
+		return fmt.Sprintf("%.1f µs", float64(ns)/1e3)
+	}
+	return fmt.Sprintf("%d ns", ns)
+}
