@@ -8,18 +8,41 @@
 #define _GNU_SOURCE
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hot.h"
 
 #define NP_API __attribute__((visibility("default")))
 
-int np_set_mask(uint32_t mask);
-uint32_t np_get_mask(void);
-
 static uint64_t np_flush_req, np_flush_ack;
+
+/* The process that loaded the library. A forked child (a DataLoader worker) has a copy of the
+ * plugin's memory but no drainer and a Go runtime that must not be entered: calls that wait
+ * for the drainer or enter Go return at once there (NP_IN_CHILD). */
+static pid_t np_loader_pid;
+__attribute__((constructor)) static void np_note_loader(void) { np_loader_pid = getpid(); }
+static int np_in_child(void) { return getpid() != np_loader_pid; }
+#define NP_IN_CHILD 3
 
 /* Version of the plugin. */
 NP_API const char* ncclprof_version(void) { return NCCLPROF_VERSION; }
+
+/* Present in builds whose Go side takes NCCLPROF_* and OTEL_* variables as they are when the
+ * first communicator starts the plugin (plugin/env.go), not as the process started: the
+ * Python package checks for it before promising that settings made from Python are seen. */
+NP_API const int ncclprof_reads_live_env = 1;
+
+/* The Go side's metrics flush (plugin/metrics.go); absent from the C-only sanitizer builds. */
+int np_go_metrics_flush(int timeout_ms) __attribute__((weak));
+
+/* Exports the metrics now and waits up to timeout_ms, for programs that exit without
+ * destroying their communicators (call it at exit, never from NCCL's threads). Returns 0 when
+ * exported, 1 on failure or timeout, 2 when metrics are off or not started, 3 in a forked
+ * child. */
+NP_API int ncclprof_metrics_flush(int timeout_ms) {
+  if (np_in_child()) return NP_IN_CHILD;
+  return np_go_metrics_flush ? np_go_metrics_flush(timeout_ms) : 2;
+}
 
 /* Changes the activation mask NCCL reads per operation (and what the plugin records).
  * Returns the previous mask. Before NCCL's first init the new mask applies from that init. */
@@ -40,8 +63,10 @@ NP_API int ncclprof_counters(uint64_t* out, int n) {
 }
 
 /* Processes everything recorded so far (seals every window). Waits up to timeout_ms for the
- * drainer; returns 0 when done, 1 on timeout, 2 when nothing was ever initialized. */
+ * drainer; returns 0 when done, 1 on timeout, 2 when nothing was ever initialized, 3 in a
+ * forked child. */
 NP_API int ncclprof_flush(int timeout_ms) {
+  if (np_in_child()) return NP_IN_CHILD;
   if (np_cfg.nslots == 0) return 2;
   uint64_t want = __atomic_add_fetch(&np_flush_req, 1, __ATOMIC_ACQ_REL);
   np_kick();
@@ -65,9 +90,15 @@ void np_flush_done(uint64_t req) { __atomic_store_n(&np_flush_ack, req, __ATOMIC
 /* Strings handed over from any thread: writers take a tiny spin lock (control calls only, never
  * NCCL's threads) and bump a sequence number the drainer compares. */
 static int np_ctl_lock;
-static uint64_t np_trace_seq;
-static int np_trace_on;
-static char np_trace_dir[1024];
+/* Trace window requests (start/stop), each with the time of the call: a ring the drainer
+ * empties in order, so a start and a stop made between two of its passes are both applied. */
+#define NP_TRACE_REQS 8
+static uint64_t np_trace_seq; /* requests ever made */
+static struct {
+  uint64_t tick; /* np_now() of the call: where the window begins or ends */
+  int on;
+  char dir[1024];
+} np_trace_reqs[NP_TRACE_REQS];
 /* Step labels, each with the time it was set: a ring the drainer empties. */
 #define NP_STEPS 64
 static uint64_t np_step_seq; /* labels ever set */
@@ -89,25 +120,29 @@ static void np_copy_str(char* dst, size_t cap, const char* src) {
   dst[n] = 0;
 }
 
-/* Starts a trace window: events processed from now on go to a new trace file in dir (NULL or
- * "": NCCLPROF_TRACE_DIR, else NCCLPROF_OUTPUT_DIR). Returns 0. */
-NP_API int ncclprof_trace_start(const char* dir) {
+static void np_trace_request(int on, const char* dir) {
+  uint64_t now = np_now();
   np_ctl_acquire();
-  np_copy_str(np_trace_dir, sizeof np_trace_dir, dir);
-  np_trace_on = 1;
+  uint64_t i = np_trace_seq % NP_TRACE_REQS;
+  np_trace_reqs[i].tick = now;
+  np_trace_reqs[i].on = on;
+  np_copy_str(np_trace_reqs[i].dir, sizeof np_trace_reqs[i].dir, dir);
   __atomic_add_fetch(&np_trace_seq, 1, __ATOMIC_RELEASE);
   np_ctl_release();
   np_kick();
+}
+
+/* Starts a trace window: events that start from this call on go to a new trace file in dir
+ * (NULL or "": NCCLPROF_TRACE_DIR, else NCCLPROF_OUTPUT_DIR). Returns 0. */
+NP_API int ncclprof_trace_start(const char* dir) {
+  np_trace_request(1, dir);
   return 0;
 }
 
-/* Ends the trace window: the file is completed and closed. Returns 0. */
+/* Ends the trace window at this call: the file gets the events that started before it and
+ * finish, and is completed and closed. Returns 0. */
 NP_API int ncclprof_trace_stop(void) {
-  np_ctl_acquire();
-  np_trace_on = 0;
-  __atomic_add_fetch(&np_trace_seq, 1, __ATOMIC_RELEASE);
-  np_ctl_release();
-  np_kick();
+  np_trace_request(0, NULL);
   return 0;
 }
 
@@ -131,13 +166,19 @@ NP_API int ncclprof_stats(uint64_t* out, int n) {
 }
 
 /* Drainer side. */
-uint64_t np_trace_poll(int* on, char* dir, int cap) {
+uint64_t np_trace_count(void) { return __atomic_load_n(&np_trace_seq, __ATOMIC_ACQUIRE); }
+
+/* Request number `seq` (0-based); returns 0 if it is no longer in the ring or not made yet. */
+int np_trace_get(uint64_t seq, int* on, uint64_t* tick, char* dir, int cap) {
   np_ctl_acquire();
-  uint64_t seq = np_trace_seq;
-  *on = np_trace_on;
-  np_copy_str(dir, (size_t)cap, np_trace_dir);
+  int ok = seq < np_trace_seq && np_trace_seq - seq <= NP_TRACE_REQS;
+  if (ok) {
+    *on = np_trace_reqs[seq % NP_TRACE_REQS].on;
+    *tick = np_trace_reqs[seq % NP_TRACE_REQS].tick;
+    np_copy_str(dir, (size_t)cap, np_trace_reqs[seq % NP_TRACE_REQS].dir);
+  }
   np_ctl_release();
-  return seq;
+  return ok;
 }
 
 /* Label number `seq` (0-based) and when it was set; returns 0 if it is no longer in the ring

@@ -30,6 +30,7 @@ __thread np_thread* np_tls __attribute__((tls_model("initial-exec")));
 int np_clock = NP_CLOCK_MONO;
 int np_fence_mode = 1;
 uint32_t np_record_mask;
+static int np_mask_from_api; /* ncclprof_set_event_mask was called: its mask stays in force */
 pid_t np_pid;
 np_config np_cfg;
 uint64_t np_counters[NP_C_COUNT];
@@ -155,7 +156,8 @@ static void np_read_config(void) {
   np_cfg.grace_max_ns = np_env_u64("NCCLPROF_GRACE_MS", 100, 1, 60000) * 1000000ull;
   np_cfg.grace_min_ns = np_cfg.grace_max_ns < 2000000ull ? np_cfg.grace_max_ns : 2000000ull;
   np_cfg.finalize_wait_ns = np_env_u64("NCCLPROF_FINALIZE_TIMEOUT_MS", 5000, 0, 600000) * 1000000ull;
-  np_record_mask = np_cfg.mask;
+  /* A mask set through the control API before the first communicator wins over the variable. */
+  if (!__atomic_load_n(&np_mask_from_api, __ATOMIC_ACQUIRE)) np_record_mask = np_cfg.mask;
 }
 
 /* ------------------------------------------------------------------- clock */
@@ -387,7 +389,7 @@ void* np_init_comm(int abi, uint64_t comm_hash, const char* name, int nnodes, in
   }
   /* The mask is one process-wide int; keep its address so the control API can change it. */
   if (mask_ptr) {
-    *mask_ptr = (int)np_cfg.mask;
+    *mask_ptr = (int)np_get_mask(); /* the mask in force, a run-time change included */
     __atomic_store_n(&np_mask_ptr, mask_ptr, __ATOMIC_RELEASE);
   }
   np_pxn_comm();
@@ -976,6 +978,7 @@ int np_uses_membarrier(void) { return !np_fence_mode; }
 int np_set_mask(uint32_t mask) {
   int* p = __atomic_load_n(&np_mask_ptr, __ATOMIC_ACQUIRE);
   __atomic_store_n(&np_record_mask, mask & NPABI_ALL_TYPES, __ATOMIC_RELEASE);
+  __atomic_store_n(&np_mask_from_api, 1, __ATOMIC_RELEASE);
   if (p == NULL) return 0;
   __atomic_store_n(p, (int)(mask & NPABI_ALL_TYPES), __ATOMIC_RELEASE);
   return 1;

@@ -281,7 +281,11 @@ uint64_t np_clock_nominal_hz(void); /* known frequency (aarch64 cntfrq, 1e9) or 
 int np_uses_membarrier(void);
 /* Trace window and step label set through the control API (sequence numbers change on every
  * call), and statistics the drainer publishes. */
-uint64_t np_trace_poll(int* on, char* dir, int cap);
+/* The activation mask in force (NCCLPROF_EVENT_MASK, or the last ncclprof_set_event_mask). */
+int np_set_mask(uint32_t mask);
+uint32_t np_get_mask(void);
+uint64_t np_trace_count(void);
+int np_trace_get(uint64_t seq, int* on, uint64_t* tick, char* dir, int cap);
 uint64_t np_step_count(void);
 int np_step_get(uint64_t seq, uint64_t* tick, char* label, int cap);
 void np_stat_set(int i, uint64_t v);

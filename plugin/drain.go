@@ -59,6 +59,7 @@ var drainer = &drain{
 func (d *drain) run() {
 	// Nothing to do until NCCL initializes the first communicator: block without a timer.
 	C.np_wait(-1)
+	syncEnv()
 	d.clock = align.NewTickClock(tickSampler{}, float64(C.np_clock_nominal_hz()))
 	d.agg = aggregate.New(d.clock.TicksPerNs())
 	// An event can wait in an open window for its period plus the grace before it is read.
@@ -88,7 +89,9 @@ func (d *drain) run() {
 		d.mu.Lock()
 		d.agg.TicksPerNs = d.clock.TicksPerNs()
 		flush := C.int(0)
-		if req != 0 {
+		// A flush request, or a trace start/stop: read every window first, so the file being
+		// closed gets the events up to the stop and the new one starts where it should.
+		if ctl := trace.beforeDrain(); req != 0 || ctl {
 			flush = 1
 		}
 		wait = pollInterval

@@ -14,21 +14,11 @@ package main
 */
 import "C"
 
-import (
-	"os"
-	"runtime"
-	"strconv"
-)
+import "runtime"
 
 func main() {}
 
 func init() {
-	// With 8 ranks per node each rank's Go runtime would size itself to the whole node; the
-	// drainer needs little. Setting it also stops the runtime's periodic re-sizing.
-	procs := 2
-	if v, err := strconv.Atoi(os.Getenv("NCCLPROF_GOMAXPROCS")); err == nil && v > 0 {
-		procs = v
-	}
-	runtime.GOMAXPROCS(procs)
+	runtime.GOMAXPROCS(goMaxProcs()) // again after syncEnv, at the first communicator
 	go drainer.run()
 }

@@ -169,12 +169,12 @@ func liveComms(except uint32) int {
 	return n
 }
 
-// ncclprof_metrics_flush exports now and waits up to timeout_ms (for jobs that exit without
-// destroying their communicators: call it at exit). Returns 0 when exported, 1 on failure or
-// timeout, 2 when metrics are off or not started.
+// np_go_metrics_flush is ncclprof_metrics_flush (control.c): exports now and waits up to
+// timeout_ms. Returns 0 when exported, 1 on failure or timeout, 2 when metrics are off or not
+// started.
 //
-//export ncclprof_metrics_flush
-func ncclprof_metrics_flush(timeoutMs C.int) C.int {
+//export np_go_metrics_flush
+func np_go_metrics_flush(timeoutMs C.int) C.int {
 	metricsMu.Lock()
 	rec := metricsRec
 	metricsMu.Unlock()

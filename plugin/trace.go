@@ -35,9 +35,16 @@ type traceSink struct {
 	dir     string
 	files   int
 	ctlSeq  uint64
+	pending []control // requests waiting for the windows to be read (a stop first)
 	stepSeq uint64
-	failed  bool // a write failed: tracing stopped until the next start request
-	stats   traceStats
+	// steps are labels not written yet (the last maxPendingSteps): set while no file is open
+	// (with NCCLPROF_TRACE=1 it opens only after the first window is read) or after a pending
+	// stop. inEffect is the latest label before the open file began, written at its start.
+	steps        []stepLabel
+	inEffect     stepLabel
+	startLabeled bool
+	failed       bool // a write failed: tracing stopped until the next start request
+	stats        traceStats
 
 	comms   map[uint32]uint64 // communicator index → incarnation announced in this file
 	threads map[int64]*thread
@@ -97,36 +104,117 @@ func (t *traceSink) traceDir() string {
 	return outputDir()
 }
 
-// poll applies start/stop requests and step labels from the control API.
-func (t *traceSink) poll() {
+// control is a start or stop request of the control API.
+type control struct {
+	on  bool
+	at  int64 // Unix ns of the call: where the window begins or ends
+	dir string
+}
+
+// beforeDrain takes the control requests made since the last pass. A start is applied before
+// the windows are read, so the events after it go to its file; the stop that may follow is
+// kept in t.pending and applied by tick once the windows are read, so the file gets every
+// event that started before it. It reports whether there were requests (the drainer then
+// reads every window at once).
+func (t *traceSink) beforeDrain() bool {
 	var buf [1024]C.char
-	var on C.int
-	if seq := uint64(C.np_trace_poll(&on, &buf[0], C.int(len(buf)))); seq != t.ctlSeq {
-		t.ctlSeq = seq
-		t.want = on != 0
-		t.dir = C.GoString(&buf[0])
-		t.failed = false
-		t.from = t.cpu.UnixNs(uint64(C.np_now()))
-		if t.w != nil { // stop, or a new start while open: this file is complete
-			t.close()
+	n := uint64(C.np_trace_count())
+	got := t.ctlSeq < n
+	for ; t.ctlSeq < n; t.ctlSeq++ {
+		var on C.int
+		var tick C.uint64_t
+		if C.np_trace_get(C.uint64_t(t.ctlSeq), &on, &tick, &buf[0], C.int(len(buf))) == 0 {
+			continue // overwritten: more requests than the ring holds between two passes
 		}
-		if t.want {
-			t.open(t.from)
-		}
+		t.pending = append(t.pending, control{on: on != 0, at: t.cpu.UnixNs(uint64(tick)), dir: C.GoString(&buf[0])})
 	}
+	t.pollSteps() // first: the label in effect when a window starts must be known as it opens
+	for len(t.pending) > 0 && t.pending[0].on { // starts before the next stop: open now
+		t.apply(t.pending[0])
+		t.pending = t.pending[1:]
+	}
+	return got
+}
+
+// afterDrain applies the requests left by beforeDrain, in order.
+func (t *traceSink) afterDrain() {
+	for _, p := range t.pending {
+		t.apply(p)
+	}
+	t.pending = t.pending[:0]
+}
+
+func (t *traceSink) apply(p control) {
+	t.want, t.dir, t.failed, t.from = p.on, p.dir, false, p.at
+	if t.w != nil { // stop, or a new start while open: this file is complete
+		t.close()
+	}
+	if t.want {
+		t.open(t.from)
+	}
+}
+
+// pollSteps reads the step labels set since the last pass and writes what it can.
+func (t *traceSink) pollSteps() {
+	var buf [1024]C.char
 	for n := uint64(C.np_step_count()); t.stepSeq < n; t.stepSeq++ {
 		var tick C.uint64_t
 		if C.np_step_get(C.uint64_t(t.stepSeq), &tick, &buf[0], C.int(len(buf))) == 0 {
 			t.stats.skipped++ // overwritten: more labels than the ring holds between polls
 			continue
 		}
-		currentStep = C.GoString(&buf[0])
-		at := t.cpu.UnixNs(uint64(tick))
-		if t.w != nil && at >= t.w.BaseNs() {
-			t.w.Event('i', "ncclprof_step", "ncclprof", t.pid, 0).Ts("ts", at).Str("s", "p").
-				Args().Str("step", currentStep).End()
+		if len(t.steps) == maxPendingSteps {
+			t.steps = t.steps[1:]
+		}
+		t.steps = append(t.steps, stepLabel{C.GoString(&buf[0]), t.cpu.UnixNs(uint64(tick))})
+	}
+	t.flushSteps()
+}
+
+// flushSteps writes the waiting labels into the open file: the one in effect when the file
+// began at its start, those set since at their own times. Labels after a pending stop wait for
+// a later file.
+func (t *traceSink) flushSteps() {
+	if t.w == nil {
+		return
+	}
+	base := t.w.BaseNs()
+	rest := t.steps[:0]
+	for _, l := range t.steps {
+		switch {
+		case t.afterStop(l.at):
+			rest = append(rest, l)
+		case l.at < base:
+			t.inEffect = l
+		default:
+			t.writeInEffect()
+			t.writeStep(l.name, l.at)
+			t.inEffect = l
 		}
 	}
+	t.writeInEffect()
+	t.steps = rest
+}
+
+// writeInEffect writes, once per file, the label in effect when the file began.
+func (t *traceSink) writeInEffect() {
+	if !t.startLabeled && t.inEffect.name != "" {
+		t.writeStep(t.inEffect.name, t.w.BaseNs())
+	}
+	t.startLabeled = true
+}
+
+// stepLabel is a label set through ncclprof_set_step and when.
+type stepLabel struct {
+	name string
+	at   int64 // Unix ns
+}
+
+const maxPendingSteps = 64 // as many as the control API's ring holds
+
+func (t *traceSink) writeStep(name string, at int64) {
+	t.w.Event('i', "ncclprof_step", "ncclprof", t.pid, 0).Ts("ts", at).Str("s", "p").
+		Args().Str("step", name).End()
 }
 
 // open starts a trace file when a window is wanted and none is open. Events that started before
@@ -156,10 +244,8 @@ func (t *traceSink) open(from int64) {
 	t.reset()
 	w.Event('M', "process_name", "", t.pid, 0).Args().
 		Str("name", fmt.Sprintf("ncclprof %s pid %d", t.host, t.pid)).End()
-	if currentStep != "" {
-		w.Event('i', "ncclprof_step", "ncclprof", t.pid, 0).Ts("ts", base).Str("s", "p").
-			Args().Str("step", currentStep).End()
-	}
+	t.startLabeled = false
+	t.flushSteps()
 }
 
 func clockInfo(cpu *align.CPU) map[string]any {
@@ -222,7 +308,8 @@ func commJSONMap(c aggregate.Comm) map[string]any {
 
 // tick runs once per drain loop: control requests, then a flush of what the windows produced.
 func (t *traceSink) tick() {
-	t.poll()
+	t.pollSteps() // labels set before a stop belong to the file it closes
+	t.afterDrain()
 	if t.w == nil && t.want && !t.failed && t.ctlSeq != 0 {
 		t.open(t.from) // a window asked for through the control API opens now, steps and all
 	}
@@ -324,10 +411,11 @@ func (t *traceSink) observeGPU(r *event.Record) {
 	}
 }
 
-// currentStep is the training-step label set through the control API (metrics use it too).
-var currentStep string
-
 var stepStates = [...]string{"SendGPUWait", "SendPeerWait", "SendWait", "RecvWait", "RecvFlushWait", "RecvGPUWait"}
+
+// afterStop: a stop (or a new start) was requested before ts, so the event belongs to no
+// window or to the next one, not to the file open now.
+func (t *traceSink) afterStop(ts int64) bool { return len(t.pending) > 0 && ts > t.pending[0].at }
 
 // emit writes one finished event as a slice.
 func (t *traceSink) emit(c aggregate.Comm, r *event.Record) {
@@ -336,7 +424,7 @@ func (t *traceSink) emit(c aggregate.Comm, r *event.Record) {
 		return
 	}
 	start, stop := t.cpu.UnixNs(uint64(r.Start)), t.cpu.UnixNs(uint64(r.Stop))
-	if start < t.w.BaseNs() { // started before this trace window opened
+	if start < t.w.BaseNs() || t.afterStop(start) { // outside this trace window
 		t.stats.skipped++
 		return
 	}
@@ -464,7 +552,7 @@ func (t *traceSink) emitKernel(c aggregate.Comm, r *event.Record) {
 	if r.PTimerStart != 0 && r.PTimerStop >= r.PTimerStart && t.gpu.Ready() {
 		start, stop, clock = t.gpu.UnixNs(r.PTimerStart), t.gpu.UnixNs(r.PTimerStop), "gpu"
 	}
-	if start < t.w.BaseNs() {
+	if start < t.w.BaseNs() || t.afterStop(t.cpu.UnixNs(uint64(r.Start))) {
 		t.stats.skipped++
 		return
 	}
@@ -508,7 +596,7 @@ func (t *traceSink) op(o *aggregate.Op) {
 		return
 	}
 	start, stop := t.cpu.UnixNs(uint64(o.Start)), t.cpu.UnixNs(uint64(o.End))
-	if start < t.w.BaseNs() {
+	if start < t.w.BaseNs() || t.afterStop(start) {
 		return
 	}
 	key := [2]int64{int64(o.Comm.Index), int64(o.Comm.Rank)}

@@ -4,6 +4,7 @@
  * with known ground truth, a fuzzer, or the benchmark. No GPU needed.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,8 @@ static void usage(void) {
           "  --channels N (2)  --kernel (emit KernelCh)  --comms N  --cycles N (3)\n"
           "  --control (allreduce: open a trace window for the middle third of the iterations\n"
           "             with ncclprof_trace_start/stop, label each iteration ncclprof_set_step)\n"
+          "  --labels (allreduce: label each iteration with ncclprof_set_step, no window)\n"
+          "  --mask-api M (call ncclprof_set_event_mask(M) before the first communicator)\n"
           "  --fast (no modelled transfer times)  --seconds S (fuzz, 5)  --threads N (fuzz, 3)\n"
           "  --seed N  --truth FILE (write ground truth JSON)  --empty-lib PATH  --reps N (7)\n");
   exit(2);
@@ -44,7 +47,8 @@ int main(int argc, char** argv) {
   setenv("NCCLPROF_SIMULATED", "1", 0);
   if (argc > 1 && !strcmp(argv[argc - 1], "skew")) return scenario_skew(argc, argv);
   opts o = {.abi = 6, .rank = 0, .nranks = 4, .iters = 50, .channels = 2, .cycles = 3,
-            .realtime = 1, .seconds = 5, .threads = 3, .reps = 7, .seed = 1};
+            .realtime = 1, .seconds = 5, .threads = 3, .reps = 7, .seed = 1,
+            .mask_api = -1};
   for (int i = 1; i < argc; i++) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -65,6 +69,8 @@ int main(int argc, char** argv) {
     else if (ARG("--reps")) o.reps = atoi(v);
     else if (!strcmp(a, "--kernel")) o.kernel = 1;
     else if (!strcmp(a, "--control")) o.control = 1;
+    else if (!strcmp(a, "--labels")) o.labels = 1;
+    else if (ARG("--mask-api")) o.mask_api = (int)strtol(v, NULL, 0);
     else if (!strcmp(a, "--fast")) o.realtime = 0;
     else if (a[0] == '-') usage();
     else o.scenario = a;
@@ -79,6 +85,10 @@ int main(int argc, char** argv) {
     return scenario_bench(&o);
   }
   world_init(o.lib, o.abi, o.rank, o.nranks, o.realtime, o.seed);
+  if (o.mask_api >= 0) { /* as Python may: before the first communicator */
+    int (*set_mask)(int) = (int (*)(int))dlsym(W.plugin.lib, "ncclprof_set_event_mask");
+    if (set_mask) set_mask(o.mask_api);
+  }
   if (!strcmp(o.scenario, "fuzz")) return scenario_fuzz(&o);
   if (!strcmp(o.scenario, "soak")) {
     W.realtime = 0;

@@ -193,20 +193,19 @@ void scenario_allreduce(const opts* op) {
   control k = control_api();
   proxy_start();
   for (int i = 0; i < op->iters; i++) {
-    if (op->control && k.set_step) {
+    if ((op->control || op->labels) && k.set_step) {
       char label[32];
       snprintf(label, sizeof label, "iter %d", i);
       k.set_step(label);
     }
+    /* As Python calls them: no flush before a start or a stop. The window is the interval
+     * between the two calls, whatever the drainer has read by then. */
     if (op->control && k.trace_start && i == op->iters / 3) {
-      proxy_drain();
-      k.flush(5000); /* what came before stays out of the window */
+      proxy_drain(); /* the previous operation has finished: it is outside the window */
       k.trace_start(NULL);
-      k.flush(5000); /* the drainer has opened the window */
     }
     if (op->control && k.trace_stop && i == 2 * op->iters / 3) {
-      proxy_drain();
-      k.flush(5000);
+      proxy_drain(); /* the last operation of the window has finished */
       k.trace_stop();
       k.flush(5000);
     }
@@ -474,6 +473,12 @@ void scenario_fork(const opts* op) {
       if (child == 0) {
         volatile double x = 0;
         for (int k = 0; k < 20000000; k++) x += k * 0.5; /* NCCL-free work */
+        /* An exit hook that flushes (the Python package has one) must not wait for a drainer
+         * the child does not have, nor enter the Go runtime: both answer "forked child". */
+        int (*flush)(int) = (int (*)(int))dlsym(W.plugin.lib, "ncclprof_flush");
+        int (*mflush)(int) = (int (*)(int))dlsym(W.plugin.lib, "ncclprof_metrics_flush");
+        if (flush && flush(5000) != 3) exit(5);
+        if (mflush && mflush(5000) != 3) exit(6);
         exit(x > 0 ? 0 : 3); /* a normal exit: atexit handlers and destructors run */
       }
       int status = 0;

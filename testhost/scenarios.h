@@ -12,6 +12,8 @@ typedef struct opts {
   const char* truth; /* where to write the ground truth (JSON) */
   int abi, rank, nranks, iters, channels, kernel, comms, cycles, realtime, threads;
   int control; /* use the plugin's control API: trace window and step labels */
+  int labels;  /* step labels only */
+  int mask_api; /* >= 0: ncclprof_set_event_mask before the first communicator */
   unsigned long long seed;
   double seconds;
   const char* empty_lib; /* bench: the empty plugin, the floor */

@@ -90,13 +90,13 @@ kernels of the same collective end together, and reports what spread remains.`,
 			if opt.Pairs, err = parsePairs(pairs); err != nil {
 				return err
 			}
-			kp, err := merge.Expand(kin)
+			kp, err := merge.ExpandFor(kin, merge.KinetoTrace)
 			if err != nil {
 				return err
 			}
 			var np []string
 			if len(nccl) > 0 {
-				if np, err = merge.Expand(nccl); err != nil {
+				if np, err = merge.ExpandFor(nccl, merge.PluginTrace); err != nil {
 					return err
 				}
 			}

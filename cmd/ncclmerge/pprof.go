@@ -2,10 +2,10 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
+	"io"
 
 	"github.com/ncclprof/ncclprof/internal/pprofout"
+	"github.com/ncclprof/ncclprof/internal/tracefile"
 	"github.com/spf13/cobra"
 )
 
@@ -38,7 +38,7 @@ or: go tool pprof -top -tagfocus=algo=RING profile.pb.gz
 				return err
 			}
 			p := pprofout.Build(set)
-			if err := writeAtomic(out, func(f *os.File) error { return pprofout.Write(f, p) }); err != nil {
+			if err := writeAtomic(out, func(w io.Writer) error { return pprofout.Write(w, p) }); err != nil {
 				return err
 			}
 			if !quiet {
@@ -56,22 +56,14 @@ or: go tool pprof -top -tagfocus=algo=RING profile.pb.gz
 
 // writeAtomic writes a file under a temporary name and renames it, so that a failure never
 // leaves half a file.
-func writeAtomic(path string, write func(*os.File) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+func writeAtomic(path string, write func(io.Writer) error) error {
+	w, err := tracefile.CreateRaw(path)
 	if err != nil {
-		return fmt.Errorf("cannot write %s: %w (does its directory exist?)", path, err)
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		os.Remove(f.Name())
 		return err
 	}
-	if err := f.Close(); err != nil {
-		os.Remove(f.Name())
+	if err := write(w); err != nil {
+		w.Abort()
 		return err
 	}
-	if err := os.Chmod(f.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return w.Close()
 }

@@ -2,7 +2,7 @@ package main
 
 import (
 	"fmt"
-	"os"
+	"io"
 
 	"github.com/ncclprof/ncclprof/internal/report"
 	"github.com/ncclprof/ncclprof/internal/skew"
@@ -40,7 +40,7 @@ Skew uses ncclmerge skew's default thresholds.
 				return err
 			}
 			page := report.Build(set, stats.Compute(set), skew.Analyze(set, skew.Defaults), title)
-			if err := writeAtomic(out, func(f *os.File) error { return page.Write(f) }); err != nil {
+			if err := writeAtomic(out, func(w io.Writer) error { return page.Write(w) }); err != nil {
 				return err
 			}
 			if !quiet {

@@ -3,6 +3,7 @@ package aggregate
 import (
 	"math"
 
+	"github.com/ncclprof/ncclprof/internal/collective"
 	"github.com/ncclprof/ncclprof/internal/linfit"
 )
 
@@ -140,18 +141,12 @@ type Health struct {
 // Factor is nccl-tests' bus-bandwidth factor for an operation on n ranks, and the factor that
 // turns the per-rank count into nccl-tests' "size" (total bytes of the operation).
 func Factor(fn string, n int) (bus float64, sizeMul uint64) {
-	if n < 1 {
-		n = 1
-	}
-	fn1 := float64(n)
+	bus = collective.BusFactor(fn, max(n, 1))
 	switch fn {
-	case "AllReduce":
-		return 2 * (fn1 - 1) / fn1, 1
 	case "AllGather", "ReduceScatter", "AlltoAll":
-		return (fn1 - 1) / fn1, uint64(n)
-	default: // Broadcast, Reduce, Send, Recv, SendRecv, Gather, Scatter
-		return 1, 1
+		return bus, uint64(max(n, 1))
 	}
+	return bus, 1
 }
 
 // bandwidths in GB/s (bytes per ns) as nccl-tests defines them: algbw = size/time,

@@ -180,6 +180,22 @@ func TestEventMask(t *testing.T) {
 	}
 }
 
+// A mask set through the control API before the first communicator wins over
+// NCCLPROF_EVENT_MASK and stays in force as communicators come and go (each init hands NCCL
+// the mask in force, not the configured one).
+func TestEventMaskFromAPIStays(t *testing.T) {
+	r := Start(t, Options{Args: args(6, "--mask-api", "0x6", "--cycles", "3", "--iters", "5", "--fast", "cycles"),
+		Env: []string{"NCCLPROF_EVENT_MASK=all"}})
+	if len(r.Truth) != 3 {
+		t.Fatalf("%d lifetimes", len(r.Truth))
+	}
+	for i, tr := range r.Truth {
+		if tr.Mask != 0x6 {
+			t.Errorf("lifetime %d: NCCL's mask %#x, want 0x6 (set through the API)", i, tr.Mask)
+		}
+	}
+}
+
 // Windows too small for the load: events are dropped and counted, every callback still gets a
 // handle, and nothing crashes.
 func TestDropsAreCountedNotFatal(t *testing.T) {

@@ -50,9 +50,9 @@ func TestMoreCommunicatorsThanSlots(t *testing.T) {
 	}
 }
 
-// fork() halfway through a busy run, as DataLoader workers do: the child runs NCCL-free code
-// and exits normally (destructors and atexit handlers run in a process whose copy of the
-// plugin has no drainer thread); the parent's summary stays exact.
+// fork() halfway through a busy run, as DataLoader workers do: the child runs NCCL-free code,
+// calls the flushes an exit hook would (they return at once: the child's copy of the plugin
+// has no drainer and must not enter Go) and exits normally; the parent's summary stays exact.
 func TestForkedChildExitsCleanly(t *testing.T) {
 	r := Start(t, Options{Args: args(6, "--iters", "200", "--kernel", "--fast", "fork")})
 	CheckExact(t, r, r.Truth[0])

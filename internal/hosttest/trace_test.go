@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -146,7 +147,8 @@ func TestTraceSurvivesKill(t *testing.T) {
 }
 
 // The control API opens a trace window for the middle third of the iterations and labels the
-// steps: only those operations are in the file, with their labels.
+// steps, without waiting for the drainer around the calls: exactly those operations are in the
+// file, with their labels, the last ones included.
 func TestTraceWindowAndSteps(t *testing.T) {
 	r := Start(t, Options{Args: args(6, "--iters", "90", "--control", "allreduce")})
 	traces := ReadTraces(t, r.Dir)
@@ -166,13 +168,47 @@ func TestTraceWindowAndSteps(t *testing.T) {
 			labels[e.Args["step"].(string)] = true
 		}
 	}
-	if !labels["iter 30"] || len(labels) < 10 {
+	// Each iteration is labelled before it runs: "iter 60" is set just before the stop.
+	if !labels["iter 30"] || !labels["iter 60"] || len(labels) != 31 {
 		t.Errorf("step labels %v", labels)
 	}
 	for l := range labels {
 		var i int
 		if _, err := fmt.Sscanf(l, "iter %d", &i); err != nil || i < 30 || i > 60 {
 			t.Errorf("label %q outside the window", l)
+		}
+	}
+}
+
+// With NCCLPROF_TRACE=1 the file opens only once the first window is read; the labels set
+// before that are kept and written at their times, so every operation is under its own step.
+func TestTraceWholeRunKeepsEarlyLabels(t *testing.T) {
+	r := Start(t, Options{Args: args(6, "--iters", "40", "--labels", "allreduce"),
+		Env: []string{"NCCLPROF_TRACE=1", "NCCLPROF_METRICS=none"}})
+	traces := ReadTraces(t, r.Dir)
+	if len(traces) != 1 {
+		t.Fatalf("%d traces", len(traces))
+	}
+	var steps []*TraceEvent
+	var colls []*TraceEvent
+	for i := range traces[0].Events {
+		e := &traces[0].Events[i]
+		switch {
+		case e.Name == "ncclprof_step":
+			steps = append(steps, e)
+		case e.Cat == "nccl_coll":
+			colls = append(colls, e)
+		}
+	}
+	if len(steps) != 40 || len(colls) != 40 {
+		t.Fatalf("%d labels and %d AllReduces, want 40 of each", len(steps), len(colls))
+	}
+	sort.Slice(colls, func(i, j int) bool { return colls[i].Ts < colls[j].Ts })
+	for i, c := range colls { // AllReduce i runs after label "iter i" and before "iter i+1"
+		if want := fmt.Sprintf("iter %d", i); steps[i].Args["step"] != want || steps[i].Ts > c.Ts ||
+			(i+1 < len(steps) && steps[i+1].Ts < c.Ts) {
+			t.Fatalf("AllReduce %d at %.3f µs is not under label %q (labels: %q at %.3f µs)",
+				i, c.Ts, want, steps[i].Args["step"], steps[i].Ts)
 		}
 	}
 }

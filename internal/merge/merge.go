@@ -45,8 +45,27 @@ func (o *Options) logf(format string, a ...any) {
 	}
 }
 
-// Expand turns command-line paths (files, globs, directories) into trace files, in order.
-func Expand(args []string) ([]string, error) {
+// Expand turns command-line paths (files, globs, directories) into trace files, in order; a
+// directory gives its .json and .json.gz files.
+func Expand(args []string) ([]string, error) { return ExpandFor(args, nil) }
+
+// PluginTrace picks, in a directory, the files the plugin names as its traces
+// (ncclprof-<host>-<pid>-<seq>[.n].trace.json): not its summaries, nor merged outputs.
+func PluginTrace(name string) bool {
+	b := filepath.Base(name)
+	return strings.HasPrefix(b, "ncclprof-") && (strings.HasSuffix(b, ".trace.json") || strings.HasSuffix(b, ".trace.json.gz"))
+}
+
+// KinetoTrace picks, in a directory, what can be a torch.profiler trace: not the plugin's
+// files (ncclprof-*), nor merged outputs (*.merged.json[.gz]).
+func KinetoTrace(name string) bool {
+	b := filepath.Base(name)
+	return !strings.HasPrefix(b, "ncclprof-") && !strings.Contains(b, ".merged.json")
+}
+
+// ExpandFor is Expand where a directory gives only the files pick accepts (all if nil). Files
+// and globs named on the command line are taken as given.
+func ExpandFor(args []string, pick func(name string) bool) ([]string, error) {
 	var out []string
 	seen := map[string]bool{}
 	add := func(p string) {
@@ -64,10 +83,14 @@ func Expand(args []string) ([]string, error) {
 			var found []string
 			for _, pat := range []string{"*.json", "*.json.gz"} {
 				m, _ := filepath.Glob(filepath.Join(a, pat))
-				found = append(found, m...)
+				for _, f := range m {
+					if pick == nil || pick(f) {
+						found = append(found, f)
+					}
+				}
 			}
 			if len(found) == 0 {
-				return nil, fmt.Errorf("%s: no .json or .json.gz traces in this directory", a)
+				return nil, fmt.Errorf("%s: no traces of this kind (.json or .json.gz) in this directory", a)
 			}
 			sort.Strings(found)
 			for _, f := range found {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -50,5 +51,31 @@ func TestReadErrors(t *testing.T) {
 	os.WriteFile(p, []byte{0x1f, 0x8b, 0x08, 0, 0, 0, 0, 0, 0, 0xff, 1, 2, 3}, 0o644)
 	if _, err := ReadFile(p); err == nil || !strings.Contains(err.Error(), p) {
 		t.Errorf("corrupt gzip: %v", err)
+	}
+}
+
+// An output in a directory that does not exist yet is written there, with the usual mode.
+func TestCreateMakesDirAndUsualMode(t *testing.T) {
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	path := filepath.Join(t.TempDir(), "new", "dir", "merged.json.gz")
+	w, err := Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteString(`{"traceEvents":[]}`)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v, want 0644 (0644 less umask 022)", st.Mode().Perm())
+	}
+	b, err := ReadFile(path)
+	if err != nil || string(b) != `{"traceEvents":[]}` {
+		t.Errorf("read back %q, %v", b, err)
 	}
 }

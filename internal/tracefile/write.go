@@ -3,11 +3,13 @@ package tracefile
 import (
 	"bufio"
 	"compress/gzip"
+	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 )
 
 // IsGzipName reports whether a name asks for gzip output.
@@ -26,22 +28,44 @@ type Writer struct {
 
 // Create opens path for writing; a name ending in .gz is written gzip-compressed.
 func Create(path string) (*Writer, error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	w, err := CreateRaw(path)
+	if err != nil || !IsGzipName(path) {
+		return w, err
+	}
+	// Level 1: trace JSON compresses about 8:1 even so, and higher levels cost several times
+	// the merge itself.
+	w.gz, _ = gzip.NewWriterLevel(w.f, gzip.BestSpeed)
+	w.Writer = bufio.NewWriterSize(w.gz, 1<<20)
+	return w, nil
+}
+
+// CreateRaw opens path for writing bytes as given (for formats that compress themselves). The
+// directory is made if missing; the file gets 0644 less the umask, like any new file.
+func CreateRaw(path string) (*Writer, error) {
+	f, err := createTemp(path)
 	if err != nil {
 		return nil, fmt.Errorf("cannot write %s: %w", path, err)
 	}
-	w := &Writer{f: f, path: path, tmp: f.Name()}
-	var sink io.Writer = f
-	if IsGzipName(path) {
-		// Level 1: trace JSON compresses about 8:1 even so, and higher levels cost several
-		// times the merge itself.
-		w.gz, _ = gzip.NewWriterLevel(f, gzip.BestSpeed)
-		sink = w.gz
-	}
-	w.Writer = bufio.NewWriterSize(sink, 1<<20)
-	return w, nil
+	return &Writer{Writer: bufio.NewWriterSize(f, 1<<20), f: f, path: path, tmp: f.Name()}, nil
 }
+
+// createTemp makes a new file beside path, under a hidden temporary name. (os.CreateTemp
+// would give it mode 0600, which the rename would keep.)
+func createTemp(path string) (*os.File, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	for {
+		tmp := filepath.Join(dir, fmt.Sprintf(".%s.tmp-%d-%d", filepath.Base(path), os.Getpid(), tmpSeq.Add(1)))
+		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+	}
+}
+
+var tmpSeq atomic.Uint64
 
 // Close flushes, closes and moves the file to its name.
 func (w *Writer) Close() error {
