@@ -2,6 +2,7 @@
 #   make          the plugin library, ncclmerge, the test host, the empty plugin (benchmark floor)
 #   make demo     the embedded default: a simulated 4-rank job through the real plugin, merged
 #   make test     every test (Go, Python, sanitizers); needs no GPU
+#   make wheel    the Python package as a platform wheel (carries the plugin and ncclmerge)
 #   make bench    the benchmarks (results go in the README)
 
 GO      ?= go
@@ -24,7 +25,7 @@ GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(
 WARN     := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN)
 
-.PHONY: all test bench demo clean sanitize soak otelcol
+.PHONY: all test test-go test-python bench demo clean sanitize soak otelcol wheel
 
 all: $(PLUGIN) $(HOST) $(EMPTY) $(MERGE)
 
@@ -75,8 +76,28 @@ FUZZ_SECONDS ?= 4
 otelcol:
 	@tools/otelcol/build.sh >/dev/null
 
-test: all sanitize otelcol
+test: test-go test-python
+
+test-go: all sanitize otelcol
 	NCCLPROF_FUZZ_SECONDS=$(FUZZ_SECONDS) $(GO) test -count=1 -p 1 -timeout 30m ./...
+
+# The Python package, built from this checkout and installed into build/py (made once by
+# tools/python/venv.sh, with torch when the disk has room), then its tests.
+PYTHON ?= python3
+PYENV  := $(BUILD)/py
+test-python: all
+	@PYTHON=$(PYTHON) tools/python/venv.sh $(PYENV)
+	$(PYENV)/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps ./python
+	@rm -rf python/build python/ncclprof.egg-info
+	NCCLPROF_TEST_NO_TORCH="$$(cat $(PYENV)/no-torch 2>/dev/null)" $(PYENV)/bin/python -m pytest -q python/tests
+
+# A platform wheel (linux x86_64 or aarch64, glibc) that installs without Go.
+# Cross: make wheel GOARCH=arm64 CC=aarch64-linux-gnu-gcc
+wheel:
+	@rm -rf $(BUILD)/wheel python/build
+	CC=$(CC) $(if $(GOARCH),GOARCH=$(GOARCH)) $(PYTHON) -m pip wheel --no-deps --wheel-dir $(BUILD)/wheel ./python
+	@rm -rf python/build python/ncclprof.egg-info
+	@ls -1 $(BUILD)/wheel/*.whl
 
 bench: all
 	@echo "== plugin callback cost (testhost bench, median of 7 runs) =="

@@ -1,0 +1,85 @@
+"""Where the plugin library and ncclmerge are.
+
+An installed package carries both in ncclprof/_bin/ (pip builds them). In a source checkout
+that was never pip-installed, the package falls back to what `make` and
+`go build -o build/ncclmerge ./cmd/ncclmerge` leave in <repo>/build/. NCCLPROF_LIBRARY and
+NCCLPROF_NCCLMERGE name other builds explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+
+from ._errors import BinaryMissingError
+
+LIBRARY_NAME = "libnccl-profiler-ncclprof.so"
+NCCLMERGE_NAME = "ncclmerge"
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+BIN_DIR = os.path.join(_PKG_DIR, "_bin")
+# python/ncclprof/ -> <repo>/build when the package is used from a checkout.
+_CHECKOUT_BUILD = os.path.join(os.path.dirname(os.path.dirname(_PKG_DIR)), "build")
+
+_HOW_TO_BUILD = (
+    "Install the package with pip (`pip install ./python` in the ncclprof repository builds "
+    "both with Go), or in a checkout run `make` and `go build -o build/ncclmerge ./cmd/ncclmerge`, "
+    "or point NCCLPROF_LIBRARY / NCCLPROF_NCCLMERGE at existing builds."
+)
+
+
+def _checked(path: str, var: str) -> str:
+    if not os.path.isfile(path):
+        raise BinaryMissingError(f"{var}={path}: no such file")
+    return os.path.abspath(path)
+
+
+def library_path() -> str:
+    """Absolute path of the plugin library this package uses and hands to NCCL."""
+    env = os.environ.get("NCCLPROF_LIBRARY")
+    if env:
+        return _checked(env, "NCCLPROF_LIBRARY")
+    for d in (BIN_DIR, _CHECKOUT_BUILD):
+        p = os.path.join(d, LIBRARY_NAME)
+        if os.path.isfile(p):
+            return p
+    raise BinaryMissingError(
+        f"the ncclprof plugin library ({LIBRARY_NAME}) is not in {BIN_DIR}. " + _HOW_TO_BUILD)
+
+
+def ncclmerge_path() -> str:
+    """Absolute path of the ncclmerge executable."""
+    env = os.environ.get("NCCLPROF_NCCLMERGE")
+    if env:
+        return _checked(env, "NCCLPROF_NCCLMERGE")
+    for d in (BIN_DIR, _CHECKOUT_BUILD):
+        p = os.path.join(d, NCCLMERGE_NAME)
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    found = shutil.which(NCCLMERGE_NAME)
+    if found:
+        return os.path.abspath(found)
+    raise BinaryMissingError(f"ncclmerge is not in {BIN_DIR} nor on PATH. " + _HOW_TO_BUILD)
+
+
+def check_library(path: str) -> None:
+    """Raises BinaryMissingError with the reason when `path` cannot load in this process:
+    another CPU, or a C library other than glibc (Go's c-shared runtime needs glibc)."""
+    from . import _elf
+
+    try:
+        info = _elf.read(path)
+    except (OSError, _elf.ELFError) as e:
+        raise BinaryMissingError(f"cannot read the plugin library {path}: {e}") from None
+    here = platform.machine()
+    here = {"amd64": "x86_64", "arm64": "aarch64"}.get(here.lower(), here)
+    if info.machine != here:
+        raise BinaryMissingError(
+            f"{path} is built for {info.machine}, this machine is {here}: install the ncclprof "
+            f"wheel for {here} (or build it here with `pip install ./python`).")
+    libc, _ = platform.libc_ver()
+    if libc and libc != "glibc":
+        raise BinaryMissingError(
+            f"this Python runs on {libc}, but the ncclprof plugin (a Go c-shared library) needs "
+            "glibc: use a glibc-based image (Debian, Ubuntu, RHEL, …), not Alpine/musl.")
