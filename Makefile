@@ -105,6 +105,8 @@ bench: all
 	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out NCCLPROF_BENCH_TRACE_DIR=$(BUILD)/bench-out/trace \
 	  $(HOST) --lib $(PLUGIN) --empty-lib $(EMPTY) --reps 7 bench
 	@rm -rf $(BUILD)/bench-out/trace
+	@echo "== callback cost while something is broken (ncclprof, every event type, 1 thread) =="
+	@tools/bench/faults.sh $(HOST) $(PLUGIN) $(EMPTY) $(BUILD)/bench-faults 7
 	@echo "== ncclmerge on a 1 GiB Kineto trace: plain read, merge, HTA's parser =="
 	@if python3 -c 'import hta' 2>/dev/null; then $(MERGE) bench --size 1GiB; else \
 	  echo "(HTA not installed: pip install HolisticTraceAnalysis psutil  to compare with it)"; \
@@ -114,7 +116,7 @@ bench: all
 # a JSON line a second (rss_kib, threads, fds, goroutines must stay flat) and fails if they grow.
 SOAK_SECONDS ?= 600
 soak: all
-	NCCLPROF_SOAK_SECONDS=$(SOAK_SECONDS) $(GO) test -count=1 -v -run TestSoakShort -timeout 30m ./internal/hosttest
+	NCCLPROF_SOAK_SECONDS=$(SOAK_SECONDS) NCCLPROF_SOAK_COMMS=64 $(GO) test -count=1 -v -run TestSoakShort -timeout 30m ./internal/hosttest
 
 # The embedded default: four simulated ranks through the real plugin, their traces merged with
 # synthesized torch.profiler traces into one timeline; no GPU, no collector.

@@ -1,9 +1,10 @@
 /*
  * abi.h — ncclprof's own declarations of the NCCL profiler plugin ABI, versions 1 to 6.
  *
- * Written from the layout facts collected in docs/nccl-profiler-api.md (§1), not from NCCL's
- * headers. Every offset and size that document lists is pinned by a static assertion at the end
- * of this file, so a mistake here fails the build instead of corrupting a training job.
+ * Written from the layout facts collected in ../shared/docs/nccl-profiler-api.md (§1; the path
+ * is relative to this repository's root), not from NCCL's headers. Every offset and size that
+ * document lists is pinned by a static assertion at the end of this file, so a mistake here
+ * fails the build instead of corrupting a training job.
  *
  * Names are ours (npabi_*). NCCL finds the plugin through the data symbols ncclProfiler_v1 …
  * ncclProfiler_v6, which adapters.c defines with the function tables declared here.
@@ -468,6 +469,7 @@ NPABI_TABLE(6, npabi_init_v5_fn, npabi_args_v4_t)
 
 NPABI_SIZE(npabi_state_t, 4);
 
+/* v1: doc §1.4. */
 NPABI_SIZE(npabi_descr_v1_t, 120);
 NPABI_AT(npabi_descr_v1_t, type, 0);
 NPABI_AT(npabi_descr_v1_t, parentObj, 8);
@@ -503,12 +505,17 @@ NPABI_AT(npabi_descr_v1_t, proxyOp.nSteps, 36);
 NPABI_AT(npabi_descr_v1_t, proxyOp.chunkSize, 40);
 NPABI_AT(npabi_descr_v1_t, proxyOp.isSend, 44);
 NPABI_AT(npabi_descr_v1_t, proxyStep.step, 24);
+/* State args of v1–v3 (one type here; v2 and v3 use it too: sizeof 16 in §1.4–§1.6). */
 NPABI_SIZE(npabi_args_v1_t, 16);
 NPABI_AT(npabi_args_v1_t, proxyOp.transSize, 0);
 NPABI_AT(npabi_args_v1_t, proxyOp.steps, 8);
 NPABI_AT(npabi_args_v1_t, proxyCtrl.appendedProxyOps, 0);
 
+/* v2: doc §1.5 (proxyOp "same offsets as v1"). */
 NPABI_SIZE(npabi_descr_v2_t, 128);
+NPABI_AT(npabi_descr_v2_t, type, 0);
+NPABI_AT(npabi_descr_v2_t, parentObj, 8);
+NPABI_AT(npabi_descr_v2_t, rank, 16);
 NPABI_AT(npabi_descr_v2_t, coll.name, 24);
 NPABI_AT(npabi_descr_v2_t, coll.commHash, 32);
 NPABI_AT(npabi_descr_v2_t, coll.seqNumber, 40);
@@ -532,10 +539,17 @@ NPABI_AT(npabi_descr_v2_t, p2p.count, 64);
 NPABI_AT(npabi_descr_v2_t, p2p.peer, 72);
 NPABI_AT(npabi_descr_v2_t, proxyOp.pid, 24);
 NPABI_AT(npabi_descr_v2_t, proxyOp.channelId, 28);
+NPABI_AT(npabi_descr_v2_t, proxyOp.peer, 32);
+NPABI_AT(npabi_descr_v2_t, proxyOp.nSteps, 36);
+NPABI_AT(npabi_descr_v2_t, proxyOp.chunkSize, 40);
 NPABI_AT(npabi_descr_v2_t, proxyOp.isSend, 44);
 NPABI_AT(npabi_descr_v2_t, proxyStep.step, 24);
 
+/* v3: doc §1.6. */
 NPABI_SIZE(npabi_descr_v3_t, 120);
+NPABI_AT(npabi_descr_v3_t, type, 0);
+NPABI_AT(npabi_descr_v3_t, parentObj, 8);
+NPABI_AT(npabi_descr_v3_t, rank, 16);
 NPABI_AT(npabi_descr_v3_t, coll.name, 24);
 NPABI_AT(npabi_descr_v3_t, coll.commHash, 32);
 NPABI_AT(npabi_descr_v3_t, coll.seqNumber, 40);
@@ -549,15 +563,29 @@ NPABI_AT(npabi_descr_v3_t, coll.nMaxChannels, 96);
 NPABI_AT(npabi_descr_v3_t, coll.nWarps, 97);
 NPABI_AT(npabi_descr_v3_t, coll.algo, 104);
 NPABI_AT(npabi_descr_v3_t, coll.proto, 112);
+NPABI_AT(npabi_descr_v3_t, p2p.name, 24);
+NPABI_AT(npabi_descr_v3_t, p2p.commHash, 32);
 NPABI_AT(npabi_descr_v3_t, p2p.func, 40);
+NPABI_AT(npabi_descr_v3_t, p2p.buff, 48);
+NPABI_AT(npabi_descr_v3_t, p2p.datatype, 56);
+NPABI_AT(npabi_descr_v3_t, p2p.count, 64);
 NPABI_AT(npabi_descr_v3_t, p2p.peer, 72);
 NPABI_AT(npabi_descr_v3_t, proxyOp.pid, 24);
+NPABI_AT(npabi_descr_v3_t, proxyOp.channelId, 28);
+NPABI_AT(npabi_descr_v3_t, proxyOp.peer, 32);
+NPABI_AT(npabi_descr_v3_t, proxyOp.nSteps, 36);
+NPABI_AT(npabi_descr_v3_t, proxyOp.chunkSize, 40);
 NPABI_AT(npabi_descr_v3_t, proxyOp.isSend, 44);
+NPABI_AT(npabi_descr_v3_t, proxyStep.step, 24);
 NPABI_AT(npabi_descr_v3_t, kernelCh.channelId, 24);
 NPABI_AT(npabi_descr_v3_t, netPlugin.id, 24);
 NPABI_AT(npabi_descr_v3_t, netPlugin.data, 32);
 
+/* v4: doc §1.7. */
 NPABI_SIZE(npabi_descr_v4_t, 104);
+NPABI_AT(npabi_descr_v4_t, type, 0);
+NPABI_AT(npabi_descr_v4_t, parentObj, 8);
+NPABI_AT(npabi_descr_v4_t, rank, 16);
 NPABI_AT(npabi_descr_v4_t, coll.seqNumber, 24);
 NPABI_AT(npabi_descr_v4_t, coll.func, 32);
 NPABI_AT(npabi_descr_v4_t, coll.sendBuff, 40);
@@ -586,10 +614,14 @@ NPABI_AT(npabi_descr_v4_t, kernelCh.channelId, 24);
 NPABI_AT(npabi_descr_v4_t, kernelCh.pTimer, 32);
 NPABI_AT(npabi_descr_v4_t, netPlugin.id, 24);
 NPABI_AT(npabi_descr_v4_t, netPlugin.data, 32);
+/* State args of v4 and later (v5 "same as v4", v6 a typedef of v5's: one type here). */
 NPABI_SIZE(npabi_args_v4_t, 8);
 NPABI_AT(npabi_args_v4_t, proxyStep.transSize, 0);
+NPABI_AT(npabi_args_v4_t, proxyCtrl.appendedProxyOps, 0);
+NPABI_AT(npabi_args_v4_t, netPlugin.data, 0);
 NPABI_AT(npabi_args_v4_t, kernelCh.pTimer, 0);
 
+/* v5: doc §1.8. */
 NPABI_SIZE(npabi_descr_v5_t, 112);
 NPABI_AT(npabi_descr_v5_t, type, 0);
 NPABI_AT(npabi_descr_v5_t, parentObj, 8);
@@ -609,17 +641,85 @@ NPABI_AT(npabi_descr_v5_t, p2pApi.stream, 48);
 NPABI_AT(npabi_descr_v5_t, p2pApi.graphCaptured, 56);
 NPABI_AT(npabi_descr_v5_t, kernelLaunch.stream, 24);
 NPABI_AT(npabi_descr_v5_t, coll.seqNumber, 24);
+NPABI_AT(npabi_descr_v5_t, coll.func, 32);
+NPABI_AT(npabi_descr_v5_t, coll.sendBuff, 40);
+NPABI_AT(npabi_descr_v5_t, coll.recvBuff, 48);
+NPABI_AT(npabi_descr_v5_t, coll.count, 56);
+NPABI_AT(npabi_descr_v5_t, coll.root, 64);
+NPABI_AT(npabi_descr_v5_t, coll.datatype, 72);
 NPABI_AT(npabi_descr_v5_t, coll.nChannels, 80);
+NPABI_AT(npabi_descr_v5_t, coll.nWarps, 81);
+NPABI_AT(npabi_descr_v5_t, coll.algo, 88);
 NPABI_AT(npabi_descr_v5_t, coll.proto, 96);
 NPABI_AT(npabi_descr_v5_t, coll.parentGroup, 104);
+NPABI_AT(npabi_descr_v5_t, p2p.func, 24);
+NPABI_AT(npabi_descr_v5_t, p2p.buff, 32);
+NPABI_AT(npabi_descr_v5_t, p2p.datatype, 40);
+NPABI_AT(npabi_descr_v5_t, p2p.count, 48);
 NPABI_AT(npabi_descr_v5_t, p2p.peer, 56);
 NPABI_AT(npabi_descr_v5_t, p2p.nChannels, 60);
 NPABI_AT(npabi_descr_v5_t, p2p.parentGroup, 64);
+NPABI_AT(npabi_descr_v5_t, proxyOp.pid, 24);
+NPABI_AT(npabi_descr_v5_t, proxyOp.channelId, 28);
+NPABI_AT(npabi_descr_v5_t, proxyOp.peer, 32);
+NPABI_AT(npabi_descr_v5_t, proxyOp.nSteps, 36);
+NPABI_AT(npabi_descr_v5_t, proxyOp.chunkSize, 40);
+NPABI_AT(npabi_descr_v5_t, proxyOp.isSend, 44);
+NPABI_AT(npabi_descr_v5_t, proxyStep.step, 24);
+NPABI_AT(npabi_descr_v5_t, kernelCh.channelId, 24);
 NPABI_AT(npabi_descr_v5_t, kernelCh.pTimer, 32);
+NPABI_AT(npabi_descr_v5_t, netPlugin.id, 24);
+NPABI_AT(npabi_descr_v5_t, netPlugin.data, 32);
 
+/* v6: doc §1.9; the members shared with v5 sit at v5's offsets. */
 NPABI_SIZE(npabi_descr_v6_t, 112);
+NPABI_AT(npabi_descr_v6_t, type, 0);
+NPABI_AT(npabi_descr_v6_t, parentObj, 8);
+NPABI_AT(npabi_descr_v6_t, rank, 16);
+NPABI_AT(npabi_descr_v6_t, groupApi.graphCaptured, 24);
+NPABI_AT(npabi_descr_v6_t, groupApi.groupDepth, 28);
+NPABI_AT(npabi_descr_v6_t, collApi.func, 24);
+NPABI_AT(npabi_descr_v6_t, collApi.count, 32);
+NPABI_AT(npabi_descr_v6_t, collApi.datatype, 40);
+NPABI_AT(npabi_descr_v6_t, collApi.root, 48);
+NPABI_AT(npabi_descr_v6_t, collApi.stream, 56);
+NPABI_AT(npabi_descr_v6_t, collApi.graphCaptured, 64);
+NPABI_AT(npabi_descr_v6_t, p2pApi.func, 24);
+NPABI_AT(npabi_descr_v6_t, p2pApi.count, 32);
+NPABI_AT(npabi_descr_v6_t, p2pApi.datatype, 40);
+NPABI_AT(npabi_descr_v6_t, p2pApi.stream, 48);
+NPABI_AT(npabi_descr_v6_t, p2pApi.graphCaptured, 56);
+NPABI_AT(npabi_descr_v6_t, kernelLaunch.stream, 24);
+NPABI_AT(npabi_descr_v6_t, coll.seqNumber, 24);
+NPABI_AT(npabi_descr_v6_t, coll.func, 32);
+NPABI_AT(npabi_descr_v6_t, coll.sendBuff, 40);
+NPABI_AT(npabi_descr_v6_t, coll.recvBuff, 48);
+NPABI_AT(npabi_descr_v6_t, coll.count, 56);
+NPABI_AT(npabi_descr_v6_t, coll.root, 64);
+NPABI_AT(npabi_descr_v6_t, coll.datatype, 72);
+NPABI_AT(npabi_descr_v6_t, coll.nChannels, 80);
+NPABI_AT(npabi_descr_v6_t, coll.nWarps, 81);
+NPABI_AT(npabi_descr_v6_t, coll.algo, 88);
+NPABI_AT(npabi_descr_v6_t, coll.proto, 96);
 NPABI_AT(npabi_descr_v6_t, coll.parentGroup, 104);
+NPABI_AT(npabi_descr_v6_t, p2p.func, 24);
+NPABI_AT(npabi_descr_v6_t, p2p.buff, 32);
+NPABI_AT(npabi_descr_v6_t, p2p.datatype, 40);
+NPABI_AT(npabi_descr_v6_t, p2p.count, 48);
+NPABI_AT(npabi_descr_v6_t, p2p.peer, 56);
+NPABI_AT(npabi_descr_v6_t, p2p.nChannels, 60);
 NPABI_AT(npabi_descr_v6_t, p2p.parentGroup, 64);
+NPABI_AT(npabi_descr_v6_t, proxyOp.pid, 24);
+NPABI_AT(npabi_descr_v6_t, proxyOp.channelId, 28);
+NPABI_AT(npabi_descr_v6_t, proxyOp.peer, 32);
+NPABI_AT(npabi_descr_v6_t, proxyOp.nSteps, 36);
+NPABI_AT(npabi_descr_v6_t, proxyOp.chunkSize, 40);
+NPABI_AT(npabi_descr_v6_t, proxyOp.isSend, 44);
+NPABI_AT(npabi_descr_v6_t, proxyStep.step, 24);
+NPABI_AT(npabi_descr_v6_t, kernelCh.channelId, 24);
+NPABI_AT(npabi_descr_v6_t, kernelCh.pTimer, 32);
+NPABI_AT(npabi_descr_v6_t, netPlugin.id, 24);
+NPABI_AT(npabi_descr_v6_t, netPlugin.data, 32);
 NPABI_AT(npabi_descr_v6_t, ceColl.seqNumber, 24);
 NPABI_AT(npabi_descr_v6_t, ceColl.func, 32);
 NPABI_AT(npabi_descr_v6_t, ceColl.sendBuff, 40);
@@ -639,23 +739,32 @@ NPABI_AT(npabi_descr_v6_t, ceCollBatch.numOps, 24);
 NPABI_AT(npabi_descr_v6_t, ceCollBatch.totalBytes, 32);
 NPABI_AT(npabi_descr_v6_t, ceCollBatch.useIntraSync, 40);
 
+/* Network-plugin payloads: doc §1.12. */
 NPABI_SIZE(npabi_net_ib_v1_t, 40);
+NPABI_AT(npabi_net_ib_v1_t, type, 0);
 NPABI_AT(npabi_net_ib_v1_t, qp.device, 8);
 NPABI_AT(npabi_net_ib_v1_t, qp.wr_id, 16);
 NPABI_AT(npabi_net_ib_v1_t, qp.opcode, 24);
 NPABI_AT(npabi_net_ib_v1_t, qp.qpNum, 28);
 NPABI_AT(npabi_net_ib_v1_t, qp.length, 32);
 NPABI_SIZE(npabi_net_sock_v1_t, 24);
+NPABI_AT(npabi_net_sock_v1_t, type, 0);
 NPABI_AT(npabi_net_sock_v1_t, sock.fd, 8);
 NPABI_AT(npabi_net_sock_v1_t, sock.op, 12);
 NPABI_AT(npabi_net_sock_v1_t, sock.length, 16);
 
+/* Function tables: six pointers each (doc §1.4, §9 item 1). */
 NPABI_SIZE(npabi_profiler_v1_t, 48);
+NPABI_AT(npabi_profiler_v1_t, name, 0);
 NPABI_AT(npabi_profiler_v1_t, init, 8);
 NPABI_AT(npabi_profiler_v1_t, startEvent, 16);
 NPABI_AT(npabi_profiler_v1_t, stopEvent, 24);
 NPABI_AT(npabi_profiler_v1_t, recordEventState, 32);
 NPABI_AT(npabi_profiler_v1_t, finalize, 40);
+NPABI_SIZE(npabi_profiler_v2_t, 48);
+NPABI_SIZE(npabi_profiler_v3_t, 48);
+NPABI_SIZE(npabi_profiler_v4_t, 48);
+NPABI_SIZE(npabi_profiler_v5_t, 48);
 NPABI_SIZE(npabi_profiler_v6_t, 48);
 
 #undef NPABI_AT

@@ -128,7 +128,8 @@ func (t *traceSink) beforeDrain() bool {
 		}
 		t.pending = append(t.pending, control{on: on != 0, at: t.cpu.UnixNs(uint64(tick)), dir: C.GoString(&buf[0])})
 	}
-	t.pollSteps() // first: the label in effect when a window starts must be known as it opens
+	// Steps first: the label in effect when a window starts must be known as it opens.
+	t.pollSteps()
 	for len(t.pending) > 0 && t.pending[0].on { // starts before the next stop: open now
 		t.apply(t.pending[0])
 		t.pending = t.pending[1:]

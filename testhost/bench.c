@@ -301,13 +301,13 @@ int scenario_bench(const opts* o) {
   int reps = o->reps >= 5 ? o->reps : 5;
   const int bursts = 20, per = 1000, channels = 2;
   enum { E_FLOOR, E_FLOOR_TSC, P_DEFAULT, P_ALL, P_TRACED, E_TWO, P_TWO_ALL, P_COLL1, E_COLL1,
-         P_COLL2, E_COLL2, P_COLL4, E_COLL4, NCONF };
+         P_COLL2, E_COLL2, P_COLL4, E_COLL4, P_TWO_DEFAULT, NCONF };
   static const char* const names[NCONF] = {
       "empty_1thread", "empty_plus_tsc_1thread", "ncclprof_default_1thread",
       "ncclprof_all_1thread", "ncclprof_all_1thread_traced", "empty_2threads",
       "ncclprof_all_2threads", "ncclprof_collp2pkch_1ch", "empty_collp2pkch_1ch",
       "ncclprof_collp2pkch_2ch", "empty_collp2pkch_2ch", "ncclprof_collp2pkch_4ch",
-      "empty_collp2pkch_4ch"};
+      "empty_collp2pkch_4ch", "ncclprof_default_2threads"};
   double per_cb[NCONF][64], per_coll[NCONF][64], flush_ns[NCONF][64];
   uint64_t trace0[8] = {0}, trace1[8] = {0};
   uint64_t drops0 = dropped(&prof);
@@ -315,8 +315,9 @@ int scenario_bench(const opts* o) {
   for (int rep = 0; rep < reps && rep < 64; rep++) {
     for (int c = 0; c < NCONF; c++) {
       bench_lib* L = (c == P_DEFAULT || c == P_ALL || c == P_TRACED || c == P_TWO_ALL ||
-                      c == P_COLL1 || c == P_COLL2 || c == P_COLL4) ? &prof : &empty;
-      int mask = c == P_DEFAULT ? DEFAULT_MASK
+                      c == P_COLL1 || c == P_COLL2 || c == P_COLL4 || c == P_TWO_DEFAULT)
+                         ? &prof : &empty;
+      int mask = c == P_DEFAULT || c == P_TWO_DEFAULT ? DEFAULT_MASK
                : (c >= P_COLL1) ? kch : NPABI_ALL_TYPES;
       L->mask = mask;
       if (L->set_mask) L->set_mask(mask);
@@ -325,7 +326,7 @@ int scenario_bench(const opts* o) {
         L->trace_start(getenv("NCCLPROF_BENCH_TRACE_DIR"));
         if (L->stats) L->stats(trace0, 8);
       }
-      run r = (c == E_TWO || c == P_TWO_ALL) ? run_two(L, ch, bursts, per)
+      run r = (c == E_TWO || c == P_TWO_ALL || c == P_TWO_DEFAULT) ? run_two(L, ch, bursts, per)
                                               : run_one(L, ch, bursts, per, c == E_FLOOR_TSC);
       if (c == P_TRACED && L->trace_stop) {
         if (L->stats) L->stats(trace1, 8); /* before the stop: the writes of this run only */
@@ -350,7 +351,8 @@ int scenario_bench(const opts* o) {
            names[c], med_cb[c], med_coll[c]);
   printf("},\"ratio_all_vs_empty_plus_tsc\":%.3f,\"ratio_default_vs_empty_plus_tsc\":%.3f,",
          med_cb[P_ALL] / med_cb[E_FLOOR_TSC], med_cb[P_DEFAULT] / med_cb[E_FLOOR_TSC]);
-  printf("\"ratio_2threads_all_vs_empty\":%.3f,", med_cb[P_TWO_ALL] / med_cb[E_TWO]);
+  printf("\"ratio_2threads_all_vs_empty\":%.3f,\"ratio_2threads_default_vs_empty\":%.3f,",
+         med_cb[P_TWO_ALL] / med_cb[E_TWO], med_cb[P_TWO_DEFAULT] / med_cb[E_TWO]);
   printf("\"ratio_traced_vs_untraced\":%.3f,", med_cb[P_TRACED] / med_cb[P_ALL]);
   {
     /* NP_S_TRACE_EVENTS = 1, NP_S_TRACE_BYTES = 2: of the last traced run. */

@@ -68,6 +68,9 @@ func TestReportRendersInChromium(t *testing.T) {
 	if !strings.Contains(html, "SELECT * FROM slice WHERE ts = ") {
 		t.Error("the slowest operations have no Perfetto reference")
 	}
+	if n := strings.Count(html, `<button type="button" class="copy"`); n < 2 || n != strings.Count(html, "SELECT * FROM slice WHERE ts = ") {
+		t.Errorf("%d copy buttons for %d Perfetto queries", n, strings.Count(html, "SELECT * FROM slice WHERE ts = "))
+	}
 	url := "file://" + out
 	dom, console := headless(t, bin, "--dump-dom", url)
 	if console != "" {
@@ -75,6 +78,19 @@ func TestReportRendersInChromium(t *testing.T) {
 	}
 	if !strings.Contains(string(dom), "Late arrivals per rank") {
 		t.Fatalf("Chromium did not render the page: %.300s", dom)
+	}
+	// A click on the first copy button (from a script added to a copy of the page) puts its query
+	// on the clipboard, or, where the browser refuses (headless, no user gesture), selects it for
+	// Ctrl+C: either way the query is selected and the button says which.
+	clicked := filepath.Join(t.TempDir(), "clicked.html")
+	os.WriteFile(clicked, []byte(strings.Replace(html, "</body>", `<script>document.querySelector("button.copy").click();
+setTimeout(function(){document.body.dataset.selected=getSelection().toString();document.body.dataset.label=document.querySelector("button.copy").textContent},100)</script></body>`, 1)), 0o644)
+	dom, console = headless(t, bin, "--dump-dom", "file://"+clicked)
+	if console != "" {
+		t.Errorf("console messages after a click on copy:\n%s", console)
+	}
+	if m := regexp.MustCompile(`data-selected="(SELECT \* FROM slice WHERE ts = \d+)" data-label="(copied|selected: Ctrl\+C)"`).FindSubmatch(dom); m == nil || !strings.Contains(html, "<code>"+string(m[1])+"</code>") {
+		t.Errorf("a click on copy did not select the first query: %s", regexp.MustCompile(`<body[^>]*>`).Find(dom))
 	}
 	shot := filepath.Join(t.TempDir(), "report.png")
 	if _, console := headless(t, bin, "--screenshot="+shot, url); console != "" {

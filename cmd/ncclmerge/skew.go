@@ -1,8 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ncclprof/ncclprof/internal/skew"
@@ -14,6 +14,7 @@ func skewCmd() *cobra.Command {
 	var (
 		minLate     time.Duration
 		align       string
+		format      string
 		jsonOut     bool
 		quiet, fail bool
 	)
@@ -32,10 +33,18 @@ each rank arrived (its Coll start) after the collective's median arrival, and fl
 The median absolute deviation is used, not the standard deviation: stragglers are the outliers,
 and a few very late arrivals inflate a standard deviation until they hide inside it.
 
+Completion is measured too: each rank's completion (its last ProxyOp or KernelCh stop, or its GPU
+kernel's end in a merged trace) minus the collective's median completion. It does not make a rank
+slow: a rank that arrives late makes the others wait, while a spread of completions says the
+collective itself ended unevenly (one rank's kernel or network leg took longer).
+
 Output: the slow ranks, with how late, on which communicators and in which training steps
 (ncclprof_set_step labels); every rank that was late, most often first, with how often it arrived
-last; the collectives with the largest skew (first to last arrival) and where the late rank's
-slice is in its trace (file, pid, tid, ts as Perfetto shows them).
+last; per rank, how often it completed strictly last and its completion after the median (median,
+max); the collectives with the largest skew (first to last arrival), their end spread (first to
+last completion), every rank's arrival and completion offsets (JSON), and where the late rank's
+slice is in its trace (file, pid, tid, ts as Perfetto shows them). --format csv gives one row per
+rank of each communicator; --each one row per rank of every matched collective instead.
 
 Hosts whose clocks differ are aligned first on collective ends (--align ends, the default: every
 rank leaves a blocking collective at nearly the same instant), and the spread that remains is
@@ -45,7 +54,9 @@ the ranks present.
 `+traceArgsHelp, skew.Defaults.K, time.Duration(skew.Defaults.MinLateNs), skew.Defaults.MinLate, skew.Defaults.Alpha),
 		Example: `  ncclmerge skew ncclprof-out/
   ncclmerge skew --k 3 'job/rank*/ncclprof-*.trace.json'
-  ncclmerge skew --json merged/ > skew.json`,
+  ncclmerge skew --json merged/ > skew.json
+  ncclmerge skew --format csv ncclprof-out/ > ranks.csv
+  ncclmerge skew --each --format csv ncclprof-out/ > every-rank-every-collective.csv`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch align {
 			case "ends":
@@ -59,20 +70,22 @@ the ranks present.
 				return fmt.Errorf("--k must be above 0 and --alpha between 0 and 1 (e.g. --k 5 --alpha 0.001)")
 			}
 			opt.MinLateNs = int64(minLate)
+			if jsonOut {
+				if cmd.Flags().Changed("format") && format != "json" {
+					return fmt.Errorf("--json and --format %s: choose one", format)
+				}
+				format = "json"
+			}
+			if !slices.Contains(skew.Formats, format) {
+				return fmt.Errorf("--format %q: want table, csv or json", format)
+			}
 			set, err := readOps(cmd, args, quiet, false)
 			if err != nil {
 				return err
 			}
 			res := skew.Analyze(set, opt)
-			out := cmd.OutOrStdout()
-			if jsonOut {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(res); err != nil {
-					return err
-				}
-			} else {
-				res.WriteText(out)
+			if err := res.Write(cmd.OutOrStdout(), format); err != nil {
+				return err
 			}
 			if fail && len(res.Slow) > 0 {
 				return errReported
@@ -87,7 +100,9 @@ the ranks present.
 	f.IntVar(&opt.MinLate, "min-count", opt.MinLate, "slow: and late on at least this many collectives")
 	f.IntVar(&opt.Top, "top", opt.Top, "how many of the most skewed collectives to list")
 	f.StringVar(&align, "align", "ends", "ends (align hosts' clocks on collective ends) or none")
-	f.BoolVar(&jsonOut, "json", false, "print the result as JSON")
+	f.StringVar(&format, "format", "table", "table, csv (one row per rank) or json")
+	f.BoolVar(&jsonOut, "json", false, "print the result as JSON (--format json)")
+	f.BoolVar(&opt.Each, "each", false, "list every rank's arrival and completion on every matched collective instead")
 	f.BoolVar(&fail, "fail", false, "exit with status 1 when a slow rank is found (for CI)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress on stderr")
 	return c

@@ -48,12 +48,20 @@ func soakSeconds() int {
 	return 20
 }
 
-// 16 communicators created and destroyed in cycles, three NCCL threads at full rate: after a
-// warm-up, resident memory, threads, open files and goroutines stay flat (make soak runs this
-// for 10 minutes with 64 communicators).
+// soakComms is how many communicators each cycle creates (NCCLPROF_SOAK_COMMS, default 16).
+func soakComms() int {
+	if n, err := strconv.Atoi(os.Getenv("NCCLPROF_SOAK_COMMS")); err == nil && n > 0 {
+		return n
+	}
+	return 16
+}
+
+// Communicators created and destroyed in cycles, three NCCL threads at full rate: after a
+// warm-up, resident memory, threads, open files and goroutines stay flat (make test: 20 s with
+// 16 communicators; make soak: 10 minutes with 64).
 func TestSoakShort(t *testing.T) {
-	secs := soakSeconds()
-	r := Start(t, Options{Args: []string{"--seconds", strconv.Itoa(secs), "--comms", "16", "--iters", "1000", "soak"},
+	secs, comms := soakSeconds(), soakComms()
+	r := Start(t, Options{Args: []string{"--seconds", strconv.Itoa(secs), "--comms", strconv.Itoa(comms), "--iters", "1000", "soak"},
 		Env: []string{"NCCLPROF_METRICS=none", "NCCLPROF_SUMMARY=0"}, Timeout: time.Duration(secs+120) * time.Second})
 	ss := ParseSoak(t, r.Stdout)
 	if len(ss) < secs/2 {
@@ -100,8 +108,8 @@ func TestSoakShort(t *testing.T) {
 	for _, s := range warm {
 		rate += s.CallsPerS
 	}
-	t.Logf("%d s: %d callbacks/s on average, %d cycles of 16 communicators, resident %d–%d KiB "+
+	t.Logf("%d s: %d callbacks/s on average, %d cycles of %d communicators, resident %d–%d KiB "+
 		"(floor %d KiB early, %d KiB late), %d–%d threads, %d fds, %d goroutines, %d events recorded, "+
-		"%d dropped (counted)", secs, rate/uint64(len(warm)), last.Cycles, minRSS, maxRSS, early, late,
+		"%d dropped (counted)", secs, rate/uint64(len(warm)), last.Cycles, comms, minRSS, maxRSS, early, late,
 		minThreads, maxThreads, first.FDs, first.Goroutines, last.Events, last.Dropped)
 }

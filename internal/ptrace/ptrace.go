@@ -9,6 +9,7 @@ package ptrace
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
@@ -138,12 +139,14 @@ type Comm struct {
 	LocalIndex int
 }
 
-// Clock is how the plugin converted CPU timestamps (ncclprof.clock).
+// Clock is how the plugin converted CPU timestamps (ncclprof.clock), with the writer's field
+// names (plugin/trace.go clockInfo, align.Info).
 type Clock struct {
-	Source       string
-	TicksPerNs   float64
-	FitPairs     int
-	ErrorBoundNs int64
+	Source       string  // "tsc", "cntvct" or "monotonic"
+	NsPerTick    float64 // ns_per_tick: the converter's rate, Unix ns per counter tick
+	Anchors      int     // anchors: (counter, CLOCK_REALTIME) anchors held when the header was written
+	ErrorBoundNs int64   // error_bound_ns, rounded up to whole ns
+	ClockSteps   int     // clock_steps: CLOCK_REALTIME steps seen (each restarts the anchors)
 }
 
 // GPUClock is the plugin's own estimate of %globaltimer → Unix ns (ncclprofEnd.gpu_clock).
@@ -299,8 +302,9 @@ func (t *Trace) readHeader() error {
 	t.Version, t.Host, t.Pid = h.Get("version").Str, h.Get("host").Str, h.Get("pid").Int()
 	t.Simulated = h.Get("simulated").Bool()
 	c := h.Get("clock")
-	t.Clock = Clock{Source: c.Get("source").Str, TicksPerNs: c.Get("ticks_per_ns").Float(),
-		FitPairs: int(c.Get("fit_pairs").Int()), ErrorBoundNs: c.Get("error_bound_ns").Int()}
+	t.Clock = Clock{Source: c.Get("source").Str, NsPerTick: c.Get("ns_per_tick").Float(),
+		Anchors: int(c.Get("anchors").Int()), ErrorBoundNs: int64(math.Ceil(c.Get("error_bound_ns").Float())),
+		ClockSteps: int(c.Get("clock_steps").Int())}
 	end := gjson.Parse(t.Member("ncclprofEnd"))
 	t.Complete = end.Get("complete").Bool()
 	g := end.Get("gpu_clock")

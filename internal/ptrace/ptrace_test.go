@@ -25,7 +25,7 @@ func TestSmallTrace(t *testing.T) {
 	if tr.Host != "node7" || tr.Pid != 4242 || !tr.Simulated || tr.Base != 1763790000000000000 || !tr.Complete || tr.Truncated {
 		t.Fatalf("header: %+v", tr)
 	}
-	if tr.Clock.Source != "tsc" || tr.Clock.ErrorBoundNs != 900 || tr.GPUClock.OffsetNs != 1763789995000000000 {
+	if tr.Clock.Source != "tsc" || tr.Clock.ErrorBoundNs != 900 || tr.Clock.Anchors != 64 || tr.Clock.NsPerTick != 0.41841004184100417 || tr.GPUClock.OffsetNs != 1763789995000000000 {
 		t.Errorf("clocks: %+v %+v", tr.Clock, tr.GPUClock)
 	}
 	if len(tr.Comms) != 1 || tr.Comms[0] != (Comm{Hash: 0xaa, Name: "world", Rank: 1, NRanks: 2, NNodes: 1, ABI: 6}) {
@@ -148,4 +148,31 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("nil trace without error")
 		}
 	})
+}
+
+// The header's clock is read with the names plugin/trace.go (clockInfo) writes. The reader once
+// used names that only the docs had (ticks_per_ns, fit_pairs) and read 0 from every real trace.
+func TestClockWriterFields(t *testing.T) {
+	// As json.Marshal writes clockInfo's map (keys sorted); error_bound_ns is a float there.
+	head := `{"schemaVersion":1,"displayTimeUnit":"ms","baseTimeNanoseconds":1763790000000000000,` +
+		`"ncclprof":{"clock":{"anchors":17,"clock_steps":1,"error_bound_ns":1012.25,"ns_per_tick":0.4166,"source":"tsc"},` +
+		`"format":1,"host":"node7","pid":4242,"simulated":false,"version":"0.1.0"},"traceEvents":[]}`
+	tr, err := Parse("head.trace.json", []byte(head))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Clock{Source: "tsc", NsPerTick: 0.4166, Anchors: 17, ErrorBoundNs: 1013, ClockSteps: 1}
+	if tr.Clock != want {
+		t.Errorf("clock: %+v, want %+v", tr.Clock, want)
+	}
+	// The writer still writes these names (a rename there must come here, and to the docs).
+	src, err := os.ReadFile("../../plugin/trace.go")
+	if err != nil {
+		t.Skip("plugin source not present:", err)
+	}
+	for _, k := range []string{"source", "ns_per_tick", "anchors", "error_bound_ns", "clock_steps"} {
+		if !strings.Contains(string(src), `"`+k+`"`) {
+			t.Errorf("plugin/trace.go no longer writes clock field %q: update ptrace.Clock and docs/trace-format.md", k)
+		}
+	}
 }

@@ -1,7 +1,8 @@
 // Package report writes one self-contained HTML page that answers the questions people open a
 // trace for — which collectives cost the most, do they reach the bandwidth the hardware allows,
 // which rank makes everyone wait — with plots drawn as inline SVG: no script, style sheet or
-// font is fetched, so the page opens anywhere, offline.
+// font is fetched, so the page opens anywhere, offline. Its only code is one inline click handler
+// that copies a row's Perfetto query to the clipboard.
 package report
 
 import (
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"math"
 	"path/filepath"
 	"sort"
 	"time"
@@ -28,6 +30,8 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"bw":   func(v float64) string { return fmtBW(v) },
 	"size": func(n uint64) string { return stats.Size(n) },
 	"base": filepath.Base,
+	// perfettoTs is a JSON ts in µs as Perfetto's trace processor stores it: ns.
+	"perfettoTs": func(us float64) int64 { return int64(math.Round(us * 1e3)) },
 }).Parse(pageHTML))
 
 // Page is what the template shows.

@@ -96,6 +96,14 @@ func (a *analysis) top() {
 		if o.Step >= 0 {
 			row.Step = a.s.Steps[o.Step]
 		}
+		row.DoneSpreadNs, row.DoneLast = p.DoneSpreadNs, -1
+		if p.doneLast >= 0 {
+			row.DoneLast, row.DoneLateNs = int(a.s.Ops[p.doneLast].Rank), *a.doneOffset(&p, p.doneLast)
+		}
+		for _, i := range a.groups[p.group] {
+			row.PerRank = append(row.PerRank, RankAt{Rank: int(a.s.Ops[i].Rank), ArriveNs: a.arrive(i) - p.AtNs, DoneNs: a.doneOffset(&p, i)})
+		}
+		sort.Slice(row.PerRank, func(i, j int) bool { return row.PerRank[i].Rank < row.PerRank[j].Rank })
 		a.res.Top = append(a.res.Top, row)
 	}
 }

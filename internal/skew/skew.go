@@ -6,6 +6,10 @@
 // inflate a standard deviation until it hides them, while they move the median and MAD hardly at
 // all. A rank is slow when it is late on clearly more of its operations than the typical rank.
 // Hosts whose clocks differ are aligned first on collective ends (internal/align).
+//
+// It also measures each rank's completion against the collective's median completion. The verdict
+// stays on arrivals: a rank that arrives late makes the others wait, while a spread of completions
+// says the collective itself ended unevenly (one rank's kernel or network leg took longer).
 package skew
 
 import (
@@ -35,6 +39,8 @@ type Options struct {
 	Align bool
 	// Top: how many of the most skewed operations to list.
 	Top int
+	// Each: list every rank's arrival and completion on every matched collective (Result.Each).
+	Each bool
 }
 
 // Defaults: K = 5 with the raw MAD is a modified z-score of 3.4 (Iglewicz and Hoaglin's outlier
@@ -61,8 +67,17 @@ type RankRow struct {
 	Chance float64 `json:"chance"`
 	// Steps: the training steps it was late in, in order of time, with how late.
 	Steps []StepLate `json:"late_steps,omitempty"`
+	// Completion, over the matched collectives whose completion is known on two ranks or more
+	// (Completed of them): the rank's completion minus the collective's median completion, hosts'
+	// clocks aligned; its median and largest value, and how often it completed strictly last (a
+	// tie for last counts for no one).
+	Completed    int   `json:"completed_ops"`
+	DoneLast     int   `json:"completed_last"`
+	DoneMedianNs int64 `json:"completion_median_ns"`
+	DoneMaxNs    int64 `json:"completion_max_ns"`
 
 	late []int64
+	done []int64
 }
 
 // StepLate is how late a rank was in one training step (ncclprof_set_step label).
@@ -87,6 +102,11 @@ type CommRow struct {
 	MedianNs    int64 `json:"lateness_median_ns"`
 	MADNs       int64 `json:"lateness_mad_ns"`
 	ThresholdNs int64 `json:"threshold_ns"`
+	// Completion spread (last − first completion) over its collectives: median and p90.
+	DoneSpreadMedianNs int64 `json:"completion_spread_median_ns"`
+	DoneSpreadP90Ns    int64 `json:"completion_spread_p90_ns"`
+
+	spreads []int64
 }
 
 // OpRow is one collective as all ranks ran it.
@@ -101,11 +121,45 @@ type OpRow struct {
 	Last     int    `json:"last_rank"`
 	LateNs   int64  `json:"last_late_ns"` // last arrival − median arrival
 	ArriveNs int64  `json:"median_arrival_unix_ns"`
+	// Completion: last − first completion, the rank that completed strictly last (-1: a tie, or
+	// fewer than two completions known) and its completion − the median completion.
+	DoneSpreadNs int64 `json:"completion_spread_ns"`
+	DoneLast     int   `json:"completion_last_rank"`
+	DoneLateNs   int64 `json:"completion_last_late_ns"`
 	// Where the last rank's slice is in its trace.
 	File string  `json:"file"`
 	Pid  int64   `json:"pid"`
 	Tid  int64   `json:"tid"`
 	TsUs float64 `json:"ts_us"`
+	// Every rank present, in rank order.
+	PerRank []RankAt `json:"per_rank"`
+}
+
+// RankAt is one rank on one collective: its arrival after the collective's median arrival, and its
+// completion after the median completion (nil: not known), in ns, hosts' clocks aligned.
+type RankAt struct {
+	Rank     int    `json:"rank"`
+	ArriveNs int64  `json:"arrival_ns"`
+	DoneNs   *int64 `json:"completion_ns"`
+}
+
+// EachRow is one rank on one matched collective (Options.Each).
+type EachRow struct {
+	Comm       string `json:"comm"`
+	Func       string `json:"func"`
+	Seq        int64  `json:"seq"`
+	Step       string `json:"step,omitempty"`
+	Rank       int    `json:"rank"`
+	GlobalRank int    `json:"global_rank"`
+	// ArriveNs: arrival − the collective's median arrival; Late: above the communicator's threshold.
+	ArriveNs int64 `json:"arrival_ns"`
+	Late     bool  `json:"late"`
+	// DoneNs: completion − the collective's median completion (nil: not known); DoneLast: it
+	// completed strictly last.
+	DoneNs   *int64 `json:"completion_ns"`
+	DoneLast bool   `json:"completed_last"`
+
+	op int32
 }
 
 // Alignment reports the clock alignment of hosts on collective ends.
@@ -126,8 +180,14 @@ type Point struct {
 	Comm   int   `json:"comm"`
 	Last   int   `json:"last_rank"`
 	Late   bool  `json:"last_is_late"`
-	op     int32 // the last rank's operation
-	ranks  int
+	// DoneSpreadNs: last − first completion (0: fewer than two known).
+	DoneSpreadNs int64 `json:"completion_spread_ns"`
+	op           int32 // the last rank's operation
+	ranks        int
+	group        int32
+	doneMed      int64 // the median completion; valid when doneKnown
+	doneKnown    bool
+	doneLast     int32 // the operation that completed strictly last; -1: none
 }
 
 // Result is the whole answer.
@@ -137,6 +197,7 @@ type Result struct {
 	Ranks     []*RankRow `json:"ranks"`
 	Slow      []*RankRow `json:"slow_ranks"`
 	Top       []OpRow    `json:"most_skewed"`
+	Each      []EachRow  `json:"each,omitempty"`
 	Alignment *Alignment `json:"alignment,omitempty"`
 	Notes     []string   `json:"notes,omitempty"`
 	Points    []Point    `json:"-"`
@@ -245,6 +306,7 @@ type analysis struct {
 	// lateness of every arrival, per communicator, with its op
 	samples map[int32][]sample
 	keys    []matchKey
+	groups  [][]int32
 }
 
 type sample struct {
@@ -253,12 +315,14 @@ type sample struct {
 	group int32
 }
 
-// measure computes every arrival's lateness against its collective's median arrival.
+// measure computes every arrival's lateness against its collective's median arrival, and every
+// completion's against its median completion.
 func (a *analysis) measure(keys []matchKey, groups [][]int32) {
-	a.keys = keys
+	a.keys, a.groups = keys, groups
 	a.samples = map[int32][]sample{}
 	a.comms = map[int32]*CommRow{}
 	arr := make([]int64, 0, 64)
+	done := make([]int64, 0, 64)
 	for g, idx := range groups {
 		if len(idx) < 2 {
 			continue
@@ -275,6 +339,83 @@ func (a *analysis) measure(keys []matchKey, groups [][]int32) {
 		}
 		a.comm(comm).Matched++
 		a.point(g, idx, med)
+		a.completion(&a.res.Points[len(a.res.Points)-1], idx, done)
+		if a.opt.Each {
+			a.each(&a.res.Points[len(a.res.Points)-1], idx, med)
+		}
+	}
+}
+
+func (a *analysis) done(i int32) int64 {
+	o := &a.s.Ops[i]
+	return o.Done + a.shift[a.s.Procs[o.Proc].Host]
+}
+
+// completion measures the collective's completions, where two ranks or more have one: its median,
+// each rank's offset from it, the spread, and who completed strictly last.
+func (a *analysis) completion(p *Point, idx []int32, buf []int64) {
+	p.doneLast = -1
+	buf = buf[:0]
+	for _, i := range idx {
+		if a.s.Ops[i].Done != 0 {
+			buf = append(buf, a.done(i))
+		}
+	}
+	if len(buf) < 2 {
+		return
+	}
+	med := quantile.MedianInPlace(buf)
+	last, tie := int32(-1), false
+	var lo, hi int64
+	for _, i := range idx {
+		if a.s.Ops[i].Done == 0 {
+			continue
+		}
+		d := a.done(i)
+		r := a.rank(i)
+		r.Completed++
+		r.done = append(r.done, d-med)
+		if last < 0 {
+			lo = d
+		}
+		lo = min(lo, d)
+		switch {
+		case last < 0 || d > hi:
+			last, hi, tie = i, d, false
+		case d == hi:
+			tie = true
+		}
+	}
+	p.doneMed, p.doneKnown = med, true
+	p.DoneSpreadNs = hi - lo
+	if !tie {
+		p.doneLast = last
+		a.rank(last).DoneLast++
+	}
+	c := a.comm(a.keys[p.group].comm)
+	c.spreads = append(c.spreads, p.DoneSpreadNs)
+}
+
+// doneOffset is operation i's completion after its collective's median completion.
+func (a *analysis) doneOffset(p *Point, i int32) *int64 {
+	if !p.doneKnown || a.s.Ops[i].Done == 0 {
+		return nil
+	}
+	d := a.done(i) - p.doneMed
+	return &d
+}
+
+// each lists every rank of the collective (Options.Each).
+func (a *analysis) each(p *Point, idx []int32, med int64) {
+	for _, i := range idx {
+		o := &a.s.Ops[i]
+		row := EachRow{Comm: a.s.Comms[o.Comm].Label(), Func: o.Func, Seq: o.Seq, Rank: int(o.Rank),
+			GlobalRank: a.s.Procs[o.Proc].Rank, ArriveNs: a.arrive(i) - med, DoneNs: a.doneOffset(p, i),
+			DoneLast: p.doneLast == i, op: i}
+		if o.Step >= 0 {
+			row.Step = a.s.Steps[o.Step]
+		}
+		a.res.Each = append(a.res.Each, row)
 	}
 }
 
@@ -296,7 +437,7 @@ func (a *analysis) point(g int, idx []int32, med int64) {
 	}
 	a.rank(last).Last++
 	a.res.Points = append(a.res.Points, Point{AtNs: med, SkewNs: a.arrive(last) - a.arrive(first),
-		Comm: int(a.keys[g].comm), Last: int(a.s.Ops[last].Rank), op: last, ranks: len(idx)})
+		Comm: int(a.keys[g].comm), Last: int(a.s.Ops[last].Rank), op: last, ranks: len(idx), group: int32(g)})
 }
 
 func (a *analysis) rank(i int32) *RankRow {
@@ -335,6 +476,11 @@ func (a *analysis) flag() {
 		thr := med + max(int64(a.opt.K*float64(mad)), a.opt.MinLateNs)
 		cr := a.comm(c)
 		cr.MedianNs, cr.MADNs, cr.ThresholdNs = med, mad, thr
+		if len(cr.spreads) > 0 {
+			sp := quantile.Sorted(cr.spreads)
+			cr.DoneSpreadMedianNs, cr.DoneSpreadP90Ns = quantile.MedianSorted(sp), quantile.Of(sp, 0.9)
+			cr.spreads = nil
+		}
 		for _, x := range ss {
 			if x.late > thr {
 				r := a.rank(x.op)
@@ -350,6 +496,10 @@ func (a *analysis) flag() {
 	for i := range a.res.Points {
 		p := &a.res.Points[i]
 		p.Late = lateOp[p.op]
+	}
+	for i := range a.res.Each {
+		e := &a.res.Each[i]
+		e.Late = lateOp[e.op]
 	}
 	a.slowRanks()
 }
@@ -386,6 +536,11 @@ func (a *analysis) slowRanks() {
 			r.LateTotalNs += x
 		}
 		r.late = nil
+		if len(r.done) > 0 {
+			r.DoneMaxNs = slices.Max(r.done)
+			r.DoneMedianNs = quantile.MedianInPlace(r.done)
+		}
+		r.done = nil
 	}
 	for _, r := range a.ranks {
 		c := byComm[r.CommHash]

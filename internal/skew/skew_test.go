@@ -2,9 +2,12 @@ package skew
 
 import (
 	"bytes"
+	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -148,4 +151,205 @@ func TestWriteTextNamesTheStraggler(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// plantDone delays rank's completion by ns on every 7th collective (seq 3, 10, …: 29 of 200),
+// which the synthesized job otherwise ends at the same instant on every rank.
+func plantDone(s *commops.Set, rank int32, ns int64) (planted map[int64]bool) {
+	planted = map[int64]bool{}
+	for i := range s.Ops {
+		if o := &s.Ops[i]; o.Rank == rank && o.Seq%7 == 3 {
+			o.Done += ns
+			planted[o.Seq] = true
+		}
+	}
+	return planted
+}
+
+func ptrNs(v *int64) string {
+	if v == nil {
+		return "unknown"
+	}
+	return fmt.Sprintf("%d ns", *v)
+}
+
+// checkDone asserts that every rank's completion offset on every collective is the planted one
+// (within 1 µs: the trace's ts are µs with 3 decimals), and the summaries that follow from it.
+func checkDone(t *testing.T, r *Result, rank int, delay int64, planted map[int64]bool) {
+	t.Helper()
+	const tol = 1_000
+	near := func(got, want int64) bool { return got >= want-tol && got <= want+tol }
+	if len(planted) != 29 || len(r.Each) != 16*200 {
+		t.Fatalf("%d collectives planted, %d rows: want 29 and 16 × 200", len(planted), len(r.Each))
+	}
+	for _, e := range r.Each {
+		want := int64(0)
+		if e.Rank == rank && planted[e.Seq] {
+			want = delay
+		}
+		if e.DoneNs == nil || !near(*e.DoneNs, want) {
+			t.Fatalf("seq %d rank %d: completion %s after the median, want %d ± %d ns", e.Seq, e.Rank, ptrNs(e.DoneNs), want, tol)
+		}
+		if e.DoneLast != (want != 0) {
+			t.Fatalf("seq %d rank %d: completed last %v, want %v", e.Seq, e.Rank, e.DoneLast, want != 0)
+		}
+	}
+	for _, k := range r.Ranks {
+		if k.Completed != 200 {
+			t.Errorf("rank %d: %d collectives with a completion, want 200", k.Rank, k.Completed)
+		}
+		wantLast, wantMax := 0, int64(0)
+		if k.Rank == rank {
+			wantLast, wantMax = 29, delay
+		}
+		if k.DoneLast != wantLast || !near(k.DoneMaxNs, wantMax) || !near(k.DoneMedianNs, 0) {
+			t.Errorf("rank %d: completed last %d times, by %d ns at most, %d ns median; want %d, %d ns, 0",
+				k.Rank, k.DoneLast, k.DoneMaxNs, k.DoneMedianNs, wantLast, wantMax)
+		}
+	}
+	for _, o := range r.Top {
+		wantSpread, wantLast := int64(0), -1
+		if planted[o.Seq] {
+			wantSpread, wantLast = delay, rank
+		}
+		if !near(o.DoneSpreadNs, wantSpread) || o.DoneLast != wantLast || wantLast >= 0 && !near(o.DoneLateNs, delay) || len(o.PerRank) != 16 {
+			t.Errorf("seq %d: end spread %d ns, last to end %d by %d ns, %d ranks; want %d ns, %d by %d ns, 16",
+				o.Seq, o.DoneSpreadNs, o.DoneLast, o.DoneLateNs, len(o.PerRank), wantSpread, wantLast, wantSpread)
+		}
+		for _, p := range o.PerRank {
+			if want := map[bool]int64{true: delay}[p.Rank == rank && planted[o.Seq]]; p.DoneNs == nil || !near(*p.DoneNs, want) {
+				t.Errorf("seq %d rank %d: completion %s, want %d ns", o.Seq, p.Rank, ptrNs(p.DoneNs), want)
+			}
+		}
+	}
+	if c := r.Comms[0]; !near(c.DoneSpreadMedianNs, 0) || !near(c.DoneSpreadP90Ns, delay) {
+		t.Errorf("end spread median %d, p90 %d: want 0 and %d (29 of 200 collectives spread)", c.DoneSpreadMedianNs, c.DoneSpreadP90Ns, delay)
+	}
+}
+
+// Rank 9 completes 250 µs after the others on 29 collectives; rank 5 arrives 1 ms late on 20
+// (and, the job's collectives ending when the last rank has arrived, completes with the others).
+// Completion is measured on every rank and collective exactly, and leaves the verdict alone: rank
+// 5 is the slow one, rank 9 is not.
+func TestCompletionOfAPlantedRank(t *testing.T) {
+	_, paths := job(t, 5)
+	s, err := commops.Read(paths, commops.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	planted := plantDone(s, 9, 250_000)
+	opt := Defaults
+	opt.Each, opt.Top = true, 200
+	r := Analyze(s, opt)
+	checkSlow(t, r, 5)
+	checkDone(t, r, 9, 250_000, planted)
+	// Of the collectives rank 5 was late on, seq 59, 129 and 199 are also rank 9's planted ones.
+	var both []int64
+	for _, o := range r.Top[:20] {
+		if o.DoneLast == 9 {
+			both = append(both, o.Seq)
+		}
+	}
+	slices.Sort(both)
+	if !slices.Equal(both, []int64{59, 129, 199}) {
+		t.Errorf("late collectives ending last on rank 9: %v, want 59, 129, 199", both)
+	}
+}
+
+// The same on two hosts whose clocks differ by 5 ms, with the delayed rank alone on the other
+// host: completions are compared after alignment, which the delay (on 29 of 200 collectives)
+// does not move.
+func TestCompletionAfterAlignment(t *testing.T) {
+	_, paths := job(t, 5)
+	b, _ := os.ReadFile(paths[9])
+	b = bytes.Replace(b, []byte(`"host":"synth"`), []byte(`"host":"other"`), 1)
+	b = bytes.Replace(b, []byte(`"baseTimeNanoseconds":1760000000000000000`), []byte(`"baseTimeNanoseconds":1760000000005000000`), 1)
+	os.WriteFile(paths[9], b, 0o644)
+	s, err := commops.Read(paths, commops.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	planted := plantDone(s, 9, 250_000)
+	opt := Defaults
+	opt.Each = true
+	r := Analyze(s, opt)
+	if a := r.Alignment; a == nil || a.ShiftNs["other"] != -5_000_000 {
+		t.Fatalf("alignment %+v, want host other shifted by -5 ms", a)
+	}
+	checkSlow(t, r, 5)
+	checkDone(t, r, 9, 250_000, planted)
+}
+
+// The table, CSV and JSON outputs carry the completion summary, and --each lists every rank of
+// every collective.
+func TestCompletionOutputs(t *testing.T) {
+	_, paths := job(t, 5)
+	s, err := commops.Read(paths, commops.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plantDone(s, 9, 250_000)
+	r := Analyze(s, Defaults)
+	var buf bytes.Buffer
+	if err := r.Write(&buf, "table"); err != nil {
+		t.Fatal(err)
+	}
+	text := buf.String()
+	if !regexp.MustCompile(`(?m)^ranks that complete last.*\n.*\nworld +9 +9 +synth +29 +200 +0 ns +250\.0 µs$`).MatchString(text) {
+		t.Errorf("the table does not list rank 9 completing last 29 of 200 times by 250 µs at most:\n%s", text)
+	}
+	buf.Reset()
+	if err := r.Write(&buf, "csv"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(&buf).ReadAll()
+	if err != nil || len(rows) != 17 {
+		t.Fatalf("csv: %d rows, %v", len(rows), err)
+	}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		col[h] = i
+	}
+	for _, row := range rows[1:] {
+		want := []string{"0", "0"}
+		if row[col["rank"]] == "9" {
+			want = []string{"29", "250000"}
+		}
+		if row[col["completed_last"]] != want[0] || row[col["completion_max_ns"]] != want[1] || row[col["completed_ops"]] != "200" {
+			t.Errorf("csv rank %s: completed_last %s, completion_max_ns %s; want %v", row[col["rank"]], row[col["completed_last"]], row[col["completion_max_ns"]], want)
+		}
+	}
+	buf.Reset()
+	if err := r.Write(&buf, "json"); err != nil {
+		t.Fatal(err)
+	}
+	var back Result
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(back.Ranks, func(k *RankRow) bool { return k.Rank == 9 })
+	if i < 0 || back.Ranks[i].DoneLast != 29 || back.Ranks[i].DoneMaxNs != 250_000 || len(back.Top[0].PerRank) != 16 {
+		t.Errorf("json: rank 9 %+v, per-rank offsets of the most skewed collective %v", back.Ranks[i], back.Top[0].PerRank)
+	}
+
+	opt := Defaults
+	opt.Each = true
+	buf.Reset()
+	if err := Analyze(s, opt).Write(&buf, "csv"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err = csv.NewReader(&buf).ReadAll()
+	if err != nil || len(rows) != 1+16*200 {
+		t.Fatalf("csv --each: %d rows, %v", len(rows), err)
+	}
+	want := []string{"world", "AllReduce", "10", "step 1", "9", "9"}
+	for _, row := range rows[1:] {
+		if slices.Equal(row[:6], want) {
+			if row[7] != "false" || row[8] != "250000" || row[9] != "true" {
+				t.Errorf("csv --each, seq 10 rank 9: %v, want completion 250000, last", row)
+			}
+			return
+		}
+	}
+	t.Errorf("csv --each has no row %v", want)
 }

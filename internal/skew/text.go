@@ -1,6 +1,7 @@
 package skew
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -15,7 +16,8 @@ func (r *Result) WriteText(w io.Writer) {
 	o := r.Options
 	fmt.Fprintf(w, "late arrival: more than median + %g·MAD of the communicator's lateness (and at least %s) after the collective's median arrival\n",
 		o.K, fmtNs(o.MinLateNs))
-	fmt.Fprintf(w, "slow rank: late on %d collectives or more, and more often than chance allows at the other ranks' rate (p < %g)\n\n", o.MinLate, o.Alpha)
+	fmt.Fprintf(w, "slow rank: late on %d collectives or more, and more often than chance allows at the other ranks' rate (p < %g)\n", o.MinLate, o.Alpha)
+	fmt.Fprintf(w, "completion: a rank's end minus the collective's median end; it does not make a rank slow, it shows collectives that ended unevenly\n\n")
 	if len(r.Slow) == 0 {
 		fmt.Fprintln(w, "no slow rank")
 	}
@@ -29,6 +31,7 @@ func (r *Result) WriteText(w io.Writer) {
 	fmt.Fprintln(w)
 	r.writeComms(w)
 	r.writeRanks(w)
+	r.writeCompletion(w)
 	r.writeTop(w)
 	if a := r.Alignment; a != nil {
 		fmt.Fprintf(w, "\nclocks of %d hosts aligned on the ends of %d collectives (reference %s): end spread median %s before, %s after (p90 %s)\n",
@@ -44,9 +47,10 @@ func (r *Result) WriteText(w io.Writer) {
 
 func (r *Result) writeComms(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "communicator\tranks\tcollectives\tlateness median\tMAD\tlate above")
+	fmt.Fprintln(tw, "communicator\tranks\tcollectives\tlateness median\tMAD\tlate above\tend spread median\tend spread p90")
 	for _, c := range r.Comms {
-		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%s\t%s\t%s\n", c.Comm, c.Present, c.NRanks, c.Matched, fmtNs(c.MedianNs), fmtNs(c.MADNs), fmtNs(c.ThresholdNs))
+		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%s\t%s\t%s\t%s\t%s\n", c.Comm, c.Present, c.NRanks, c.Matched, fmtNs(c.MedianNs), fmtNs(c.MADNs), fmtNs(c.ThresholdNs),
+			fmtNs(c.DoneSpreadMedianNs), fmtNs(c.DoneSpreadP90Ns))
 	}
 	tw.Flush()
 }
@@ -74,18 +78,58 @@ func (r *Result) writeRanks(w io.Writer) {
 	}
 }
 
+// writeCompletion lists the ranks that complete last most often, and those that ever completed
+// --min-late or more after a collective's median completion.
+func (r *Result) writeCompletion(w io.Writer) {
+	fmt.Fprintln(w, "\nranks that complete last (most often first; completion after the collective's median completion):")
+	ranks := slices.Clone(r.Ranks)
+	slices.SortStableFunc(ranks, func(x, y *RankRow) int {
+		if x.DoneLast != y.DoneLast {
+			return y.DoneLast - x.DoneLast
+		}
+		return cmp.Compare(y.DoneMaxNs, x.DoneMaxNs)
+	})
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "comm\trank\tglobal\thost\tcompleted last\tof\tcompletion median\tcompletion max")
+	n, known := 0, false
+	for _, k := range ranks {
+		known = known || k.Completed > 0
+		if k.Completed == 0 || k.DoneLast == 0 && k.DoneMaxNs < r.Options.MinLateNs || n == 20 {
+			continue
+		}
+		n++
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%s\t%s\n", k.Comm, k.Rank, k.GlobalRank, k.Host, k.DoneLast, k.Completed,
+			fmtNs(k.DoneMedianNs), fmtNs(k.DoneMaxNs))
+	}
+	tw.Flush()
+	switch {
+	case !known:
+		fmt.Fprintln(w, "  no completion known on two ranks of a collective")
+	case n == 0:
+		fmt.Fprintf(w, "  none: no rank completed strictly last, and every completion was within %s of its collective's median\n", fmtNs(r.Options.MinLateNs))
+	}
+}
+
 func (r *Result) writeTop(w io.Writer) {
 	if len(r.Top) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\ncollectives with the largest skew (first to last arrival):")
+	fmt.Fprintln(w, "\ncollectives with the largest skew (first to last arrival; end spread: first to last completion):")
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "comm\tfunc\tseq\tstep\tskew\tlast rank\tlate by\twhere (file pid/tid ts µs)")
+	fmt.Fprintln(tw, "comm\tfunc\tseq\tstep\tskew\tlast rank\tlate by\tend spread\tlast to end\twhere (file pid/tid ts µs)")
 	for _, o := range r.Top {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s %d/%d %.3f\n", o.Comm, o.Func, o.Seq, dash(o.Step), fmtNs(o.SkewNs), o.Last,
-			fmtNs(o.LateNs), o.File, o.Pid, o.Tid, o.TsUs)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s %d/%d %.3f\n", o.Comm, o.Func, o.Seq, dash(o.Step), fmtNs(o.SkewNs), o.Last,
+			fmtNs(o.LateNs), fmtNs(o.DoneSpreadNs), lastToEnd(o), o.File, o.Pid, o.Tid, o.TsUs)
 	}
 	tw.Flush()
+}
+
+// lastToEnd names the rank that completed last and by how much after the median: "3 (+120.0 µs)".
+func lastToEnd(o OpRow) string {
+	if o.DoneLast < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d (+%s)", o.DoneLast, fmtNs(o.DoneLateNs))
 }
 
 // StepList names the steps a rank was late in, with how late at most: "train step 3 (3.0 ms)".

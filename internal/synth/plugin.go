@@ -404,7 +404,7 @@ func (g *gen) finish() []byte {
 	host := g.opt.Host
 	var b strings.Builder
 	fmt.Fprintf(&b, "{\n\"schemaVersion\": 1,\n\"displayTimeUnit\": \"ms\",\n\"baseTimeNanoseconds\": %d,\n", g.base)
-	fmt.Fprintf(&b, "\"ncclprof\": {\"format\": 1, \"version\": \"0.1.0\", \"host\": %q, \"pid\": %d, \"simulated\": true, \"clock\": {\"source\": \"tsc\", \"ticks_per_ns\": 2.4, \"fit_pairs\": 64, \"error_bound_ns\": %d}},\n",
+	fmt.Fprintf(&b, "\"ncclprof\": {\"format\": 1, \"version\": \"0.1.0\", \"host\": %q, \"pid\": %d, \"simulated\": true, \"clock\": {\"anchors\": 64, \"clock_steps\": 0, \"error_bound_ns\": %d, \"ns_per_tick\": 0.4166666666666667, \"source\": \"tsc\"}},\n",
 		host, pid, g.opt.ErrorBoundNs)
 	b.WriteString("\"traceEvents\": [\n")
 	meta := []string{fmt.Sprintf(`{"ph":"M","name":"process_name","pid":%d,"tid":0,"args":{"name":"ncclprof %s pid %d"}}`, pid, host, pid)}

@@ -11,18 +11,26 @@ import warnings
 
 from . import __version__
 
-MERGE_COMMANDS = ("merge", "check", "demo", "bench")
+# ncclmerge's commands that `ncclprof COMMAND ARGS...` runs as they are, with their help lines.
+MERGE_COMMANDS = {
+    "merge": "merge torch.profiler (Kineto) traces with the plugin's NCCL traces, for Perfetto",
+    "check": "tell what Perfetto's JSON importer would do with a trace",
+    "stats": "time, bytes and bandwidth per communicator, operation, size, algorithm and protocol",
+    "skew": "find the ranks that arrive late at collectives and make the others wait",
+    "pprof": "communication time as a pprof profile (flame graph: go tool pprof -http)",
+    "report": "one offline HTML page of plots: bandwidth, time per rank, skew, slowest operations",
+    "demo": "a simulated multi-rank job through the plugin (needs a source checkout: make)",
+    "bench": "merge, stats or skew throughput and memory on large synthesized traces",
+}
 
+_MERGE_LINES = "\n".join(f"  {c:<10}{d}" for c, d in MERGE_COMMANDS.items())
 HELP = f"""\
 usage: ncclprof [--version] [-h] COMMAND [ARGS...]
 
 See what NCCL does inside PyTorch jobs (ncclprof {__version__}).
 
 ncclmerge's commands (the bundled ncclmerge runs them; `ncclprof COMMAND --help` for each):
-  merge     merge torch.profiler (Kineto) traces with the plugin's NCCL traces, for Perfetto
-  check     tell what Perfetto's JSON importer would do with a trace
-  demo      a simulated multi-rank job through the plugin (needs a source checkout: make)
-  bench     merge throughput and memory on a large synthesized trace
+{_MERGE_LINES}
 
 ncclprof's own:
   env       print the `export` lines that make NCCL load the plugin, for launchers:
