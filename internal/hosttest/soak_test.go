@@ -41,26 +41,20 @@ func ParseSoak(t testing.TB, out []byte) []SoakSample {
 	return ss
 }
 
-func soakSeconds() int {
-	if n, err := strconv.Atoi(os.Getenv("NCCLPROF_SOAK_SECONDS")); err == nil && n > 0 {
+// envPositive is the environment variable's positive integer, or def when it is unset or not one.
+func envPositive(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
 		return n
 	}
-	return 20
-}
-
-// soakComms is how many communicators each cycle creates (NCCLPROF_SOAK_COMMS, default 16).
-func soakComms() int {
-	if n, err := strconv.Atoi(os.Getenv("NCCLPROF_SOAK_COMMS")); err == nil && n > 0 {
-		return n
-	}
-	return 16
+	return def
 }
 
 // Communicators created and destroyed in cycles, three NCCL threads at full rate: after a
 // warm-up, resident memory, threads, open files and goroutines stay flat (make test: 20 s with
 // 16 communicators; make soak: 10 minutes with 64).
 func TestSoakShort(t *testing.T) {
-	secs, comms := soakSeconds(), soakComms()
+	// make soak: NCCLPROF_SOAK_SECONDS=600, NCCLPROF_SOAK_COMMS=64.
+	secs, comms := envPositive("NCCLPROF_SOAK_SECONDS", 20), envPositive("NCCLPROF_SOAK_COMMS", 16)
 	r := Start(t, Options{Args: []string{"--seconds", strconv.Itoa(secs), "--comms", strconv.Itoa(comms), "--iters", "1000", "soak"},
 		Env: []string{"NCCLPROF_METRICS=none", "NCCLPROF_SUMMARY=0"}, Timeout: time.Duration(secs+120) * time.Second})
 	ss := ParseSoak(t, r.Stdout)

@@ -3,6 +3,8 @@ package hosttest
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/ncclprof/ncclprof/internal/aggregate"
 )
 
 // Truth is what the host knows it did (testhost/world.c truth_write).
@@ -110,21 +112,8 @@ type SummaryComm struct {
 	ABI    int    `json:"abi_version"`
 }
 
-// Dist mirrors aggregate.Dist.
-type Dist struct {
-	N   uint64  `json:"n"`
-	Sum float64 `json:"sum"`
-	Min float64 `json:"min"`
-	Max float64 `json:"max"`
-}
-
-// Mean of the distribution.
-func (d Dist) Mean() float64 {
-	if d.N == 0 {
-		return 0
-	}
-	return d.Sum / float64(d.N)
-}
+// Dist is the summary's distribution: the aggregate's own type, written as is.
+type Dist = aggregate.Dist
 
 // SummaryOp is one operation key's stats.
 type SummaryOp struct {

@@ -35,28 +35,34 @@ def _checked(path: str, var: str) -> str:
     return os.path.abspath(path)
 
 
+def _find(name: str, var: str, usable) -> str | None:
+    """`var`'s path if set (it must exist), else the first usable `name` in the package's _bin/
+    or the checkout's build/; None when neither has it."""
+    env = os.environ.get(var)
+    if env:
+        return _checked(env, var)
+    for d in (BIN_DIR, _CHECKOUT_BUILD):
+        p = os.path.join(d, name)
+        if usable(p):
+            return p
+    return None
+
+
 def library_path() -> str:
     """Absolute path of the plugin library this package uses and hands to NCCL."""
-    env = os.environ.get("NCCLPROF_LIBRARY")
-    if env:
-        return _checked(env, "NCCLPROF_LIBRARY")
-    for d in (BIN_DIR, _CHECKOUT_BUILD):
-        p = os.path.join(d, LIBRARY_NAME)
-        if os.path.isfile(p):
-            return p
+    p = _find(LIBRARY_NAME, "NCCLPROF_LIBRARY", os.path.isfile)
+    if p:
+        return p
     raise BinaryMissingError(
         f"the ncclprof plugin library ({LIBRARY_NAME}) is not in {BIN_DIR}. " + _HOW_TO_BUILD)
 
 
 def ncclmerge_path() -> str:
     """Absolute path of the ncclmerge executable."""
-    env = os.environ.get("NCCLPROF_NCCLMERGE")
-    if env:
-        return _checked(env, "NCCLPROF_NCCLMERGE")
-    for d in (BIN_DIR, _CHECKOUT_BUILD):
-        p = os.path.join(d, NCCLMERGE_NAME)
-        if os.path.isfile(p) and os.access(p, os.X_OK):
-            return p
+    p = _find(NCCLMERGE_NAME, "NCCLPROF_NCCLMERGE",
+              lambda p: os.path.isfile(p) and os.access(p, os.X_OK))
+    if p:
+        return p
     found = shutil.which(NCCLMERGE_NAME)
     if found:
         return os.path.abspath(found)
