@@ -55,7 +55,7 @@ and of a quarter of that job (half the ranks, half the operations), and time ncc
 both: the ratio of their times against the ratio of their sizes (4) shows how it scales.
 
 The temporary files are deleted unless --keep.`,
-		Example: `  ncclmerge bench --size 1GiB --source ../shared/traces/kineto/nccl_parser_config_nccl_data.json.gz
+		Example: `  ncclmerge bench --size 1GiB --source testdata/kineto/nccl_parser_config_nccl_data.json.gz
   ncclmerge bench --what stats --size 1GiB
   ncclmerge bench --what skew --ranks 64 --ops 10000`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -93,7 +93,7 @@ The temporary files are deleted unless --keep.`,
 	}
 	f := c.Flags()
 	f.StringVar(&size, "size", "1GiB", "size of the synthesized Kineto trace (e.g. 256MiB, 1GiB)")
-	f.StringVar(&source, "source", "../shared/traces/kineto/nccl_parser_config_nccl_data.json.gz", "real Kineto trace to repeat")
+	f.StringVar(&source, "source", "testdata/kineto/nccl_parser_config_nccl_data.json.gz", "real Kineto trace to repeat")
 	f.StringVar(&dir, "dir", os.TempDir(), "where to put the temporary files")
 	f.BoolVar(&hta, "hta", true, "also time HTA's trace parser (python3 with HolisticTraceAnalysis)")
 	f.StringVar(&pythonPath, "python", "python3", "the Python that has HolisticTraceAnalysis")

@@ -15,6 +15,7 @@ import (
 	"github.com/ncclprof/ncclprof/internal/merge"
 	"github.com/ncclprof/ncclprof/internal/report"
 	"github.com/ncclprof/ncclprof/internal/synth"
+	"github.com/ncclprof/ncclprof/internal/testtraces"
 	"github.com/tidwall/gjson"
 )
 
@@ -126,13 +127,13 @@ setTimeout(function(){document.body.dataset.selected=getSelection().toString();d
 	}
 }
 
-// On real torch.profiler traces (../shared/traces) merged with plugin traces synthesized from
+// On real torch.profiler traces (testdata/kineto) merged with plugin traces synthesized from
 // them, stats --each gives every NCCL kernel its bus bandwidth: its size over its GPU duration
 // times nccl-tests' factor, checked here against values computed from the merged file itself.
 func TestStatsEachKernelOfRealTraces(t *testing.T) {
 	dir := t.TempDir()
 	for _, name := range []string{"nccl_parser_config_nccl_data", "trace_filter_sampled_rank-0", "negative_queue_length_values_check_rank0"} {
-		k, _ := filepath.Abs("../../../shared/traces/kineto/" + name + ".json.gz")
+		k := testtraces.Kineto(t, name+".json.gz")
 		plugin, _, err := synth.PluginFromKineto(k, synth.PluginOptions{Seed: 1, Host: "real"})
 		if err != nil {
 			t.Fatal(err)

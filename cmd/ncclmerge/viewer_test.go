@@ -15,6 +15,7 @@ import (
 
 	"github.com/ncclprof/ncclprof/internal/merge"
 	"github.com/ncclprof/ncclprof/internal/synth"
+	"github.com/ncclprof/ncclprof/internal/testtraces"
 	"github.com/ncclprof/ncclprof/internal/tracecheck"
 	"github.com/ncclprof/ncclprof/internal/traceevent"
 )
@@ -74,10 +75,7 @@ func headless(t *testing.T, bin string, args ...string) (out []byte, console str
 func TestOpensInSpeedscope(t *testing.T) {
 	app, bin := speedscopeDir(t), chromium(t)
 	dir := t.TempDir()
-	k, err := filepath.Abs("../../../shared/traces/kineto/trace_filter_sampled_rank-0.json.gz")
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := testtraces.Kineto(t, "trace_filter_sampled_rank-0.json.gz")
 	plugin, _, err := synth.PluginFromKineto(k, synth.PluginOptions{GPUOffsetNs: 1_000_000, Seed: 1, Host: "demo"})
 	if err != nil {
 		t.Fatal(err)

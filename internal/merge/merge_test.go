@@ -14,22 +14,14 @@ import (
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
 	"github.com/ncclprof/ncclprof/internal/kineto"
 	"github.com/ncclprof/ncclprof/internal/synth"
+	"github.com/ncclprof/ncclprof/internal/testtraces"
 	"github.com/ncclprof/ncclprof/internal/tracecheck"
 	"github.com/ncclprof/ncclprof/internal/traceevent"
 	"github.com/ncclprof/ncclprof/internal/tracefile"
 	"github.com/tidwall/gjson"
 )
 
-func realTrace(t testing.TB, name string) string {
-	p, err := filepath.Abs(filepath.Join("../../../shared/traces/kineto", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("real trace missing (tests expect shared/ beside the repository root, as in CI): %v", err)
-	}
-	return p
-}
+func realTrace(t testing.TB, name string) string { return testtraces.Kineto(t, name) }
 
 // Bounds the tests hold the recovered clock offsets to.
 const (

@@ -1,14 +1,12 @@
 package tracecheck
 
 import (
-	"path/filepath"
 	"testing"
+
+	"github.com/ncclprof/ncclprof/internal/testtraces"
 )
 
-func real(t *testing.T, name string) string {
-	p, _ := filepath.Abs(filepath.Join("../../../shared/traces/kineto", name))
-	return p
-}
+func real(t *testing.T, name string) string { return testtraces.Kineto(t, name) }
 
 // The counts were taken from the files with Python (dangling flow starts, orphan ends, crossed
 // slices, tid 0).
