@@ -1,7 +1,8 @@
 # ncclprof — build, test and benchmark.
 #   make          the plugin library, ncclmerge, the test host, the empty plugin (benchmark floor)
 #   make demo     the embedded default: a simulated 4-rank job through the real plugin, merged
-#   make test     every test (Go, Python, sanitizers); needs no GPU
+#   make test     every test (Go, Python, sanitizers); needs no GPU; installs what it lacks first
+#                 (tools/deps.sh), or stops at once with the one command to run
 #   make wheel    the Python package as a platform wheel (carries the plugin and ncclmerge)
 #   make bench    the benchmarks (results go in the README)
 
@@ -25,15 +26,20 @@ GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(
 WARN     := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN)
 
-.PHONY: all test test-go test-python bench demo clean sanitize soak otelcol wheel
+.PHONY: all test test-go test-python deps gocheck bench demo clean sanitize soak otelcol wheel
 
 all: $(PLUGIN) $(HOST) $(EMPTY) $(MERGE)
 
-$(MERGE): $(GO_SRC)
+# Every Go build first checks that the Go on PATH can build this module (go.mod: go 1.26), and
+# says in one line what to do where it cannot (GOTOOLCHAIN=local with an older Go).
+gocheck:
+	@GO="$(GO)" tools/deps.sh go
+
+$(MERGE): $(GO_SRC) | gocheck
 	@mkdir -p $(BUILD)
 	$(GO) build -trimpath -o $@ ./cmd/ncclmerge
 
-$(PLUGIN): $(GO_SRC) $(CORE_SRC) $(CORE_HDR)
+$(PLUGIN): $(GO_SRC) $(CORE_SRC) $(CORE_HDR) | gocheck
 	@mkdir -p $(BUILD)
 	$(GO) build -buildmode=c-shared -trimpath -ldflags='-s -w' -o $@ ./plugin
 	@rm -f $(BUILD)/libnccl-profiler-ncclprof.h
@@ -76,7 +82,18 @@ FUZZ_SECONDS ?= 4
 otelcol:
 	@tools/otelcol/build.sh >/dev/null
 
-test: test-go test-python
+# What the tests need beyond Go, gcc and make (Chromium, speedscope, the collector), installed
+# where missing; see tools/deps.sh.
+deps:
+	@GO="$(GO)" PYTHON="$(PYTHON)" tools/deps.sh
+
+# Both suites run whatever the other's result; every failure is reported and the exit is non-zero.
+test: deps
+	@failed=; \
+	$(MAKE) --no-print-directory test-go || failed="$$failed test-go"; \
+	$(MAKE) --no-print-directory test-python || failed="$$failed test-python"; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed (each failure is reported above)" >&2; exit 1; fi; \
+	echo "make test: every test passed"
 
 test-go: all sanitize otelcol
 	NCCLPROF_FUZZ_SECONDS=$(FUZZ_SECONDS) $(GO) test -count=1 -p 1 -timeout 30m ./...
