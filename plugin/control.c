@@ -27,6 +27,11 @@ static int np_in_child(void) { return getpid() != np_loader_pid; }
 /* Version of the plugin. */
 NP_API const char* ncclprof_version(void) { return NCCLPROF_VERSION; }
 
+/* 1 once NCCL has created a communicator in this process (the plugin's first init ran): the
+ * settings are read then, so from then on NCCLPROF_* and OTEL_* variables are fixed. Loading
+ * the library and the other control calls before it fix nothing. */
+NP_API int ncclprof_started(void) { return np_first_init() != 0; }
+
 /* Present in builds whose Go side takes NCCLPROF_* and OTEL_* variables as they are when the
  * first communicator starts the plugin (plugin/env.go), not as the process started: the
  * Python package checks for it before promising that settings made from Python are seen. */

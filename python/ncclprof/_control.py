@@ -130,6 +130,11 @@ def _usable() -> bool:
     return _child_usable
 
 
+# Exports older or C-only builds lack: ncclprof_metrics_flush is Go's (absent from the C-only
+# sanitizer builds); ncclprof_started is newer than the first Python package.
+_OPTIONAL = ("ncclprof_metrics_flush", "ncclprof_started")
+
+
 def _declare(lib) -> None:
     u64p = ctypes.POINTER(ctypes.c_uint64)
     sigs = {
@@ -143,6 +148,7 @@ def _declare(lib) -> None:
         "ncclprof_set_step": (ctypes.c_int, [ctypes.c_char_p]),
         "ncclprof_stats": (ctypes.c_int, [u64p, ctypes.c_int]),
         "ncclprof_metrics_flush": (ctypes.c_int, [ctypes.c_int]),
+        "ncclprof_started": (ctypes.c_int, []),
     }
     for name, (res, args) in sigs.items():
         try:
@@ -150,7 +156,7 @@ def _declare(lib) -> None:
         except AttributeError:
             fn = None
         if fn is None:
-            if name == "ncclprof_metrics_flush":  # Go export; absent from C-only builds
+            if name in _OPTIONAL:
                 continue
             raise PluginConflictError(
                 f"{_lib_path} does not export {name}(): it is not an ncclprof plugin library, or "
@@ -202,6 +208,19 @@ def loaded() -> bool:
 
 def loaded_path():
     return _lib_path if loaded() else None
+
+
+def started(path: str) -> bool:
+    """Whether NCCL has created a communicator with the plugin at `path` in this process: the
+    plugin reads its settings then, so only from then on are they fixed. Loading the library
+    (any control call) fixes nothing; a build too old to say is taken as started."""
+    if not is_mapped(path):
+        return False
+    lb = lib()
+    if lb is None:
+        return True  # a forked child of a process that had it mapped
+    fn = getattr(lb, "ncclprof_started", None)
+    return True if fn is None else bool(fn())
 
 
 def plugin_version():
