@@ -49,11 +49,11 @@ type ClockSummary struct {
 	CPUOffsetNs      int64  `json:"cpu_offset_ns"`
 	CPUOffsetSamples int    `json:"cpu_offset_samples"`
 	CPUOffsetApplied bool   `json:"cpu_offset_applied"`
-	GPUOffsetNs      int64  `json:"gpu_offset_ns,omitempty"`
+	GPUOffsetNs      int64  `json:"gpu_offset_ns,omitempty"` // %globaltimer − Kineto time, as plugin_gpu_offset_ns
 	GPUOffsetMADNs   int64  `json:"gpu_offset_mad_ns,omitempty"`
 	GPUOffsetSamples int    `json:"gpu_offset_samples,omitempty"`
 	GPUOffsetFrom    string `json:"gpu_offset_from,omitempty"`
-	PluginGPUOffset  int64  `json:"plugin_gpu_offset_ns,omitempty"`
+	PluginGPUOffset  int64  `json:"plugin_gpu_offset_ns,omitempty"` // the plugin's gpu_clock.offset_ns: %globaltimer − Unix
 	ShiftNs          int64  `json:"alignment_shift_ns,omitempty"`
 }
 
@@ -152,10 +152,10 @@ func (s *Summary) WriteText(w io.Writer) {
 		}
 		switch c.GPUOffsetFrom {
 		case "kernels":
-			fmt.Fprintf(w, "  GPU channel times placed with offset %d ns (median of %d linked kernels, MAD %s)\n",
-				c.GPUOffsetNs, c.GPUOffsetSamples, fmtNs(c.GPUOffsetMADNs))
+			fmt.Fprintf(w, "  GPU clock offset %%globaltimer − Kineto: %d ns (median of %d linked kernels, MAD %s%s); channel times placed with it\n",
+				c.GPUOffsetNs, c.GPUOffsetSamples, fmtNs(c.GPUOffsetMADNs), pluginGPU(c))
 		case "plugin":
-			fmt.Fprintf(w, "  GPU channel times placed with the plugin's own offset %d ns\n", c.GPUOffsetNs)
+			fmt.Fprintf(w, "  GPU clock offset %%globaltimer − Unix: %d ns, the plugin's own estimate; channel times placed with it\n", c.GPUOffsetNs)
 		}
 		if c.ShiftNs != 0 {
 			fmt.Fprintf(w, "  shifted by %s to align hosts\n", fmtNs(c.ShiftNs))
@@ -202,4 +202,12 @@ func fmtNs(ns int64) string {
 		return fmt.Sprintf("%.1f µs", float64(ns)/1e3)
 	}
 	return fmt.Sprintf("%d ns", ns)
+}
+
+// pluginGPU adds the plugin's own GPU clock estimate, for comparison (same sign).
+func pluginGPU(c ClockSummary) string {
+	if c.PluginGPUOffset == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; the plugin's own estimate %d ns", c.PluginGPUOffset)
 }

@@ -512,8 +512,8 @@ type placed struct {
 }
 
 // writePlacedChannels puts each KernelCh on the GPU process of its kernel, at its globaltimer
-// time plus the measured offset, one track per stream and channel (more lanes where noise
-// makes two overlap, so the tracks always nest).
+// time less the GPU clock offset (%globaltimer − Kineto time), one track per stream and channel
+// (more lanes where noise makes two overlap, so the tracks always nest).
 func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 	if r.gpu.from == "" {
 		return
@@ -529,7 +529,7 @@ func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 					continue
 				}
 				all = append(all, placed{ev: ch, pid: l.kernel.pid, stream: l.kernel.tid.Num,
-					start: ch.GPUStart + r.gpu.offset + r.shift, end: ch.GPUStop + r.gpu.offset + r.shift})
+					start: ch.GPUStart - r.gpu.offset + r.shift, end: ch.GPUStop - r.gpu.offset + r.shift})
 			}
 		}
 	}
@@ -572,7 +572,7 @@ func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 		// lose their low bits.
 		args := newObj(nil).int("channel", int64(pc.ev.Channel)).str("op", hexHandle(pc.ev.Op)).
 			str("gpu_start_ns", strconv.FormatInt(pc.ev.GPUStart, 10)).str("gpu_stop_ns", strconv.FormatInt(pc.ev.GPUStop, 10)).
-			str("gpu_offset_ns", strconv.FormatInt(r.gpu.offset, 10)).str("placed_by", "ncclmerge (median offset over linked kernels)")
+			str("gpu_offset_ns", strconv.FormatInt(r.gpu.offset, 10)).str("placed_by", r.gpu.placedBy())
 		x := newObj(nil).str("ph", "X").str("cat", "nccl_gpu").str("name", pc.ev.Name).raw("pid", pidText).
 			int("tid", tid).raw("ts", e.ts(nil, pc.start)).micros("dur", pc.end-pc.start).raw("args", args.done())
 		e.event(x.done())

@@ -143,25 +143,30 @@ func (k *kgen) launch(l *ptrace.Event) {
 }
 
 // kernelTime puts the kernel after its launch: over its channels' GPU times where the plugin
-// recorded them and knows the GPU clock, else until the operation completed.
+// recorded them and knows the GPU clock (Unix = %globaltimer − offset), never past the end of
+// the operation, else until the operation completed.
 func (k *kgen) kernelTime(l *ptrace.Event, ops []*ptrace.Event) (int64, int64) {
 	start, end := l.End+5000, l.End+50000
-	lo, hi := int64(1<<62), int64(0)
+	lo, hi, done := int64(1<<62), int64(0), int64(0)
+	gpu := k.t.GPUClock.Method != "" && k.t.GPUClock.Method != "none"
 	for _, o := range ops {
 		for _, c := range k.children[o.ID] {
 			switch {
-			case c.Kind == ptrace.KernelCh && c.GPUStart > 0 && k.t.GPUClock.Method != "" && k.t.GPUClock.Method != "none":
-				lo, hi = min(lo, c.GPUStart+k.t.GPUClock.OffsetNs-300), max(hi, c.GPUStop+k.t.GPUClock.OffsetNs+300)
+			case c.Kind == ptrace.KernelCh && c.GPUStart > 0 && gpu:
+				lo, hi = min(lo, c.GPUStart-k.t.GPUClock.OffsetNs-300), max(hi, c.GPUStop-k.t.GPUClock.OffsetNs+300)
 			case c.Kind == ptrace.Completion:
-				hi = max(hi, c.End)
+				done = max(done, c.End)
 			}
 		}
 	}
 	if lo < hi {
+		if done > lo {
+			hi = min(hi, done)
+		}
 		return lo, hi
 	}
-	if hi > start {
-		end = hi
+	if done > start {
+		end = done
 	}
 	return start, end
 }

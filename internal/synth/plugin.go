@@ -23,8 +23,9 @@ type PluginOptions struct {
 	// CPUOffsetNs: the plugin's clock runs this far behind Kineto's (plugin = Kineto − offset);
 	// a merge should measure +CPUOffsetNs.
 	CPUOffsetNs int64
-	// GPUOffsetNs: %globaltimer = Kineto time − GPUOffsetNs; a merge should place channels
-	// with this offset (to within the channels' start delay, < 1 µs).
+	// GPUOffsetNs: the GPU clock offset, %globaltimer − Unix (Kineto) time, the sign the
+	// plugin's gpu_clock uses (docs/trace-format.md): the GPU timer runs this far ahead. A merge
+	// should measure it (to within the channels' start delay, < 1 µs).
 	GPUOffsetNs int64
 	// DropLaunchEvery n > 0 leaves out the KernelLaunch of every n-th operation (the order
 	// rule must link it); DropOpEvery leaves out every m-th operation entirely.
@@ -382,7 +383,7 @@ func (g *gen) proxyAndChannels(k *kern, c *comm, op uint64, s opSpec) {
 		}
 		c.lastChannelStop[ch] = ge
 		g.slice("nccl_gpu", s.fn+" ch"+strconv.Itoa(ch), tid, gs, ge, g.next(), op, c,
-			fmt.Sprintf(`"channel":%d,"gpu_start_ns":"%d","gpu_stop_ns":"%d","clock":"gpu","op":%s`, ch, gs-g.opt.GPUOffsetNs, ge-g.opt.GPUOffsetNs, hx(op)))
+			fmt.Sprintf(`"channel":%d,"gpu_start_ns":"%d","gpu_stop_ns":"%d","clock":"gpu","op":%s`, ch, gs+g.opt.GPUOffsetNs, ge+g.opt.GPUOffsetNs, hx(op)))
 		g.truth.Channels++
 	}
 }
