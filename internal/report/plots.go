@@ -110,9 +110,10 @@ func bandwidthPlot(s *commops.Set) string {
 	return p.done()
 }
 
-// heatmap: communication time of every rank (row) on every communicator (column).
+// heatmap: how long NCCL was busy for every rank (row) on every communicator (column), operations
+// in flight together counted once.
 func heatmap(s *commops.Set) string {
-	p := newSVG("Communication time per rank and communicator", "communicator", "rank")
+	p := newSVG("Busy time per rank and communicator", "communicator", "rank")
 	procs := make([]int, len(s.Procs))
 	for i := range procs {
 		procs[i] = i
@@ -122,16 +123,16 @@ func heatmap(s *commops.Set) string {
 	for r, i := range procs {
 		row[i] = r
 	}
+	nc := len(s.Comms)
+	busy := s.BusyBy(len(s.Procs)*nc, func(o *commops.Op) int { return row[o.Proc]*nc + int(o.Comm) })
 	cells := make([][]int64, len(s.Procs))
-	for i := range cells {
-		cells[i] = make([]int64, len(s.Comms))
-	}
 	var top int64
-	for i := range s.Ops {
-		o := &s.Ops[i]
-		c := &cells[row[o.Proc]][o.Comm]
-		*c += o.Time
-		top = max(top, *c)
+	for r := range cells {
+		cells[r] = make([]int64, nc)
+		for c := range cells[r] {
+			cells[r][c] = busy[r*nc+c].BusyNs
+			top = max(top, cells[r][c])
+		}
 	}
 	if top == 0 {
 		return p.empty("no timed operation")

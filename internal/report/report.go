@@ -18,18 +18,21 @@ import (
 	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/skew"
 	"github.com/ncclprof/ncclprof/internal/stats"
+	"github.com/ncclprof/ncclprof/internal/words"
 )
 
 //go:embed page.html
 var pageHTML string
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"ms":   func(ns int64) string { return fmt.Sprintf("%.3f", float64(ns)/1e6) },
-	"us":   func(ns int64) string { return fmt.Sprintf("%.1f", float64(ns)/1e3) },
-	"pct":  func(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) },
-	"bw":   func(v float64) string { return fmtBW(v) },
-	"size": func(n uint64) string { return stats.Size(n) },
-	"base": filepath.Base,
+	"ms":    func(ns int64) string { return fmt.Sprintf("%.3f", float64(ns)/1e6) },
+	"us":    func(ns int64) string { return fmt.Sprintf("%.1f", float64(ns)/1e3) },
+	"pct":   func(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) },
+	"bw":    func(v float64) string { return fmtBW(v) },
+	"size":  func(n uint64) string { return stats.Size(n) },
+	"base":  filepath.Base,
+	"count": words.Count,
+	"ratio": func(a, b int64) float64 { return float64(a) / float64(b) },
 	// perfettoTs is a JSON ts in µs as Perfetto's trace processor stores it: ns.
 	"perfettoTs": func(us float64) int64 { return int64(math.Round(us * 1e3)) },
 }).Parse(pageHTML))
@@ -41,12 +44,18 @@ type Page struct {
 	Files     []string
 	Ops       int
 	Ranks     int
-	TotalNs   int64
-	Plots     []template.HTML
-	Stats     []*stats.Row
-	Skew      *skew.Result
-	Slowest   []SlowOp
-	Notes     []string
+	// TotalNs is the sum of the operations' times: operations in flight together each count, so
+	// it can exceed the wall time. Busy is each rank's busy time (the union of its operations'
+	// intervals), BusyTop the busiest rank and BusyMedianNs the median over ranks.
+	TotalNs      int64
+	Busy         []stats.RankBusy
+	BusyTop      stats.RankBusy
+	BusyMedianNs int64
+	Plots        []template.HTML
+	Stats        []*stats.Row
+	Skew         *skew.Result
+	Slowest      []SlowOp
+	Notes        []string
 }
 
 // SlowOp is one of the slowest operations, with where to find it.
@@ -71,7 +80,8 @@ type SlowOp struct {
 // Build assembles the page from the operations, their statistics and their skew.
 func Build(s *commops.Set, st *stats.Table, sk *skew.Result, title string) *Page {
 	p := &Page{Title: title, Generated: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Files: s.Files,
-		Ops: len(s.Ops), Ranks: len(s.Procs), TotalNs: st.TotalNs, Skew: sk, Notes: sk.Notes}
+		Ops: len(s.Ops), Ranks: len(s.Procs), TotalNs: st.TotalNs, Busy: st.Ranks, Skew: sk, Notes: sk.Notes}
+	p.BusyTop, p.BusyMedianNs = st.Busiest()
 	for _, svg := range []string{bandwidthPlot(s), heatmap(s), skewPlot(s, sk), latePlot(sk)} {
 		p.Plots = append(p.Plots, template.HTML(svg)) // built by this package, every text escaped
 	}
