@@ -14,6 +14,9 @@ typedef struct opts {
   int control; /* use the plugin's control API: trace window and step labels */
   int labels;  /* step labels only */
   int mask_api; /* >= 0: ncclprof_set_event_mask before the first communicator */
+  const char* sync; /* job: the file the ranks synchronize through */
+  int slow_rank;    /* job: the planted straggler (-1: none) */
+  double slow_us;   /* job: how late it arrives on the slow steps */
   unsigned long long seed;
   double seconds;
   const char* empty_lib; /* bench: the empty plugin, the floor */
@@ -48,6 +51,7 @@ int scenario_soak(const opts* o);
 void scenario_manycomms(const opts* o);
 void scenario_fork(const opts* o);
 void scenario_flood(const opts* o);
+void scenario_job(const opts* o); /* ranks that wait for each other, a straggler (job.c) */
 int scenario_skew(int argc, char** argv); /* parses its own options (skew.c) */
 
 #endif

@@ -53,6 +53,13 @@ uint64_t rnd(void) {
 
 double rnd01(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
 
+uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 void peer_model(int peer, double* latency_ns, double* bw_bps) {
   int dist = ((peer - W.rank) % W.nranks + W.nranks) % W.nranks;
   if (dist == 0) dist = 1;
@@ -217,6 +224,7 @@ void run_job(const job* j) {
                .chunk = (int)j->sizes[0], .is_send = j->is_send};
   void* op = j->nsteps > 0 ? start_event(j->ctx, &e, rnd() % 8 == 0) : NULL;
   host_op_in_progress(p, op);
+  if (j->arrived) job_barrier_wait(j->arrived, j->comm->nranks); /* a ring waits for its peers */
   size_t cum = 0;
   inflight fl[8];
   int nfl = 0, next = 0, done = 0;

@@ -60,6 +60,8 @@ typedef struct job {
   int truth_op;     /* index into comm->ops for completion truth, or -1 */
   double t_op_start; /* host CLOCK_MONOTONIC ns when the Coll started */
   int last_of_op;    /* the op completes when this job finishes */
+  const uint32_t* arrived; /* non-NULL: ranks of the job that called the op (a count shared by
+                              their processes); the network work waits for all (job.c) */
 } job;
 
 typedef struct world {
@@ -89,6 +91,9 @@ typedef struct world {
   pthread_mutex_t smu;
   /* The longest a communicator's finalize took: what a plugin makes NCCL's destroy wait. */
   double finalize_max_ns;
+  /* Set around launch_group by scenarios whose ranks wait for each other (job.c): the shared
+   * arrival count its jobs wait on. NULL otherwise. */
+  const uint32_t* op_barrier;
 } world;
 
 extern world W;
@@ -100,6 +105,10 @@ uint64_t gpu_ns(void); /* simulated GPU %globaltimer */
 void spin_until(double t_mono_ns);
 uint64_t rnd(void);
 double rnd01(void);
+/* splitmix64's finalizer: every process draws the same numbers for the same inputs. */
+uint64_t mix64(uint64_t x);
+/* Waits (sleeping) until *count reaches n; exits after 30 s (job.c). */
+void job_barrier_wait(const uint32_t* count, int n);
 
 void world_init(const char* lib, int abi, int rank, int nranks, int realtime, uint64_t seed);
 hcomm* world_comm(const char* name, uint64_t hash, int nranks, int rank, int nnodes);

@@ -15,6 +15,7 @@ import (
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
 	"github.com/ncclprof/ncclprof/internal/traceevent"
 	"github.com/ncclprof/ncclprof/internal/tracefile"
+	"github.com/tidwall/gjson"
 )
 
 // Severity orders findings.
@@ -219,7 +220,7 @@ func (c *checker) event(e *traceevent.Event, n int) {
 	if !c.required(e, n) {
 		return
 	}
-	if e.Ph != "M" && e.TidSpan.Valid() && idString(e, e.TidSpan) == "0" {
+	if e.Ph != "M" && e.TidSpan.Valid() && idString(e, e.TidSpan) == "0" && !processScoped(e) {
 		c.r.add(CodeTidZero, "%s: Perfetto shows tid 0 as the process's main thread (tid = pid)", where(e, n))
 	}
 	if e.HasTs && e.Ts < 0 && e.Ph != "M" {
@@ -435,4 +436,14 @@ func sortedTracks(m map[track][]beginEnd) []track {
 		return keys[i].tid < keys[j].tid
 	})
 	return keys
+}
+
+// processScoped: an instant of process or global scope ("s": "p" or "g") is drawn on the process
+// (or global) track, so its tid does not matter (the plugin's ncclprof_step labels).
+func processScoped(e *traceevent.Event) bool {
+	if e.Ph != "i" && e.Ph != "I" {
+		return false
+	}
+	s := gjson.Get(e.Raw, "s").Str
+	return s == "p" || s == "g"
 }

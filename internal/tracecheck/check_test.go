@@ -43,20 +43,22 @@ func TestRules(t *testing.T) {
 		code  string
 		count int
 	}{
-		"invalid json":       {`{"traceEvents":[{"ph":"X",}]}`, CodeInvalidJSON, 1},
-		"missing dur":        {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"pid":1,"tid":2}]}`, CodeMissingField, 1},
-		"flow without end":   {`{"traceEvents":[{"ph":"s","id":1,"cat":"c","name":"n","ts":1,"pid":1,"tid":2}]}`, CodeFlowNoEnd, 1},
-		"duplicate flow":     {`{"traceEvents":[{"ph":"s","id":1,"cat":"c","name":"n","ts":1,"pid":1,"tid":2},{"ph":"s","id":"0x1","cat":"c","name":"n","ts":2,"pid":1,"tid":2},{"ph":"f","id":1,"cat":"c","name":"n","ts":3,"pid":1,"tid":2}]}`, CodeFlowDuplicate, 1},
-		"same id other name": {`{"traceEvents":[{"ph":"s","id":1,"cat":"c","name":"n","ts":1,"pid":1,"tid":2},{"ph":"s","id":1,"cat":"c","name":"m","ts":2,"pid":1,"tid":2},{"ph":"f","id":1,"cat":"c","name":"n","ts":3,"pid":1,"tid":2},{"ph":"f","id":1,"cat":"c","name":"m","ts":3,"pid":1,"tid":2}]}`, CodeFlowDuplicate, 0},
-		"crossing slices":    {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":10,"pid":1,"tid":2},{"ph":"X","name":"b","ts":5,"dur":10,"pid":1,"tid":2}]}`, CodeOverlap, 1},
-		"nested slices":      {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":10,"pid":1,"tid":2},{"ph":"X","name":"b","ts":1,"dur":10,"pid":1,"tid":2},{"ph":"X","name":"c","ts":11,"dur":1,"pid":1,"tid":2}]}`, CodeOverlap, 0},
-		"other tracks":       {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":10,"pid":1,"tid":2},{"ph":"X","name":"b","ts":5,"dur":10,"pid":1,"tid":3}]}`, CodeOverlap, 0},
-		"tid 0 is pid":       {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":10,"pid":7,"tid":0},{"ph":"X","name":"b","ts":5,"dur":10,"pid":7,"tid":7}]}`, CodeOverlap, 1},
-		"tid 0":              {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":1,"pid":7,"tid":0}]}`, CodeTidZero, 1},
-		"negative dur":       {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":-1,"pid":7,"tid":1}]}`, CodeNegativeDur, 1},
-		"negative ts":        {`{"traceEvents":[{"ph":"X","name":"a","ts":-1,"dur":1,"pid":7,"tid":1}]}`, CodeNegativeTs, 1},
-		"flow backwards":     {`{"traceEvents":[{"ph":"s","id":1,"cat":"c","name":"n","ts":5,"pid":1,"tid":2},{"ph":"f","id":1,"cat":"c","name":"n","ts":3,"pid":1,"tid":2}]}`, CodeFlowBackwards, 1},
-		"B/E cross":          {`{"traceEvents":[{"ph":"B","name":"a","ts":1,"pid":1,"tid":2},{"ph":"X","name":"b","ts":2,"dur":10,"pid":1,"tid":2},{"ph":"E","ts":5,"pid":1,"tid":2}]}`, CodeOverlap, 1},
+		"invalid json":           {`{"traceEvents":[{"ph":"X",}]}`, CodeInvalidJSON, 1},
+		"missing dur":            {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"pid":1,"tid":2}]}`, CodeMissingField, 1},
+		"flow without end":       {`{"traceEvents":[{"ph":"s","id":1,"cat":"c","name":"n","ts":1,"pid":1,"tid":2}]}`, CodeFlowNoEnd, 1},
+		"duplicate flow":         {`{"traceEvents":[{"ph":"s","id":1,"cat":"c","name":"n","ts":1,"pid":1,"tid":2},{"ph":"s","id":"0x1","cat":"c","name":"n","ts":2,"pid":1,"tid":2},{"ph":"f","id":1,"cat":"c","name":"n","ts":3,"pid":1,"tid":2}]}`, CodeFlowDuplicate, 1},
+		"same id other name":     {`{"traceEvents":[{"ph":"s","id":1,"cat":"c","name":"n","ts":1,"pid":1,"tid":2},{"ph":"s","id":1,"cat":"c","name":"m","ts":2,"pid":1,"tid":2},{"ph":"f","id":1,"cat":"c","name":"n","ts":3,"pid":1,"tid":2},{"ph":"f","id":1,"cat":"c","name":"m","ts":3,"pid":1,"tid":2}]}`, CodeFlowDuplicate, 0},
+		"crossing slices":        {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":10,"pid":1,"tid":2},{"ph":"X","name":"b","ts":5,"dur":10,"pid":1,"tid":2}]}`, CodeOverlap, 1},
+		"nested slices":          {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":10,"pid":1,"tid":2},{"ph":"X","name":"b","ts":1,"dur":10,"pid":1,"tid":2},{"ph":"X","name":"c","ts":11,"dur":1,"pid":1,"tid":2}]}`, CodeOverlap, 0},
+		"other tracks":           {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":10,"pid":1,"tid":2},{"ph":"X","name":"b","ts":5,"dur":10,"pid":1,"tid":3}]}`, CodeOverlap, 0},
+		"tid 0 is pid":           {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":10,"pid":7,"tid":0},{"ph":"X","name":"b","ts":5,"dur":10,"pid":7,"tid":7}]}`, CodeOverlap, 1},
+		"tid 0":                  {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":1,"pid":7,"tid":0}]}`, CodeTidZero, 1},
+		"tid 0, thread instant":  {`{"traceEvents":[{"ph":"i","s":"t","name":"a","ts":1,"pid":7,"tid":0}]}`, CodeTidZero, 1},
+		"tid 0, process instant": {`{"traceEvents":[{"ph":"i","s":"p","name":"ncclprof_step","ts":1,"pid":7,"tid":0}]}`, CodeTidZero, 0},
+		"negative dur":           {`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":-1,"pid":7,"tid":1}]}`, CodeNegativeDur, 1},
+		"negative ts":            {`{"traceEvents":[{"ph":"X","name":"a","ts":-1,"dur":1,"pid":7,"tid":1}]}`, CodeNegativeTs, 1},
+		"flow backwards":         {`{"traceEvents":[{"ph":"s","id":1,"cat":"c","name":"n","ts":5,"pid":1,"tid":2},{"ph":"f","id":1,"cat":"c","name":"n","ts":3,"pid":1,"tid":2}]}`, CodeFlowBackwards, 1},
+		"B/E cross":              {`{"traceEvents":[{"ph":"B","name":"a","ts":1,"pid":1,"tid":2},{"ph":"X","name":"b","ts":2,"dur":10,"pid":1,"tid":2},{"ph":"E","ts":5,"pid":1,"tid":2}]}`, CodeOverlap, 1},
 	}
 	for name, c := range cases {
 		r := Check(name, []byte(c.doc))
