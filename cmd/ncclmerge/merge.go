@@ -94,9 +94,21 @@ kernels of the same collective end together, and reports what spread remains.`,
 			if err != nil {
 				return err
 			}
+			kp = uniqueFiles(kp)
 			var np []string
 			if len(nccl) > 0 {
 				if np, err = merge.ExpandFor(nccl, merge.PluginTrace); err != nil {
+					return err
+				}
+				np = uniqueFiles(np)
+			}
+			for _, o := range merge.Outputs(kp, out, timeline) {
+				if err := refuseOverwrite("-o", o, kp, np); err != nil {
+					return err
+				}
+			}
+			if summaryPath != "" {
+				if err := checkOutput("--summary", summaryPath, "summary.json", kp, np, merge.Outputs(kp, out, timeline)); err != nil {
 					return err
 				}
 			}
@@ -130,21 +142,6 @@ kernels of the same collective end together, and reports what spread remains.`,
 	f.BoolVarP(&quiet, "quiet", "q", false, "print nothing but errors")
 	f.StringVar(&summaryPath, "summary", "", "also write the merge summary as JSON to this file")
 	return c
-}
-
-func parsePairs(pairs []string) (map[string][]string, error) {
-	if len(pairs) == 0 {
-		return nil, nil
-	}
-	out := map[string][]string{}
-	for _, p := range pairs {
-		k, n, ok := strings.Cut(p, "=")
-		if !ok || k == "" || n == "" {
-			return nil, fmt.Errorf("--pair %q: want KINETO=NCCL[,NCCL...]", p)
-		}
-		out[k] = append(out[k], strings.Split(n, ",")...)
-	}
-	return out, nil
 }
 
 func writeJSON(path string, v any) error {

@@ -33,7 +33,7 @@ or: go tool pprof -top -tagfocus=algo=RING profile.pb.gz
 			if out == "" {
 				return fmt.Errorf("-o is required: the profile file to write (e.g. -o comm.pb.gz)")
 			}
-			set, err := readOps(cmd, args, quiet, true)
+			set, err := readOps(cmd, args, quiet, true, output{out, "comm.pb.gz"})
 			if err != nil {
 				return err
 			}

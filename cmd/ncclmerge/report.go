@@ -35,7 +35,7 @@ Skew uses ncclmerge skew's default thresholds.
 			if out == "" {
 				return fmt.Errorf("-o is required: the HTML file to write (e.g. -o report.html)")
 			}
-			set, err := readOps(cmd, args, quiet, false)
+			set, err := readOps(cmd, args, quiet, false, output{out, "report.html"})
 			if err != nil {
 				return err
 			}

@@ -179,6 +179,22 @@ func Run(kinetoPaths, ncclPaths []string, out string, opt Options) (*Summary, er
 	return sum, nil
 }
 
+// Outputs lists the files Run writes for these Kineto traces and -o: out itself, or in a
+// directory one file per rank or the timeline. Callers check them against the inputs first.
+func Outputs(kinetoPaths []string, out string, timeline bool) []string {
+	switch {
+	case !isDirTarget(out):
+		return []string{out}
+	case timeline:
+		return []string{filepath.Join(out, "timeline.json.gz")}
+	}
+	paths := make([]string, len(kinetoPaths))
+	for i, kp := range kinetoPaths {
+		paths[i] = filepath.Join(out, outName(kp))
+	}
+	return paths
+}
+
 func isDirTarget(out string) bool {
 	if strings.HasSuffix(out, "/") {
 		return true
