@@ -12,7 +12,7 @@ func TestBusyIsTheUnion(t *testing.T) {
 		op(0, 1000, 1010), op(0, 1005, 1015), op(0, 1020, 1030), // overlap, then a gap
 		op(1, 2000, 2010), op(1, 2002, 2004), // nested
 		{Proc: 1, Source: NoTime, Arrive: 2500}, // no time: not counted
-		op(1, 2010, 2020), // touching
+		op(1, 2010, 2020),                       // touching
 	}}
 	got := s.BusyByProc()
 	want := []Busy{
