@@ -1,9 +1,14 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -120,5 +125,56 @@ func TestOutputIsNeverAnInput(t *testing.T) {
 	}
 	if string(mustRead(t, in)) != string(before[nccl]) {
 		t.Error("merge -o DIR/ changed an input")
+	}
+}
+
+// runLimited runs ncclmerge (this test binary, see TestMain) with at most 3 GB of address space
+// and returns its output and peak resident memory.
+func runLimited(t *testing.T, args ...string) (string, int64, error) {
+	t.Helper()
+	a, _ := json.Marshal(append([]string{"ncclmerge"}, args...))
+	cmd := exec.Command("bash", "-c", `ulimit -v 3000000 && exec "$0"`, os.Args[0])
+	cmd.Env = append(os.Environ(), "NCCLMERGE_TEST_ARGS="+string(a))
+	out, err := cmd.CombinedOutput()
+	var rss int64
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		rss = ru.Maxrss << 10
+	}
+	return string(out), rss, err
+}
+
+// Issue 14 #4: ranks and communicator sizes are taken from the files, so a file may claim any.
+// skew and report size what they hold by the ranks the traces contain: a rank outside its
+// communicator is counted but not matched (and a note says so), a huge claimed size costs nothing.
+// Before, rank = INT_MAX made them allocate 7.9 GB and rank = nranks = 2^30 ran out of memory.
+func TestClaimedRanksDoNotSizeMemory(t *testing.T) {
+	good := string(mustRead(t, "../../internal/merge/testdata/tiny_nccl.trace.json"))
+	for _, c := range []struct {
+		rank, nranks int
+		note         string
+	}{
+		{math.MaxInt32, 2, "claim a rank outside 0..1, its size (e.g. 2147483647)"},
+		{1 << 30, 1 << 30, "claim a rank outside 0..1073741823, its size (e.g. 1073741824)"},
+		{1, 1 << 30, "no trace of rank 2, 3, 4"},
+		{math.MaxInt32 - 1, math.MaxInt32, "and 2147483581 more"},
+	} {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "ncclprof-a-100-0.trace.json"), []byte(strings.ReplaceAll(good, `"nranks":2`, fmt.Sprintf(`"nranks":%d`, c.nranks))), 0o644)
+		hostile := strings.NewReplacer(`"rank":0`, fmt.Sprintf(`"rank":%d`, c.rank), `"nranks":2`, fmt.Sprintf(`"nranks":%d`, c.nranks), `"pid":100`, `"pid":200`).Replace(good)
+		os.WriteFile(filepath.Join(dir, "ncclprof-a-200-0.trace.json"), []byte(hostile), 0o644)
+		for _, args := range [][]string{{"skew", "-q", "--json", dir}, {"report", "-q", dir, "-o", filepath.Join(dir, "r.html")}} {
+			out, rss, err := runLimited(t, args...)
+			if err != nil {
+				t.Errorf("rank %d of %d: %s: %v\n%.500s", c.rank, c.nranks, args[0], err, out)
+				continue
+			}
+			t.Logf("%s rank %d of %d: peak %d MiB", args[0], c.rank, c.nranks, rss>>20)
+			if rss > 200<<20 {
+				t.Errorf("rank %d of %d: %s peaked at %d MiB for two 4 KB traces", c.rank, c.nranks, args[0], rss>>20)
+			}
+			if args[0] == "skew" && !strings.Contains(out, c.note) {
+				t.Errorf("rank %d of %d: no note %q in\n%.800s", c.rank, c.nranks, c.note, out)
+			}
+		}
 	}
 }
