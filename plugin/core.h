@@ -202,7 +202,9 @@ typedef struct np_ready {
   uint64_t open_tsc; /* windows of one communicator are handed over oldest first */
 } np_ready;
 
-/* Process-wide counters, read by the drainer and the control API. Indexes into np_counters. */
+/* Process-wide counters, read by the drainer and the control API. Indexes into np_counters.
+ * Each has its one name in np_counter_names (control.c), which the trace, the summary, the
+ * metrics and Python all read: a counter added here needs a name there (a test fails without). */
 enum {
   NP_C_EVENTS, NP_C_DROPPED_FULL, NP_C_DROPPED_THREADS, NP_C_NULL_HANDLE, NP_C_STALE_HANDLE,
   NP_C_BAD_HANDLE, NP_C_NULL_DESCR, NP_C_UNKNOWN_TYPE, NP_C_UNKNOWN_STATE, NP_C_STOP_TWICE,
@@ -214,6 +216,10 @@ enum {
 
 /* Control API exported to Python (control.c). */
 const char* ncclprof_version(void);
+/* The name of counter i (NP_C_*) and of statistic i (NP_S_*); NULL outside the list or if a
+ * counter was given no name. */
+const char* ncclprof_counter_name(int i);
+const char* ncclprof_stat_name(int i);
 
 /* Statistics the drainer publishes for the control API (ncclprof_stats). */
 enum {

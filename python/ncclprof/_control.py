@@ -23,17 +23,6 @@ import threading
 from . import _paths
 from ._errors import PluginConflictError
 
-# Order of ncclprof_counters (NP_C_* in plugin/core.h) and ncclprof_stats (NP_S_*).
-COUNTER_NAMES = (
-    "events", "dropped_full", "dropped_threads", "null_handle", "stale_handle", "bad_handle",
-    "null_descr", "unknown_type", "unknown_state", "stop_twice", "after_stop", "foreign_event",
-    "foreign_context", "late", "quiesce_timeout", "init_disabled", "null_finalize",
-    "windows_sealed", "sealed_at_max_grace",
-)
-STATS_NAMES = (
-    "trace_files", "trace_events", "trace_bytes", "trace_errors", "trace_skipped", "summaries",
-    "metrics_exports", "metrics_failures", "ops_completed", "goroutines", "go_heap_bytes",
-)
 
 # Results of flush().
 FLUSHED = "flushed"            # everything recorded so far was processed and written
@@ -131,8 +120,8 @@ def _usable() -> bool:
 
 
 # Exports older or C-only builds lack: ncclprof_metrics_flush is Go's (absent from the C-only
-# sanitizer builds); ncclprof_started is newer than the first Python package.
-_OPTIONAL = ("ncclprof_metrics_flush", "ncclprof_started")
+# sanitizer builds); the others are newer than the first Python package.
+_OPTIONAL = ("ncclprof_metrics_flush", "ncclprof_started", "ncclprof_counter_name", "ncclprof_stat_name")
 
 
 def _declare(lib) -> None:
@@ -149,6 +138,8 @@ def _declare(lib) -> None:
         "ncclprof_stats": (ctypes.c_int, [u64p, ctypes.c_int]),
         "ncclprof_metrics_flush": (ctypes.c_int, [ctypes.c_int]),
         "ncclprof_started": (ctypes.c_int, []),
+        "ncclprof_counter_name": (ctypes.c_char_p, [ctypes.c_int]),
+        "ncclprof_stat_name": (ctypes.c_char_p, [ctypes.c_int]),
     }
     for name, (res, args) in sigs.items():
         try:
@@ -239,21 +230,28 @@ def get_event_mask():
     return lb.ncclprof_get_event_mask() if lb else None
 
 
-def _read_array(fn, names) -> dict:
+def _read_array(fn, name_fn) -> dict:
+    """{name: value} of a counter array, named by the library's own list (the names its trace
+    and summary use); value_<i> only from a library too old to name them."""
     n = fn(None, 0)
     buf = (ctypes.c_uint64 * n)()
     fn(buf, n)
-    return {(names[i] if i < len(names) else f"value_{i}"): int(buf[i]) for i in range(n)}
+    out = {}
+    for i in range(n):
+        name = name_fn(i) if name_fn else None
+        out[name.decode() if name else f"value_{i}"] = int(buf[i])
+    return out
 
 
 def counters() -> dict:
+    """The plugin's process-wide counters by name (as in the trace's and summary's health)."""
     lb = lib()
-    return _read_array(lb.ncclprof_counters, COUNTER_NAMES) if lb else {}
+    return _read_array(lb.ncclprof_counters, getattr(lb, "ncclprof_counter_name", None)) if lb else {}
 
 
 def stats() -> dict:
     lb = lib()
-    return _read_array(lb.ncclprof_stats, STATS_NAMES) if lb else {}
+    return _read_array(lb.ncclprof_stats, getattr(lb, "ncclprof_stat_name", None)) if lb else {}
 
 
 def flush(timeout: float = 5.0) -> str:
