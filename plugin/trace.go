@@ -614,8 +614,13 @@ func (t *traceSink) op(o *aggregate.Op) {
 		if name == "" {
 			name = fmt.Sprintf("0x%016x", o.Comm.Hash)
 		}
-		t.w.Event('M', "thread_name", "", t.pid, tid).Args().
-			Str("name", fmt.Sprintf("NCCL ops %s rank %d", name, o.Comm.Rank)).End()
+		// Operations in flight together go to lanes of the track, each named apart (as the
+		// proxy thread's lanes are), so that Perfetto does not show several identical tracks.
+		name = fmt.Sprintf("NCCL ops %s rank %d", name, o.Comm.Rank)
+		if lane > 0 {
+			name += fmt.Sprintf(" lane %d", lane)
+		}
+		t.w.Event('M', "thread_name", "", t.pid, tid).Args().Str("name", name).End()
 	}
 	e := t.w.Event('X', o.Func, "nccl_op", t.pid, tid).Ts("ts", start).Dur("dur", stop-start).Args()
 	e.Hex("id", o.Handle^0x8000000000000000).Hex("op", o.Handle).Hex("comm", o.Comm.Hash).Int("rank", int64(o.Comm.Rank))

@@ -23,7 +23,12 @@ tid 0 (shown as the process's main thread), time going backwards (negative ts or
 before its B, a flow ending before it starts).
 Info: normal in real traces, such as Kineto's flow ends with no start.`,
 		Example: "  ncclmerge check merged.json.gz\n  ncclmerge check --json rank*.json",
-		Args:    cobra.MinimumNArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return fmt.Errorf("give the traces to check: ncclmerge check TRACE... (.json or .json.gz; see --help)")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			failed := false
 			var reports []*tracecheck.Report

@@ -85,6 +85,9 @@ kernels of the same collective end together, and reports what spread remains.`,
 			}
 			if !quiet {
 				opt.Log = os.Stderr
+				if len(nccl) == 0 {
+					fmt.Fprintln(os.Stderr, "ncclmerge merge: no --nccl given: the output holds the torch.profiler events only and no NCCL kernel is linked (pass the plugin's traces, e.g. --nccl ncclprof-out/)")
+				}
 			}
 			var err error
 			if opt.Pairs, err = parsePairs(pairs); err != nil {

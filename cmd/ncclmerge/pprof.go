@@ -6,6 +6,7 @@ import (
 
 	"github.com/ncclprof/ncclprof/internal/pprofout"
 	"github.com/ncclprof/ncclprof/internal/tracefile"
+	"github.com/ncclprof/ncclprof/internal/words"
 	"github.com/spf13/cobra"
 )
 
@@ -43,8 +44,8 @@ or: go tool pprof -top -tagfocus=algo=RING profile.pb.gz
 			}
 			if !quiet {
 				t, b, n := pprofout.Totals(p)
-				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %d operations, %s, %.3f ms (go tool pprof -http=:8080 %s)\n",
-					out, n, fmtBytes(b), float64(t)/1e6, out)
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %s, %s, %.3f ms (go tool pprof -http=:8080 %s)\n",
+					out, words.Count(int(n), "operation"), fmtBytes(b), float64(t)/1e6, out)
 			}
 			return nil
 		},

@@ -7,6 +7,7 @@ import (
 	"github.com/ncclprof/ncclprof/internal/report"
 	"github.com/ncclprof/ncclprof/internal/skew"
 	"github.com/ncclprof/ncclprof/internal/stats"
+	"github.com/ncclprof/ncclprof/internal/words"
 	"github.com/spf13/cobra"
 )
 
@@ -44,7 +45,7 @@ Skew uses ncclmerge skew's default thresholds.
 				return err
 			}
 			if !quiet {
-				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%d operations, %d ranks): open it in a browser\n", out, page.Ops, page.Ranks)
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%s, %s): open it in a browser\n", out, words.Count(page.Ops, "operation"), words.Count(page.Ranks, "rank"))
 			}
 			return nil
 		},

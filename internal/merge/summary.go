@@ -5,6 +5,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/ncclprof/ncclprof/internal/words"
 )
 
 // Summary is what a merge did: it goes into the output (the "ncclmerge" key) and to stderr.
@@ -123,7 +125,11 @@ func (s *Summary) WriteText(w io.Writer) {
 		if r.Host != "" {
 			fmt.Fprintf(w, " (%s)", r.Host)
 		}
-		fmt.Fprintf(w, ": %s + %s\n", r.Kineto, strings.Join(r.NCCL, ", "))
+		if len(r.NCCL) == 0 {
+			fmt.Fprintf(w, ": %s, and no plugin trace: no NCCL operation to link\n", r.Kineto)
+		} else {
+			fmt.Fprintf(w, ": %s + %s\n", r.Kineto, strings.Join(r.NCCL, ", "))
+		}
 		if r.Simulated {
 			fmt.Fprintf(w, "  the NCCL trace is SIMULATED (ncclprof test host), not from a real job\n")
 		}
@@ -161,9 +167,11 @@ func (s *Summary) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  shifted by %s to align hosts\n", fmtNs(c.ShiftNs))
 		}
 	}
-	if a := s.Alignment; a != nil {
-		fmt.Fprintf(w, "alignment on collective ends over %d collectives: residual spread median %s, p90 %s (before: median %s)\n",
-			a.Collectives, fmtNs(a.ResidualMedianNs), fmtNs(a.ResidualP90Ns), fmtNs(a.BeforeMedianNs))
+	if a := s.Alignment; a != nil && a.Collectives == 0 {
+		fmt.Fprintf(w, "alignment on collective ends: no collective's end was seen on two hosts, so no host was shifted\n")
+	} else if a != nil {
+		fmt.Fprintf(w, "alignment on collective ends over %s: residual spread median %s, p90 %s (before: median %s)\n",
+			words.Count(a.Collectives, "collective"), fmtNs(a.ResidualMedianNs), fmtNs(a.ResidualP90Ns), fmtNs(a.BeforeMedianNs))
 		hosts := make([]string, 0, len(a.HostShiftNs))
 		for h := range a.HostShiftNs {
 			hosts = append(hosts, h)

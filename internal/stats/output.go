@@ -84,7 +84,7 @@ func (t *Table) writeTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%d operations, %s; their times add up to %s (share: of this sum)\n", t.Ops, Size(t.TotalBytes), fmtDur(t.TotalNs))
+	fmt.Fprintf(w, "%s, %s; their times add up to %s (share: of this sum)\n", words.Count(t.Ops, "operation"), Size(t.TotalBytes), fmtDur(t.TotalNs))
 	if top, med := t.Busiest(); top.Timed > 0 {
 		fmt.Fprintf(w, "NCCL busy (operations in flight together counted once): most on rank %d, %s of the %s from its first operation to its last; median %s over %s\n",
 			top.Rank, fmtDur(top.BusyNs), fmtDur(top.SpanNs), fmtDur(med), words.Count(len(t.Ranks), "rank"))
