@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -86,6 +87,46 @@ func TestBusyTimeIsTheUnion(t *testing.T) {
 	} {
 		if !strings.Contains(h, want) {
 			t.Errorf("the page lacks %q", want)
+		}
+	}
+}
+
+// tickLabels are the texts of a plot's tick labels (and its key), in order.
+func tickLabels(svg string) []string {
+	var out []string
+	for _, m := range regexp.MustCompile(`class="tick"[^>]*>([^<]*)<`).FindAllStringSubmatch(svg, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// Issue 13 #9: axes a person can read. A skew plot spanning one decade gets more ticks than its
+// two ends, and a run of 0.4 ms is timed in µs (not "0.0001" s); a count axis has no halves; the
+// heatmap names both its axes.
+func TestAxesReadable(t *testing.T) {
+	base := int64(1_700_000_000) * 1e9
+	r := &skew.Result{}
+	for i := 0; i < 5; i++ {
+		r.Points = append(r.Points, skew.Point{AtNs: base + int64(i)*100_000, SkewNs: int64(20_000 + i*10_000)})
+	}
+	s := &commops.Set{Comms: []commops.Comm{{Name: "world", NRanks: 2}}}
+	svg := skewPlot(s, r)
+	labels := strings.Join(tickLabels(svg), " ")
+	if want := "0 100 200 300 400 10 µs 20 µs 50 µs 100 µs world late last rank"; labels != want { // then the key
+		t.Errorf("skew plot ticks %q, want %q", labels, want)
+	}
+	if !strings.Contains(svg, "time since the first collective (µs)") {
+		t.Error("the skew plot's time axis does not say µs")
+	}
+	r.Ranks = []*skew.RankRow{{GlobalRank: 0, Late: 1}, {GlobalRank: 1}}
+	if labels := tickLabels(latePlot(r)); strings.Join(labels, " ") != "0 1 2 0 1 slow rank other ranks" {
+		t.Errorf("late arrivals ticks %q: a count has no halves", labels)
+	}
+	h := heatmap(&commops.Set{Procs: []commops.Proc{{Rank: 0}}, Comms: s.Comms, Ops: []commops.Op{
+		{Source: commops.Completion, Arrive: base, Done: base + 1e6, Time: 1e6}}})
+	for _, title := range []string{`>rank</text>`, `>communicator</text>`} {
+		if !strings.Contains(h, title) {
+			t.Errorf("the heatmap has no axis title %s", title)
 		}
 	}
 }
