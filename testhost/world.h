@@ -107,7 +107,8 @@ uint64_t rnd(void);
 double rnd01(void);
 /* splitmix64's finalizer: every process draws the same numbers for the same inputs. */
 uint64_t mix64(uint64_t x);
-/* Waits (sleeping) until *count reaches n; exits after 30 s (job.c). */
+/* Waits (sleeping) until *count reaches n, a count other processes share (job.c); exits after
+ * 30 s. */
 void job_barrier_wait(const uint32_t* count, int n);
 
 void world_init(const char* lib, int abi, int rank, int nranks, int realtime, uint64_t seed);
