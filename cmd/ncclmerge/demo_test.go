@@ -29,7 +29,9 @@ func TestDemo(t *testing.T) {
 			t.Skipf("%s is not built (run make first): %v", p, err)
 		}
 	}
-	const nranks, iters, slow, slowMs = 4, 20, 1, 10
+	// 30 ms: far above what the scheduler of a busy 2-core machine makes a process late by (a few
+	// ms, now and then tens), as in the skew scenario's test (analysis_test.go).
+	const nranks, iters, slow, slowMs = 4, 20, 1, 30
 	var dir string
 	var set *commops.Set
 	// The truth holds only if the machine kept the schedule: on a busy 2-core machine a process
@@ -49,8 +51,8 @@ func TestDemo(t *testing.T) {
 		if off < demoSlack {
 			break
 		}
-		if try == 3 {
-			t.Fatalf("the machine did not keep the demo's schedule in 3 runs: an arrival was %v off its plan; it is too busy for this test now", off)
+		if try == 4 {
+			t.Fatalf("the machine did not keep the demo's schedule in 4 runs: an arrival was %v off its plan; it is too busy for this test now", off)
 		}
 		t.Logf("run %d: an arrival was %v off its plan (the machine is busy); running it again", try, off)
 	}
@@ -108,9 +110,9 @@ func TestDemo(t *testing.T) {
 	}
 }
 
-// demoSlack: how late an arrival planted on time may be for the truth to hold (the planted delay
-// is 10 ms).
-const demoSlack = 2 * time.Millisecond
+// demoSlack: how far from its plan an arrival may be for the truth to hold (the planted delay
+// is 30 ms).
+const demoSlack = scheduleSlack
 
 // offSchedule is how far the worst arrival was from its plan: each rank's Coll start after the
 // collective's earliest, less the planted delay for the slow rank on the odd steps (5
