@@ -131,7 +131,9 @@ func (k *kgen) launch(l *ptrace.Event) {
 			pid, tid, k.ts(callStart), k.dur(callDur), corr, corr),
 		fmt.Sprintf(`{"ph": "s", "id": %d, "pid": %d, "tid": %d, "ts": %s, "cat": "ac2g", "name": "ac2g"}`, corr, pid, tid, k.ts(callStart)))
 	start, end := k.kernelTime(l, ops)
-	start = max(start, k.streamEnd[stream]+1000)
+	// A kernel runs after the call that launched it (its ac2g flow must not go back in time) and
+	// after the stream's previous kernel.
+	start = max(start, callStart, k.streamEnd[stream]+1000)
 	end = max(end, start+1000)
 	k.streamEnd[stream] = end
 	dev := k.opt.Device
@@ -143,8 +145,9 @@ func (k *kgen) launch(l *ptrace.Event) {
 }
 
 // kernelTime puts the kernel after its launch: over its channels' GPU times where the plugin
-// recorded them and knows the GPU clock (Unix = %globaltimer − offset), never past the end of
-// the operation, else until the operation completed.
+// recorded them (where the plugin placed them: %globaltimer − its GPU clock offset, which
+// follows the GPU timer's drift), never past the end of the operation, else until the operation
+// completed.
 func (k *kgen) kernelTime(l *ptrace.Event, ops []*ptrace.Event) (int64, int64) {
 	start, end := l.End+5000, l.End+50000
 	lo, hi, done := int64(1<<62), int64(0), int64(0)
@@ -153,7 +156,7 @@ func (k *kgen) kernelTime(l *ptrace.Event, ops []*ptrace.Event) (int64, int64) {
 		for _, c := range k.children[o.ID] {
 			switch {
 			case c.Kind == ptrace.KernelCh && c.GPUStart > 0 && gpu:
-				lo, hi = min(lo, c.GPUStart-k.t.GPUClock.OffsetNs-300), max(hi, c.GPUStop-k.t.GPUClock.OffsetNs+300)
+				lo, hi = min(lo, c.Start-300), max(hi, c.End+300)
 			case c.Kind == ptrace.Completion:
 				done = max(done, c.End)
 			}
