@@ -20,6 +20,9 @@
 np_comm* np_pxn_target(void);
 void np_learn_comm(np_comm* c, uint64_t hash, const char* name, int rank);
 void np_net_start_payload(np_event* ev, const void* data);
+void np_lost_add(np_comm* c, int type, const char* func, const char* dtype, const char* algo,
+                 const char* proto, uint32_t nch, uint64_t count);
+uint64_t np_op_running_total(void* handle, int state, uint64_t total);
 
 /* ------------------------------------------------------------------- v1 enum names */
 
@@ -89,7 +92,11 @@ NP_HOT void np_start_coll(void* ctx, int abi, void** eh, uint64_t parent, int ra
                                  uint8_t nwarps, uint64_t parent_group) {
   np_comm* c = np_target(ctx, NP_T_COLL, parent);
   np_pending p;
-  if (!c || !np_begin(c, NP_T_COLL, abi, parent, rank, 0, eh, &p)) return;
+  if (!c) return;
+  if (!np_begin(c, NP_T_COLL, abi, parent, rank, 0, eh, &p)) {
+    if (*eh == (void*)NP_H_DROPPED) np_lost_add(c, NP_T_COLL, func, dtype, algo, proto, nch, count);
+    return;
+  }
   p.ev->u.coll.seq = seq;
   p.ev->u.coll.func = func;
   p.ev->u.coll.count = count;
@@ -108,7 +115,11 @@ NP_HOT void np_start_p2p(void* ctx, int abi, void** eh, uint64_t parent, int ran
                                 uint8_t nch, uint64_t parent_group) {
   np_comm* c = np_target(ctx, NP_T_P2P, parent);
   np_pending p;
-  if (!c || !np_begin(c, NP_T_P2P, abi, parent, rank, 0, eh, &p)) return;
+  if (!c) return;
+  if (!np_begin(c, NP_T_P2P, abi, parent, rank, 0, eh, &p)) {
+    if (*eh == (void*)NP_H_DROPPED) np_lost_add(c, NP_T_P2P, func, dtype, NULL, NULL, nch, count);
+    return;
+  }
   p.ev->u.p2p.func = func;
   p.ev->u.p2p.count = count;
   p.ev->u.p2p.dtype = dtype;
@@ -118,6 +129,37 @@ NP_HOT void np_start_p2p(void* ctx, int abi, void** eh, uint64_t parent, int ran
   np_commit(&p);
 }
 
+/* Enters a callback on communicator c and checks it is live; returns the thread, or NULL
+ * (the handle then says why: dropped for want of a thread slot, disabled). */
+NP_HOT np_thread* np_enter_comm(np_comm* c, void** eh) {
+  np_thread* t = np_enter();
+  if (NP_UNLIKELY(t == NULL)) {
+    np_count(NP_C_DROPPED_THREADS);
+    *eh = (void*)NP_H_DROPPED;
+    return NULL;
+  }
+  uint32_t st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+  if (NP_UNLIKELY(st != NP_COMM_ACTIVE && st != NP_COMM_FINALIZING)) {
+    np_leave(t);
+    *eh = (void*)NP_H_DISABLED;
+    return NULL;
+  }
+  return t;
+}
+
+/* A cell for a ProxyOp or ProxyStep; NULL (counted, handle dropped) when the arena is full. */
+NP_HOT np_cell* np_cell_for(np_comm* c, np_thread* t, int type, void** eh, uint64_t* h) {
+  np_cell* cell = np_cell_claim(c, t, h);
+  if (NP_UNLIKELY(cell == NULL)) {
+    np_count(NP_C_ARENA_FULL);
+    np_count_drop(c, type);
+    *eh = (void*)NP_H_DROPPED;
+  }
+  return cell;
+}
+
+/* A ProxyOp: its progress lives in an arena cell (the handle NCCL gets, which its steps name
+ * as parent), its record in the operation windows (how the drainer links it to its operation). */
 NP_HOT void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t parent, int rank,
                                      pid_t pid, uint8_t channel, int peer, int nsteps, int chunk,
                                      int is_send) {
@@ -131,27 +173,73 @@ NP_HOT void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t parent, in
   } else {
     c = np_target(ctx, NP_T_PROXY_OP, parent);
   }
-  np_pending p;
-  if (!c || !np_begin(c, NP_T_PROXY_OP, abi, parent, rank, flags, eh, &p)) return;
-  p.ev->u.op.t_progress = 0;
-  p.ev->u.op.trans_size = 0;
-  p.ev->u.op.pid = pid;
-  p.ev->u.op.channel = channel;
-  p.ev->u.op.peer = peer;
-  p.ev->u.op.nsteps = nsteps;
-  p.ev->u.op.chunk = chunk;
-  p.ev->u.op.is_send = (uint8_t)(is_send != 0);
-  np_commit(&p);
+  if (!c) return;
+  np_thread* t = np_enter_comm(c, eh);
+  if (!t) return;
+  uint64_t ch, wh = 0, hdr = 0;
+  np_cell* cell = np_cell_for(c, t, NP_T_PROXY_OP, eh, &ch);
+  if (!cell) {
+    np_leave(t);
+    return;
+  }
+  np_event* ev = np_slot_new(c, t, NP_T_PROXY_OP, abi, parent, rank, flags, &wh, &hdr);
+  np_cell_init(cell, t, NP_T_PROXY_OP, abi, parent, rank, ev ? ev->t_start : np_ticks());
+  cell->peer = peer;
+  cell->channel = channel;
+  cell->is_send = (uint8_t)(is_send != 0);
+  memset(&cell->u.op, 0, sizeof cell->u.op);
+  cell->u.op.nsteps = nsteps;
+  cell->u.op.pid = pid;
+  if (ev) {
+    cell->u.op.record = wh;
+    memset(&ev->u.op, 0, sizeof ev->u.op);
+    ev->u.op.arena = ch;
+    ev->u.op.pid = pid;
+    ev->u.op.channel = channel;
+    ev->u.op.peer = peer;
+    ev->u.op.nsteps = nsteps;
+    ev->u.op.chunk = chunk;
+    ev->u.op.is_send = (uint8_t)(is_send != 0);
+    __atomic_store_n(&ev->hdr, hdr, __ATOMIC_RELEASE);
+  } else {
+    np_count_drop(c, NP_T_PROXY_OP); /* its steps still count: the cell has what they need */
+  }
+  *eh = (void*)ch;
+  np_leave(t);
 }
 
+/* A ProxyStep: a cell only. It takes its pair and channel from its ProxyOp's cell now, so its
+ * stop can fold the transfer without looking anything up. */
 NP_HOT void np_start_proxy_step(void* ctx, int abi, void** eh, uint64_t parent, int rank,
                                        int step) {
   np_comm* c = np_target(ctx, NP_T_PROXY_STEP, parent);
-  np_pending p;
-  if (!c || !np_begin(c, NP_T_PROXY_STEP, abi, parent, rank, 0, eh, &p)) return;
-  memset(&p.ev->u.step, 0, sizeof p.ev->u.step);
-  p.ev->u.step.step = step;
-  np_commit(&p);
+  if (!c) return;
+  np_thread* t = np_enter_comm(c, eh);
+  if (!t) return;
+  uint64_t h;
+  np_cell* s = np_cell_for(c, t, NP_T_PROXY_STEP, eh, &h);
+  if (!s) {
+    np_leave(t);
+    return;
+  }
+  np_cell* op = np_h_is_cell(parent) && np_h_comm(parent) == c->idx ? np_cell_of(c, parent) : NULL;
+  np_cell_init(s, t, NP_T_PROXY_STEP, abi, parent, op ? op->rank : rank, np_ticks());
+  memset(&s->u.step, 0, sizeof s->u.step);
+  s->u.step.step = step;
+  if (NP_LIKELY(op != NULL)) {
+    s->peer = op->peer;
+    s->channel = op->channel;
+    s->is_send = op->is_send;
+  } else {
+    s->peer = -1;
+    s->channel = 0;
+    s->is_send = 0;
+    s->sflags = NP_F_NO_OP | (parent == NP_H_DROPPED ? NP_F_PARENT_DROPPED : 0);
+    __atomic_fetch_add(&c->orphan_steps, 1, __ATOMIC_RELAXED);
+    np_count(NP_C_ORPHAN_STEPS);
+  }
+  *eh = (void*)h;
+  np_leave(t);
 }
 
 NP_HOT void np_start_kernel_ch(void* ctx, int abi, void** eh, uint64_t parent,
@@ -269,22 +357,25 @@ NP_START_V2_V3(3)
 
 /* v1–v3 state arguments: ProxyOp states carry cumulative bytes, ProxyCtrl the appended count.
  * A transfer's size reaches its ProxyStep through the op state NCCL records right before the
- * step state, on the same thread: the total is remembered there and handed to that step. */
+ * step state, on the same thread: the bytes that state adds to the op's running total are
+ * remembered there and handed to that step as its own size. */
 static npabi_result_t np_record_v1(void* h, npabi_state_t s, npabi_args_v1_t* a) {
   if ((s == NPABI_PROXY_STEP_SEND_WAIT || s == NPABI_PROXY_STEP_RECV_FLUSH_WAIT) && a == NULL) {
     np_thread* t = np_tls;
     if (t && t->memo_valid) {
       t->memo_valid = 0;
-      np_state(h, s, t->memo_cum, 0, 2);
+      np_state(h, s, t->memo_size, 0, 1);
       return NPABI_SUCCESS;
     }
   }
   if ((s == NPABI_PROXY_OP_SEND_TRANSMITTED || s == NPABI_PROXY_OP_RECV_RECEIVED) && a) {
+    uint64_t added = np_op_running_total(h, s, a->proxyOp.transSize);
     np_thread* t = np_tls ? np_tls : np_thread_attach();
     if (t) {
-      t->memo_cum = a->proxyOp.transSize;
+      t->memo_size = added;
       t->memo_valid = 1;
     }
+    return NPABI_SUCCESS;
   }
   if (s <= NPABI_PROXY_OP_RECV_DONE)
     np_state(h, s, a ? a->proxyOp.transSize : 0, a ? (uint64_t)a->proxyOp.steps : 0, a != NULL);

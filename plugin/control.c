@@ -121,6 +121,9 @@ static void np_copy_str(char* dst, size_t cap, const char* src) {
 }
 
 static void np_trace_request(int on, const char* dir) {
+  /* Detail (whole ProxySteps, NetPlugin, ProxyCtrl) is recorded from this call on; the drainer
+   * turns it off once it has applied a stop (steps that started before it still belong). */
+  if (on) np_set_detail(1);
   uint64_t now = np_now();
   np_ctl_acquire();
   uint64_t i = np_trace_seq % NP_TRACE_REQS;
@@ -157,6 +160,18 @@ NP_API int ncclprof_set_step(const char* label) {
   __atomic_add_fetch(&np_step_seq, 1, __ATOMIC_RELEASE);
   np_ctl_release();
   return 0;
+}
+
+/* Events dropped, per type (order: NP_T_* in core.h, up to n of each): untracked (their
+ * figures are missing) and trace detail the trace could not get. Returns how many types exist. */
+NP_API int ncclprof_dropped(uint64_t* untracked, uint64_t* trace, int n) {
+  uint64_t u[NP_T_COUNT], t[NP_T_COUNT];
+  np_dropped_read(u, t);
+  for (int i = 0; i < n && i < NP_T_COUNT; i++) {
+    if (untracked) untracked[i] = u[i];
+    if (trace) trace[i] = t[i];
+  }
+  return NP_T_COUNT;
 }
 
 /* Copies up to n of the drainer's statistics (order: NP_S_* in core.h); returns how many exist. */

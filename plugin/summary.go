@@ -23,7 +23,8 @@ var counterNames = [...]string{"events", "dropped_windows_full", "dropped_too_ma
 	"null_handle", "stale_handle", "bad_handle", "null_descriptor", "unknown_type",
 	"unknown_state", "stop_twice", "state_after_stop", "foreign_pxn_events",
 	"foreign_context", "late_records", "quiesce_timeouts", "init_disabled", "null_finalize",
-	"windows_processed", "sealed_at_max_grace", "dropped_detail"}
+	"windows_processed", "sealed_at_max_grace", "dropped_detail", "arena_full",
+	"transfers_unkeyed", "lost_operations", "lost_operations_unkeyed", "orphan_steps"}
 
 func init() {
 	if len(counterNames) != C.NP_C_COUNT {
@@ -109,6 +110,9 @@ type summaryJSON struct {
 	Channels []channelJSON     `json:"channels"`
 	Health   aggregate.Health  `json:"health"`
 	Counters map[string]uint64 `json:"process_counters"`
+	// Complete is false when some figure above is partial; Partial says which and why.
+	Complete bool     `json:"complete"`
+	Partial  []string `json:"partial"`
 }
 
 type commJSON struct {
@@ -147,7 +151,11 @@ func summarize(host string, r *aggregate.Result) summaryJSON {
 	s := summaryJSON{Version: 1, Host: host, PID: os.Getpid(), Health: r.Health, Counters: counters(),
 		Comm: commJSON{Hash: fmt.Sprintf("0x%016x", r.Comm.Hash), Name: r.Comm.Name,
 			Rank: r.Comm.Rank, NRanks: r.Comm.NRanks, NNodes: r.Comm.NNodes, ABI: r.Comm.ABI},
-		Ops: []opJSON{}, Pairs: []pairJSON{}, Channels: []channelJSON{}}
+		Ops: []opJSON{}, Pairs: []pairJSON{}, Channels: []channelJSON{}, Partial: r.Partial()}
+	if s.Partial == nil {
+		s.Partial = []string{}
+	}
+	s.Complete = len(s.Partial) == 0
 	for k, v := range r.Ops {
 		s.Ops = append(s.Ops, opJSON{Func: k.Func, Algo: k.Algo, Proto: k.Proto, NChannels: k.NChannels, OpStats: v})
 	}

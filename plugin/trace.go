@@ -45,6 +45,9 @@ type traceSink struct {
 	startLabeled bool
 	failed       bool // a write failed: tracing stopped until the next start request
 	stats        traceStats
+	// The plugin's drop counters when the trace window began: taken while no trace is wanted,
+	// so drops between a request and the file's opening are the file's.
+	dropsAtOpen dropCounts
 
 	comms   map[uint32]uint64 // communicator index → incarnation announced in this file
 	threads map[int64]*thread
@@ -57,7 +60,30 @@ type traceSink struct {
 	flow    uint64
 }
 
-type traceStats struct{ events, bytes, errors, skipped uint64 }
+type traceStats struct{ events, bytes, errors, skipped, skippedCarry uint64 }
+
+// dropCounts are the plugin's per-type drop counters (np_dropped_read): events not tracked at
+// all, and detail records a trace wanted but could not get.
+type dropCounts struct{ untracked, trace [C.NP_T_COUNT]C.uint64_t }
+
+func readDrops() (d dropCounts) {
+	C.np_dropped_read(&d.untracked[0], &d.trace[0])
+	return d
+}
+
+// since gives what was dropped after `from`, per type name: untracked, then trace detail.
+func (d dropCounts) since(from dropCounts) (untracked, trace map[string]uint64) {
+	diff := func(now, then *[C.NP_T_COUNT]C.uint64_t) map[string]uint64 {
+		m := map[string]uint64{}
+		for k := range now {
+			if n := uint64(now[k] - then[k]); n > 0 {
+				m[event.Type(k).String()] = n
+			}
+		}
+		return m
+	}
+	return diff(&d.untracked, &from.untracked), diff(&d.trace, &from.trace)
+}
 
 type thread struct {
 	lanes chrome.Lanes
@@ -153,6 +179,24 @@ func (t *traceSink) apply(p control) {
 	if t.want {
 		t.open(t.from)
 	}
+	t.wantDetail()
+}
+
+// wantDetail tells the hot path whether to record detail (whole ProxySteps, NetPlugin,
+// ProxyCtrl): only while a trace is wanted and can be written. A start request turns it on in
+// C at once (control.c); it goes off here, once the stop has been applied.
+func (t *traceSink) wantDetail() {
+	on := t.want && !t.failed
+	if (C.np_detail() != 0) != on {
+		C.np_set_detail(C.int(b2i(on)))
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // pollSteps reads the step labels set since the last pass and writes what it can.
@@ -266,6 +310,7 @@ func (t *traceSink) fail(err error) {
 		t.stats.bytes += uint64(t.w.Bytes())
 		t.w = nil
 	}
+	t.wantDetail()
 	hint := "set NCCLPROF_TRACE_DIR to a writable directory"
 	if chrome.IsNoSpace(err) {
 		hint = "the disk is full"
@@ -278,10 +323,14 @@ func (t *traceSink) close() {
 	if t.w == nil {
 		return
 	}
+	untracked, dropped := readDrops().since(t.dropsAtOpen)
 	end := map[string]any{"complete": true, "communicators": t.commList(), "gpu_clock": t.gpu.Info(),
-		"counters": counters(), "events": t.w.Events(), "clock": clockInfo(t.cpu)}
+		"counters": counters(), "events": t.w.Events(), "clock": clockInfo(t.cpu),
+		"partial": len(untracked)+len(dropped)+int(t.stats.skippedCarry) > 0,
+		"dropped": dropped, "untracked": untracked, "carry_overflow": t.stats.skippedCarry}
 	eb, _ := json.Marshal(end)
 	err := t.w.Close(append([]byte(`"ncclprofEnd":`), eb...))
+	t.dropsAtOpen = readDrops() // a file that follows at once starts from here
 	t.from = t.cpu.UnixNs(uint64(C.np_now()))
 	t.stats.events += t.w.Events()
 	t.stats.bytes += uint64(t.w.Bytes())
@@ -315,6 +364,9 @@ func (t *traceSink) tick() {
 		t.open(t.from) // a window asked for through the control API opens now, steps and all
 	}
 	if t.w == nil {
+		if !t.want {
+			t.dropsAtOpen = readDrops()
+		}
 		t.publish()
 		return
 	}
@@ -395,6 +447,7 @@ func (t *traceSink) window(c aggregate.Comm, recs []event.Record) {
 				t.carry[r.Handle] = &cp
 			} else {
 				t.stats.skipped++
+				t.stats.skippedCarry++
 			}
 		default:
 			t.emit(c, r)
@@ -720,10 +773,11 @@ func (t *traceSink) typeArgs(e *chrome.Event, c aggregate.Comm, r *event.Record)
 	case event.ProxyOp:
 		e.Int("channel", int64(r.Channel)).Int("peer", int64(r.Peer)).Int("nsteps", int64(r.NSteps))
 		e.Int("chunk_size", int64(r.Chunk)).Uint("trans_size", r.Bytes).Bool("is_send", r.IsSend).Int("pid", int64(r.PID))
+		e.Int("steps_done", int64(r.StepsDone)).Uint("transfers", uint64(r.XferN)).Uint("transfer_bytes", r.XferBytes)
 	case event.ProxyStep:
 		e.Int("step", int64(r.Step)).Uint("trans_size", r.Bytes).Int("peer_waits", int64(r.PeerWaits))
-		if r.Flags&event.Cumulative != 0 {
-			e.Bool("trans_size_cumulative", true)
+		if r.Flags&event.NoOp != 0 {
+			e.Bool("no_proxyop", true)
 		}
 		for i, v := range r.States {
 			if v != 0 {

@@ -23,19 +23,9 @@
 #include "scenarios.h"
 
 #define CHANNELS_MAX 8
-#define STEPS 4
 
-typedef struct bench_lib {
-  const npabi_profiler_v6_t* t;
-  void* ctx;
-  int mask;
-  int (*set_mask)(int);
-  int (*flush)(int);
-  int (*counters)(uint64_t*, int);
-  int (*stats)(uint64_t*, int);
-  int (*trace_start)(const char*);
-  int (*trace_stop)(void);
-} bench_lib;
+/* Steps per ProxyOp (4 in the callback-cost bench; the drain bench sets its own). */
+int bench_steps = 4;
 
 typedef struct cbcount {
   uint64_t n;
@@ -43,7 +33,7 @@ typedef struct cbcount {
 
 static npabi_descr_v6_t d_gapi, d_capi, d_kl, d_grp, d_coll, d_op, d_step, d_kch;
 
-static void bench_descriptors(void) {
+void bench_descriptors(void) {
   memset(&d_gapi, 0, sizeof d_gapi);
   d_gapi.type = NPABI_GROUP_API;
   d_gapi.groupApi.groupDepth = 1;
@@ -68,7 +58,7 @@ static void bench_descriptors(void) {
   d_op.type = NPABI_PROXY_OP;
   d_op.proxyOp.pid = getpid();
   d_op.proxyOp.peer = 1;
-  d_op.proxyOp.nSteps = STEPS;
+  d_op.proxyOp.nSteps = bench_steps;
   d_op.proxyOp.chunkSize = 1 << 19;
   memset(&d_step, 0, sizeof d_step);
   d_step.type = NPABI_PROXY_STEP;
@@ -100,7 +90,7 @@ static void bench_descriptors(void) {
   } while (0)
 
 /* The user thread's part of one collective; returns the Coll handle in *coll. */
-static uint64_t user_part(bench_lib* L, void** coll, int tsc) {
+uint64_t user_part(bench_lib* L, void** coll, int tsc) {
   uint64_t n = 0;
   void *g, *c, *k, *grp;
   START(L, d_gapi, g);
@@ -124,7 +114,7 @@ static uint64_t user_part(bench_lib* L, void** coll, int tsc) {
 }
 
 /* The proxy thread's part: ProxyOps, steps and KernelCh of every channel. */
-static uint64_t proxy_part(bench_lib* L, void* coll, int channels) {
+uint64_t proxy_part(bench_lib* L, void* coll, int channels) {
   uint64_t n = 0;
   npabi_args_v4_t a = {.proxyStep = {.transSize = 1 << 19}};
   npabi_args_v4_t none = {.proxyStep = {.transSize = 0}};
@@ -139,9 +129,10 @@ static uint64_t proxy_part(bench_lib* L, void* coll, int channels) {
       d_op.parentObj = coll;
       d_op.proxyOp.channelId = (uint8_t)ch;
       d_op.proxyOp.isSend = send;
+      d_op.proxyOp.nSteps = bench_steps;
       START(L, d_op, op);
       STATE(L, op, NPABI_PROXY_OP_IN_PROGRESS, &none);
-      for (int s = 0; s < STEPS; s++) {
+      for (int s = 0; s < bench_steps; s++) {
         void* st;
         d_step.parentObj = op;
         d_step.proxyStep.step = s;
@@ -264,7 +255,7 @@ static double median(double* v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static void open_lib(bench_lib* L, const char* path, const char* name) {
+void open_lib(bench_lib* L, const char* path, const char* name) {
   void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     fprintf(stderr, "bench: cannot load %s: %s\n", path, dlerror());
@@ -278,6 +269,7 @@ static void open_lib(bench_lib* L, const char* path, const char* name) {
   L->stats = (int (*)(uint64_t*, int))dlsym(h, "ncclprof_stats");
   L->trace_start = (int (*)(const char*))dlsym(h, "ncclprof_trace_start");
   L->trace_stop = (int (*)(void))dlsym(h, "ncclprof_trace_stop");
+  L->dropped = (int (*)(uint64_t*, uint64_t*, int))dlsym(h, "ncclprof_dropped");
   L->t->init(&L->ctx, 0xBE4C000000000001ull, &L->mask, name, 1, 2, 0, NULL);
 }
 

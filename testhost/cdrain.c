@@ -33,7 +33,7 @@ static void* cdrain_main(void* arg) {
     uint64_t req = np_flush_pending();
     int n;
     do {
-      n = np_poll(ready, 64, req != 0);
+      n = np_poll(ready, 64, req != 0, 3);
       for (int i = 0; i < n; i++) {
         int m = np_export(&ready[i], recs, (int)cap);
         for (int k = 0; k < m; k++)

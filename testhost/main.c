@@ -23,6 +23,8 @@ static void usage(void) {
           "  cycles     communicators created and destroyed, with dlclose/dlopen in between\n"
           "  fuzz       random and malformed calls from several threads for --seconds\n"
           "  bench      callback cost against --empty-lib (prints JSON)\n"
+          "  drain      one thread at --rate AllReduces/s (0: unpaced) of --channels x --steps for\n"
+          "             --seconds: events/s, drops per type, operations kept, drainer cost (JSON)\n"
           "  soak       --comms communicators (64) created and destroyed in cycles of --iters\n"
           "             operations, three threads at full rate, for --seconds; a JSON line a second\n"
           "  manycomms  --comms communicators (1100), more than the plugin's table holds\n"
@@ -67,6 +69,8 @@ int main(int argc, char** argv) {
     else if (ARG("--truth")) o.truth = v;
     else if (ARG("--empty-lib")) o.empty_lib = v;
     else if (ARG("--reps")) o.reps = atoi(v);
+    else if (ARG("--rate")) o.rate = atof(v);
+    else if (ARG("--steps")) o.steps = atoi(v);
     else if (!strcmp(a, "--kernel")) o.kernel = 1;
     else if (!strcmp(a, "--control")) o.control = 1;
     else if (!strcmp(a, "--labels")) o.labels = 1;
@@ -83,6 +87,10 @@ int main(int argc, char** argv) {
     if (!o.empty_lib) usage();
     world_init(o.lib, 6, 0, 2, 0, o.seed);
     return scenario_bench(&o);
+  }
+  if (!strcmp(o.scenario, "drain")) {
+    world_init(o.lib, 6, 0, 2, 0, o.seed);
+    return scenario_drain(&o);
   }
   world_init(o.lib, o.abi, o.rank, o.nranks, o.realtime, o.seed);
   if (o.mask_api >= 0) { /* as Python may: before the first communicator */

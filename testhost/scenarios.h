@@ -18,6 +18,8 @@ typedef struct opts {
   double seconds;
   const char* empty_lib; /* bench: the empty plugin, the floor */
   int reps;
+  double rate; /* drain: collectives per second (0: as fast as one thread can) */
+  int steps;   /* drain: steps per ProxyOp */
 } opts;
 
 /* One API call: a collective or a point-to-point operation. */
@@ -36,6 +38,27 @@ typedef struct op_spec {
 } op_spec;
 
 void launch_group(hcomm* c, op_spec* ops, int n, int depth);
+
+/* The callback-cost bench's plugin handle and NCCL-shaped call sequence (bench.c), also used
+ * by the drainer bench (drainbench.c). */
+typedef struct bench_lib {
+  const npabi_profiler_v6_t* t;
+  void* ctx;
+  int mask;
+  int (*set_mask)(int);
+  int (*flush)(int);
+  int (*counters)(uint64_t*, int);
+  int (*stats)(uint64_t*, int);
+  int (*trace_start)(const char*);
+  int (*trace_stop)(void);
+  int (*dropped)(uint64_t*, uint64_t*, int);
+} bench_lib;
+extern int bench_steps;
+void bench_descriptors(void);
+void open_lib(bench_lib* L, const char* path, const char* name);
+uint64_t user_part(bench_lib* L, void** coll, int tsc);
+uint64_t proxy_part(bench_lib* L, void* coll, int channels);
+int scenario_drain(const opts* o);
 
 void scenario_allreduce(const opts* o);
 void scenario_p2p(const opts* o);

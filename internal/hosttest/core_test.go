@@ -63,7 +63,7 @@ func TestMixedAcrossWindowsEveryABI(t *testing.T) {
 				t.Errorf("foreign PXN ProxyOps: %d, want 30", got)
 			}
 			for _, tc := range tr.Comms {
-				if cs := r.Summary(tc.Hash, tc.Rank); cs != nil && cs.Health["windows"] < 2 {
+				if cs := r.Summary(tc.Hash, tc.Rank); cs != nil && cs.Health.Windows < 2 {
 					t.Errorf("%s: one window only: the time trigger did not rotate", tc.Name)
 				}
 			}

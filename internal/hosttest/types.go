@@ -98,8 +98,10 @@ type Summary struct {
 	Ops      []SummaryOp       `json:"operations"`
 	Pairs    []SummaryPair     `json:"rank_pairs"`
 	Channels []SummaryChannel  `json:"channels"`
-	Health   map[string]uint64 `json:"health"`
+	Health   aggregate.Health  `json:"health"`
 	Counters map[string]uint64 `json:"process_counters"`
+	Complete bool              `json:"complete"`
+	Partial  []string          `json:"partial"`
 }
 
 // SummaryComm identifies the communicator.

@@ -96,7 +96,15 @@ type opRecorder struct {
 	series  map[opAttrKey]*series // drainer goroutine only
 	queue   chan sample
 	dropped atomic.Uint64 // histogram samples skipped
+	// behind: a wait for room timed out; until the worker has emptied half the queue, samples
+	// that find it full are dropped without waiting (drainer goroutine only).
+	behind bool
 }
+
+// queueWait is how long the drainer waits for the worker when a burst of completed operations
+// fills the queue: it is the drainer's goroutine, never NCCL's threads, and its windows hold
+// far more than this, so a burst the worker absorbs a moment later costs no values.
+const queueWait = 50 * time.Millisecond
 
 // maxSeriesCache bounds the attribute-set cache (the SDK's cardinality limit bounds the
 // exported series themselves).
@@ -190,6 +198,12 @@ func (o *opRecorder) record(op *aggregate.Op, step string) {
 		return
 	}
 	s := o.seriesOf(op, step)
+	if op.Untimed > 0 { // operations counted without records: counts and bytes, no times
+		s.sums[cOps] += int64(op.Untimed)
+		s.sums[cBytes] += int64(op.Bytes)
+		s.dirty = true
+		return
+	}
 	s.sums[cOps]++
 	s.sums[cBytes] += int64(op.Bytes)
 	if op.Incomplete {
@@ -218,8 +232,8 @@ func (o *opRecorder) record(op *aggregate.Op, step string) {
 		set(hAPI, op.APINs/1e9)
 	}
 	if op.Transfers > 0 {
-		set(hTransferSize, op.TransferSize.Mean())
-		set(hTransferTime, op.TransferTime.Mean()/1e9)
+		set(hTransferSize, float64(op.TransferBytes)/float64(op.Transfers))
+		set(hTransferTime, op.TransferNs/float64(op.Transfers)/1e9)
 	}
 	if usable(op.AlgBWGBps) {
 		set(hAlgBW, op.AlgBWGBps*1e9)
@@ -227,9 +241,27 @@ func (o *opRecorder) record(op *aggregate.Op, step string) {
 			set(hBusBW, op.BusBWGBps*1e9)
 		}
 	}
+	o.enqueue(smp)
+}
+
+// enqueue hands a sample to the worker, waiting up to queueWait when the queue is full.
+func (o *opRecorder) enqueue(smp sample) {
 	select {
 	case o.queue <- smp:
+		return
 	default:
+	}
+	if o.behind && len(o.queue) > cap(o.queue)/2 {
+		o.dropped.Add(1)
+		return
+	}
+	t := time.NewTimer(queueWait)
+	defer t.Stop()
+	select {
+	case o.queue <- smp:
+		o.behind = false
+	case <-t.C:
+		o.behind = true
 		o.dropped.Add(1)
 	}
 }
