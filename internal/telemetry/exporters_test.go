@@ -261,11 +261,11 @@ func TestOTLPFailure(t *testing.T) {
 	for _, proto := range []string{"grpc", "http/protobuf"} {
 		t.Run(strings.ReplaceAll(proto, "/", "_"), func(t *testing.T) {
 			port := freePort(t)
-			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", fmt.Sprintf("http://ncclprof:pa55w0rd@127.0.0.1:%d", port))
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", fmt.Sprintf("http://ncclprof:pa55w0rd@127.0.0.1:%d/?api_key=k3y-in-url", port))
 			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", proto)
 			t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20s3cr3t-t0ken")
 			cfg, probs := FromEnv(os.Getenv)
-			if cfg.Exporter != ExporterOTLP || len(probs) != 0 {
+			if cfg.Exporter != ExporterOTLP || len(probs) != 1 { // the query string is not sent
 				t.Fatalf("config %+v %v", cfg, probs)
 			}
 			cfg.Interval = time.Hour
@@ -292,7 +292,7 @@ func TestOTLPFailure(t *testing.T) {
 			if len(ws) != 1 || !strings.Contains(ws[0], fmt.Sprintf("127.0.0.1:%d", port)) {
 				t.Fatalf("want one warning naming the endpoint, got %q", ws)
 			}
-			for _, secret := range []string{"pa55w0rd", "s3cr3t-t0ken"} {
+			for _, secret := range []string{"pa55w0rd", "s3cr3t-t0ken", "k3y-in-url"} {
 				if strings.Contains(ws[0], secret) {
 					t.Errorf("the warning shows %q: %s", secret, ws[0])
 				}
