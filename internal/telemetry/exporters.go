@@ -112,10 +112,16 @@ func (e *fileExporter) open() error {
 	return nil
 }
 
+// encodeError is an export that could not be encoded: a bug, not a problem of the disk.
+type encodeError struct{ err error }
+
+func (e encodeError) Error() string { return "cannot encode the export: " + e.err.Error() }
+func (e encodeError) Unwrap() error { return e.err }
+
 func (e *fileExporter) Export(ctx context.Context, rm *metricdata.ResourceMetrics) error {
 	b, err := otlpJSON(rm)
 	if err != nil {
-		return err
+		return encodeError{err}
 	}
 	b = append(b, '\n')
 	e.mu.Lock()

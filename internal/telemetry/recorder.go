@@ -62,6 +62,7 @@ type Recorder struct {
 	promAddr string
 
 	ops     opInstruments
+	fix     repairs // strings from outside made valid UTF-8 (valid.go)
 	labels  *labelHistory
 	rec     *opRecorder
 	lastObs time.Time
@@ -74,7 +75,7 @@ type Recorder struct {
 	exportFailures, droppedPoints, exportsOK atomic.Uint64
 	lastFailed                               atomic.Bool
 	warnedExport, warnedListen, warnedSDK    atomic.Bool
-	warnedLabels, warnedPanic                atomic.Bool
+	warnedLabels, warnedPanic, warnedUTF8    atomic.Bool
 }
 
 // New starts metrics as configured. With Config.Exporter "none" it returns (nil, nil): a nil
@@ -94,6 +95,8 @@ func New(ctx context.Context, o Options) (*Recorder, error) {
 	if err != nil && res == nil {
 		return nil, fmt.Errorf("cannot build the metrics resource: %w", err)
 	}
+	res = r.fix.resource(res)
+	r.warnRepairs()
 	reader := o.Reader
 	switch {
 	case reader != nil:
@@ -114,7 +117,7 @@ func New(ctx context.Context, o Options) (*Recorder, error) {
 		// The plugin has no trace context, so exemplars would never be sampled: skip the work.
 		sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter),
 	)
-	r.rec = newOpRecorder(&r.ops) // its worker reads r.ops only once operations arrive
+	r.rec = newOpRecorder(&r.ops, &r.fix) // its worker reads r.ops only once operations arrive
 	if err := r.instruments(); err != nil {
 		r.rec.stop(ctx)
 		_ = r.provider.Shutdown(ctx)
@@ -217,6 +220,7 @@ func (r *Recorder) SetStepLabel(label string, at event.Ticks) string {
 	if r == nil {
 		return label
 	}
+	label = r.fix.str(label)
 	got := r.labels.set(label, at)
 	if got != label {
 		r.warnOnce(&r.warnedLabels, fmt.Sprintf("more than %d distinct step labels; later ones are "+
@@ -271,8 +275,9 @@ type commSnap struct {
 // keepFinal is how many collections a finalized communicator's results stay exported.
 const keepFinal = 2
 
-func snapshot(res *aggregate.Result) *commSnap {
+func snapshot(res *aggregate.Result, fix *repairs) *commSnap {
 	s := &commSnap{comm: res.Comm, health: res.Health}
+	s.comm.Name = fix.str(s.comm.Name)
 	for k, p := range res.Pairs {
 		avg, mn := p.Fits()
 		s.pairs = append(s.pairs, pairSnap{rank: k.Rank, peer: k.Peer, hash: k.CommHash,
@@ -303,7 +308,7 @@ func (r *Recorder) ObserveResults(results []*aggregate.Result) {
 	r.lastObs = time.Now()
 	snaps := make([]*commSnap, 0, len(results))
 	for _, res := range results {
-		snaps = append(snaps, snapshot(res))
+		snaps = append(snaps, snapshot(res, &r.fix))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -319,7 +324,7 @@ func (r *Recorder) FinalResult(res *aggregate.Result) {
 		return
 	}
 	defer r.recoverPanic("copying final results")
-	s := snapshot(res)
+	s := snapshot(res, &r.fix)
 	s.final = true
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -380,6 +385,7 @@ func (r *Recorder) observe(o metric.Observer, obs map[string]metric.Observable) 
 	i64(MTraceBytes, tb)
 	i64(MLabelsOverflowed, r.labels.overflowed())
 	i64(MOpSamplesDropped, r.rec.dropped.Load())
+	i64(MConditions, r.fix.n.Load(), with(attribute.String(AttrKind, KindInvalidUTF8)))
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -460,6 +466,9 @@ func (r *Recorder) exportFailed(err error, points uint64) {
 			"NCCLPROF_OUTPUT_DIR, or set NCCLPROF_METRICS=none"
 	case ExporterConsole, ExporterPrometheus:
 		advice = "set NCCLPROF_METRICS=none to turn metrics off"
+	}
+	if errors.As(err, new(encodeError)) {
+		what, advice = "encoding metrics failed", "this is a bug in ncclprof: please report this message"
 	}
 	r.warnOnce(&r.warnedExport, fmt.Sprintf("%s: %v. The job continues; metrics that cannot be "+
 		"exported are dropped and counted (ncclprof.export.failures); %s. This warning is "+
@@ -575,6 +584,15 @@ func (r *Recorder) warn(msg string) {
 func (r *Recorder) warnOnce(flag *atomic.Bool, msg string) {
 	if flag.CompareAndSwap(false, true) {
 		r.warn(msg)
+	}
+}
+
+// warnRepairs warns once that strings had to be repaired (valid.go).
+func (r *Recorder) warnRepairs() {
+	if r.fix.n.Load() > 0 {
+		r.warnOnce(&r.warnedUTF8, "a communicator name, operation string, step label or resource "+
+			"attribute is not valid UTF-8; it is exported with U+FFFD in place of the invalid bytes "+
+			"(counted in ncclprof.plugin.conditions{ncclprof.kind=\"invalid_utf8\"}). Printed once.")
 	}
 }
 
