@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -79,7 +80,8 @@ type fileExporter struct {
 	mu        sync.Mutex
 	f         *os.File
 	path      string
-	size      int64
+	size      int64 // bytes of whole lines in f
+	partial   bool  // a failed write left part of a line after size
 	rotations uint64
 	closed    bool
 }
@@ -139,9 +141,40 @@ func (e *fileExporter) Export(ctx context.Context, rm *metricdata.ResourceMetric
 			return err
 		}
 	}
+	return e.writeLine(b)
+}
+
+// writeLine appends one line, whole or not at all. A short write (the disk is full) is cut back
+// off the file, so the file holds only whole lines and the next export does not continue a
+// partial one; if cutting back fails, it is tried again before anything else is written.
+func (e *fileExporter) writeLine(b []byte) error {
+	if e.partial {
+		if err := e.cutBack(); err != nil {
+			return fmt.Errorf("cannot remove a partly written line from %s: %w", e.path, err)
+		}
+	}
 	n, err := e.f.Write(b) // one write: a line is never interleaved or split by another export
-	e.size += int64(n)
+	if err == nil {
+		e.size += int64(n)
+		return nil
+	}
+	if n > 0 {
+		e.partial = true
+		_ = e.cutBack()
+	}
 	return err
+}
+
+// cutBack truncates the file to its last whole line.
+func (e *fileExporter) cutBack() error {
+	if err := e.f.Truncate(e.size); err != nil {
+		return err
+	}
+	if _, err := e.f.Seek(e.size, io.SeekStart); err != nil {
+		return err
+	}
+	e.partial = false
+	return nil
 }
 
 // rotate moves the full file to <name>.prev.jsonl (replacing the previous one) and starts the
@@ -149,6 +182,9 @@ func (e *fileExporter) Export(ctx context.Context, rm *metricdata.ResourceMetric
 // any length. Under cumulative temporality (the default) every line holds all totals, so
 // rotating loses only older history, never a count.
 func (e *fileExporter) rotate() error {
+	if e.partial {
+		_ = e.cutBack()
+	}
 	err := e.f.Close()
 	e.f, e.size = nil, 0
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ncclprof/ncclprof/internal/aggregate"
 	"github.com/ncclprof/ncclprof/internal/event"
+	"github.com/ncclprof/ncclprof/internal/hosttest"
 )
 
 type warnings struct {
@@ -161,6 +162,54 @@ func TestFileExporterRotates(t *testing.T) {
 	}
 	if len(w.all()) != 0 {
 		t.Errorf("warnings: %v", w.all())
+	}
+}
+
+// TestFileExporterDiskFull (issue 14 item 9): an export that meets a full disk (a real tmpfs)
+// fails as a whole: the file keeps only whole lines, and once there is space again the next
+// export is a line of its own, not glued to a partial one.
+func TestFileExporterDiskFull(t *testing.T) {
+	dir := hosttest.SmallDisk(t, "256k")
+	var w warnings
+	r := fileRecorder(t, dir, 256<<20, &w)
+	r.RecordOp(allReduce(1, 1<<20, 2e6, 1e4, 0, 0, nil, nil))
+	if err := r.FinalFlush(); err != nil {
+		t.Fatal(err)
+	}
+	path := r.Stats().File
+	first, _ := os.ReadFile(path)
+	filler := hosttest.FillDisk(t, dir)
+	r.RecordOp(allReduce(2, 1<<20, 2e6, 1e4, 0, 0, nil, nil))
+	if err := r.FinalFlush(); err == nil {
+		t.Fatal("an export to a full disk succeeded")
+	}
+	if b, _ := os.ReadFile(path); string(b) != string(first) {
+		t.Errorf("after the failed export the file has %d bytes, want the %d of the first line alone", len(b), len(first))
+	}
+	os.Remove(filler)
+	r.RecordOp(allReduce(3, 1<<20, 2e6, 1e4, 0, 0, nil, nil))
+	if err := r.FinalFlush(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want 2 (the failed export leaves none)", len(lines))
+	}
+	for i, l := range lines {
+		var req colpb.ExportMetricsServiceRequest
+		if err := protojson.Unmarshal(l, &req); err != nil {
+			t.Errorf("line %d is not whole OTLP/JSON: %v", i+1, err)
+		}
+	}
+	if p := readOTLP(t, path, 4242).one(t, MOps, map[string]string{AttrOp: "AllReduce"}); p.value != 3 {
+		t.Errorf("ops in the last line = %v, want 3 (cumulative: nothing lost)", p.value)
+	}
+	if s := r.Stats(); s.ExportFailures != 1 || s.Exports != 2 {
+		t.Errorf("stats %+v, want 2 exports and 1 failure", s)
+	}
+	if ws := w.all(); len(ws) != 1 || !strings.Contains(ws[0], "space") {
+		t.Errorf("want one warning about space, got %q", ws)
 	}
 }
 
