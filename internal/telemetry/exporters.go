@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/ncclprof/ncclprof/internal/outfile"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
@@ -429,12 +427,8 @@ func (r *Recorder) prometheusReader() (sdkmetric.Reader, error) {
 			"The job continues without a metrics endpoint.", addr, err))
 		return exp, nil
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorHandling: promhttp.ContinueOnError, EnableOpenMetrics: true, Timeout: 10 * time.Second}))
-	r.prom = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute}
+	r.prom, r.promConns = promServer(reg, ln)
 	r.promAddr = ln.Addr().String()
-	go func() { _ = r.prom.Serve(ln) }()
+	go func() { _ = r.prom.Serve(r.promConns) }()
 	return exp, nil
 }

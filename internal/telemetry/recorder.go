@@ -53,13 +53,14 @@ type Recorder struct {
 	warnFn   func(string)
 	counters func() map[string]uint64
 
-	provider *sdkmetric.MeterProvider
-	push     *pusher // nil for Prometheus and injected readers
-	file     *fileExporter
-	host     Host
-	getenv   Getenv
-	prom     *http.Server
-	promAddr string
+	provider  *sdkmetric.MeterProvider
+	push      *pusher // nil for Prometheus and injected readers
+	file      *fileExporter
+	host      Host
+	getenv    Getenv
+	prom      *http.Server
+	promConns *connGuard // the endpoint's listener (promserve.go)
+	promAddr  string
 
 	ops     opInstruments
 	fix     repairs // strings from outside made valid UTF-8 (valid.go)
@@ -386,6 +387,9 @@ func (r *Recorder) observe(o metric.Observer, obs map[string]metric.Observable) 
 	i64(MLabelsOverflowed, r.labels.overflowed())
 	i64(MOpSamplesDropped, r.rec.dropped.Load())
 	i64(MConditions, r.fix.n.Load(), with(attribute.String(AttrKind, KindInvalidUTF8)))
+	if r.promConns != nil {
+		i64(MConditions, r.promConns.refused.Load(), with(attribute.String(AttrKind, KindPromRefused)))
+	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -488,6 +492,10 @@ type Stats struct {
 	// File is the metrics file (file exporter, after its first export); PrometheusAddr the
 	// address the Prometheus endpoint listens on.
 	File, PrometheusAddr string
+	// PrometheusConns is how many connections the endpoint holds now; PrometheusRefused how
+	// many it closed at once or evicted to stay within its bounds (promserve.go).
+	PrometheusConns   int
+	PrometheusRefused uint64
 }
 
 // Stats returns the Recorder's counts.
@@ -499,6 +507,9 @@ func (r *Recorder) Stats() Stats {
 		DroppedPoints: r.droppedPoints.Load(), PrometheusAddr: r.promAddr}
 	if r.file != nil {
 		s.File, s.FileRotations = r.file.Path(), r.file.Rotations()
+	}
+	if r.promConns != nil {
+		s.PrometheusConns, s.PrometheusRefused = r.promConns.open(), r.promConns.refused.Load()
 	}
 	return s
 }
