@@ -270,7 +270,7 @@ func TestPrometheus(t *testing.T) {
 	for _, want := range []string{
 		`ncclprof_ops_total{nccl_algo="RING",nccl_comm_hash="0xa11edce000000001",nccl_comm_name="tp",nccl_nchannels="2",nccl_nnodes="2",nccl_nranks="8",nccl_op="AllReduce",nccl_proto="SIMPLE",nccl_rank="2"`,
 		`ncclprof_events_dropped_total{ncclprof_reason="windows_full"`,
-		`ncclprof_trace_bytes_total{`,
+		`ncclprof_trace_io_bytes_total{`,
 		`ncclprof_op_completion_duration_seconds_bucket{`,
 	} {
 		if !strings.Contains(text, want) {

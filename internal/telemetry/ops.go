@@ -35,7 +35,7 @@ const (
 	nCounters
 )
 
-var counterNames = [nCounters]string{MOps, MOpBytes, MOpIncomplete, MOpTransfers, MOpTransferBytes}
+var counterNames = [nCounters]string{MOps, MOpIO, MOpIncomplete, MOpTransfers, MOpTransferBytes}
 
 // Histograms, in opInstruments.hists order.
 const (

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/exemplar"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 
 	"github.com/ncclprof/ncclprof/internal/aggregate"
 	"github.com/ncclprof/ncclprof/internal/event"
@@ -153,8 +154,11 @@ func views(hist string) []sdkmetric.View {
 		sdkmetric.Stream{Aggregation: sdkmetric.AggregationBase2ExponentialHistogram{MaxSize: 160, MaxScale: 20}})}
 }
 
+// meter is ncclprof's instrumentation scope: its name, the plugin's version and the semantic
+// conventions its attribute names follow.
 func (r *Recorder) meter() metric.Meter {
-	return r.provider.Meter(ScopeName)
+	return r.provider.Meter(ScopeName, metric.WithInstrumentationVersion(r.host.Version),
+		metric.WithSchemaURL(semconv.SchemaURL))
 }
 
 func (r *Recorder) instruments() error {
@@ -383,7 +387,7 @@ func (r *Recorder) observe(o metric.Observer, obs map[string]metric.Observable) 
 	if f := r.traceBytes.Load(); f != nil && *f != nil {
 		tb = (*f)()
 	}
-	i64(MTraceBytes, tb)
+	i64(MTraceIO, tb)
 	i64(MLabelsOverflowed, r.labels.overflowed())
 	i64(MOpSamplesDropped, r.rec.dropped.Load())
 	i64(MConditions, r.fix.n.Load(), with(attribute.String(AttrKind, KindInvalidUTF8)))
@@ -419,11 +423,12 @@ func (r *Recorder) observeComm(s *commSnap, i64 func(string, uint64, ...metric.O
 	}
 	for _, p := range s.pairs {
 		kv := append(commAttrs(s.comm, p.hash, p.rank), attribute.Int(AttrPeer, p.peer))
-		set := with(kv...)
-		i64(MPairSendBytes, p.sendB, set)
-		i64(MPairSendXfers, p.sendT, set)
-		i64(MPairRecvBytes, p.recvB, set)
-		i64(MPairRecvXfers, p.recvT, set)
+		tx := with(append(kv, attribute.String(AttrDirection, DirTransmit))...)
+		rx := with(append(kv, attribute.String(AttrDirection, DirReceive))...)
+		i64(MPairIO, p.sendB, tx)
+		i64(MPairTransfers, p.sendT, tx)
+		i64(MPairIO, p.recvB, rx)
+		i64(MPairTransfers, p.recvT, rx)
 		for _, f := range p.fits {
 			if !f.Trusted {
 				continue
@@ -438,7 +443,7 @@ func (r *Recorder) observeComm(s *commSnap, i64 func(string, uint64, ...metric.O
 		kv := append(commAttrs(s.comm, c.hash, c.rank), attribute.Int(AttrChannel, c.channel))
 		set := with(kv...)
 		i64(MChanTransfers, c.transfers, set)
-		i64(MChanBytes, c.bytes, set)
+		i64(MChanIO, c.bytes, set)
 		f64(MChanTime, c.timeNs/1e9, set)
 		if c.fit.Trusted {
 			fs := with(append(kv, attribute.String(AttrFit, c.fit.Mode.String()))...)
