@@ -55,7 +55,7 @@ type Config struct {
 	Protocol, Endpoint string
 	// Interval between exports (push exporters): OTEL_METRIC_EXPORT_INTERVAL, default 10 s.
 	Interval  time.Duration
-	Histogram string // exponential (default) or explicit
+	Histogram string // exponential (default) or explicit (the Prometheus endpoint's default)
 	// Temporality for the file and console exporters: cumulative (default), delta or
 	// lowmemory (the OTLP exporter reads OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE
 	// itself; Prometheus is always cumulative).
@@ -145,6 +145,13 @@ func FromEnv(getenv Getenv) (Config, []string) {
 	}
 	switch strings.ToLower(strings.TrimSpace(hist)) {
 	case "":
+		// A scraper reads exponential histograms only as Prometheus native histograms, which
+		// need the protobuf format and a Prometheus that asks for them (3.8+ with
+		// scrape_native_histograms); any other sees _count and _sum alone and its quantiles are
+		// NaN. Classic buckets work with every scraper, so the endpoint defaults to them.
+		if c.Exporter == ExporterPrometheus {
+			c.Histogram = HistogramExplicit
+		}
 	case "exponential", "base2_exponential_bucket_histogram":
 		c.Histogram = HistogramExponential
 	case "explicit", "explicit_bucket_histogram":

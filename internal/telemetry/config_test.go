@@ -101,6 +101,16 @@ func TestConfigValues(t *testing.T) {
 	if c.PromListenAddr() != "[::1]:9501" {
 		t.Errorf("listen %s, want [::1]:9501", c.PromListenAddr())
 	}
+	// The Prometheus endpoint defaults to classic buckets (every scraper reads them); asked
+	// for, it serves exponential ones as native histograms.
+	c, _ = FromEnv(envOf("NCCLPROF_METRICS", "prometheus"))
+	if c.Histogram != HistogramExplicit {
+		t.Errorf("Prometheus endpoint: histogram %s by default, want explicit", c.Histogram)
+	}
+	c, _ = FromEnv(envOf("NCCLPROF_METRICS", "prometheus", "NCCLPROF_METRICS_HISTOGRAM", "exponential"))
+	if c.Histogram != HistogramExponential {
+		t.Errorf("Prometheus endpoint asked for exponential: %s", c.Histogram)
+	}
 	// NCCLPROF_METRICS_HISTOGRAM wins over the OTLP variable.
 	c, _ = FromEnv(envOf("NCCLPROF_METRICS_HISTOGRAM", "exponential",
 		"OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION", "explicit_bucket_histogram"))
