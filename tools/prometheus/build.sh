@@ -23,27 +23,10 @@ die() {
   exit 1
 }
 
-cache_root="${NCCLPROF_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ncclprof}"
-dest="$cache_root/prometheus-$PROMETHEUS_VERSION"
-bin="$dest/prometheus"
-
-if [ -x "$bin" ]; then
-  echo "$bin"
-  exit 0
-fi
-if [ "${1:-}" = "--check" ]; then
-  echo "tools/prometheus/build.sh: no Prometheus built yet at $bin; run tools/prometheus/build.sh" >&2
-  exit 1
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/../cache.sh"
+bin="$cache_root/prometheus-$PROMETHEUS_VERSION/prometheus"
+cache_lookup "$bin" "${1:-}"
 command -v "$go_bin" >/dev/null 2>&1 || die "the Go toolchain ('$go_bin') is not on PATH; install Go or set GO=/path/to/go"
-
-mkdir -p "$cache_root"
-exec 9>"$cache_root/.prometheus-$PROMETHEUS_VERSION.lock" # one build at a time per machine
-flock 9
-if [ -x "$bin" ]; then # built by whoever held the lock before us
-  echo "$bin"
-  exit 0
-fi
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/ncclprof-prometheus-build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
@@ -61,9 +44,4 @@ ver=github.com/prometheus/common/version
 ) || die "the Prometheus build failed (see the go output above; GOPROXY=$("$go_bin" env GOPROXY))"
 "$work/prometheus" --version >/dev/null 2>&1 || die "the built Prometheus does not run"
 
-# Publish atomically: a half-copied binary is never visible under its final name.
-mkdir -p "$dest"
-cp "$work/prometheus" "$dest/.prometheus.tmp"
-mv -f "$dest/.prometheus.tmp" "$bin"
-echo "tools/prometheus/build.sh: built $bin" >&2
-echo "$bin"
+cache_publish "$work/prometheus" "$bin"
