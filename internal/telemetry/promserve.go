@@ -23,8 +23,9 @@ const (
 	// is closed for it; if every one is busy, the new one is closed. A scraper sends its request
 	// at once, so idle connections held open by someone else cannot keep it out.
 	PromMaxConns = 8
-	// PromFDHeadroom: no connection is kept while fewer descriptors than this (or 1/16 of
-	// RLIMIT_NOFILE, if more) remain below the process's limit.
+	// PromFDHeadroom: while fewer descriptors than this (or 1/16 of RLIMIT_NOFILE, if more)
+	// remain below the process's limit, new connections are closed at once and idle ones
+	// after their request.
 	PromFDHeadroom = 64
 	// Per connection: the request headers must arrive within PromHeaderTimeout, the request
 	// within PromReadTimeout, the response go out within PromWriteTimeout; an idle keep-alive
@@ -163,7 +164,8 @@ func (g *connGuard) state(nc net.Conn, s http.ConnState) {
 		info.busy = s == http.StateActive
 	}
 	g.mu.Unlock()
-	if info != nil && s == http.StateIdle && time.Since(info.born) > PromMaxLifetime {
+	// Between requests: past its lifetime, or the job now short of descriptors, it goes.
+	if info != nil && s == http.StateIdle && (time.Since(info.born) > PromMaxLifetime || !g.room()) {
 		_ = c.Close()
 	}
 }

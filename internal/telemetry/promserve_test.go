@@ -161,10 +161,29 @@ func TestPrometheusConnectionFlood(t *testing.T) {
 	if !waitFor(10*time.Second, func() bool { return r.Stats().PrometheusConns == 0 }) {
 		t.Fatalf("%d connections still held after the attacker left", r.Stats().PrometheusConns)
 	}
+	keepAlive := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 1}}
+	get := func() error {
+		resp, err := keepAlive.Get("http://" + addr + "/metrics")
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return err
+	}
+	if err := get(); err != nil { // a connection kept open
+		t.Fatal(err)
+	}
 	now := openFDs(t)
 	setNoFile(t, uint64(now+PromFDHeadroom-8))
 	if _, err := scrape(addr); err == nil {
 		t.Errorf("a scrape was answered with fewer than %d descriptors to spare", PromFDHeadroom)
+	}
+	// The connection already open is answered once more, then closed.
+	if err := get(); err != nil {
+		t.Errorf("the open connection's request: %v", err)
+	}
+	if !waitFor(5*time.Second, func() bool { return r.Stats().PrometheusConns == 0 }) {
+		t.Errorf("%d connections kept with fewer than %d descriptors to spare", r.Stats().PrometheusConns, PromFDHeadroom)
 	}
 	if err := canOpen(t, PromFDHeadroom-8-2); err != nil {
 		t.Errorf("the job's own files near the limit: %v", err)
