@@ -25,7 +25,7 @@ GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(
 WARN     := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN)
 
-.PHONY: all test test-go test-python bench demo clean sanitize soak otelcol wheel
+.PHONY: all test test-go test-python bench demo clean sanitize soak otelcol prometheus wheel
 
 all: $(PLUGIN) $(HOST) $(EMPTY) $(MERGE)
 
@@ -76,9 +76,15 @@ FUZZ_SECONDS ?= 4
 otelcol:
 	@tools/otelcol/build.sh >/dev/null
 
+# Prometheus 3.x for the metrics example's test (internal/telemetry TestPrometheusExample), built
+# once from the module proxy (pinned in tools/prometheus/build.sh), cached like the collector.
+# The test also runs Debian's Prometheus 2.x: apt-get install prometheus.
+prometheus:
+	@tools/prometheus/build.sh >/dev/null
+
 test: test-go test-python
 
-test-go: all sanitize otelcol
+test-go: all sanitize otelcol prometheus
 	NCCLPROF_FUZZ_SECONDS=$(FUZZ_SECONDS) $(GO) test -count=1 -p 1 -timeout 30m ./...
 
 # The Python package, built from this checkout and installed into build/py (made once by

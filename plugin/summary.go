@@ -87,16 +87,12 @@ func (w *summaryWriter) finalized(r *aggregate.Result) {
 	w.written++
 }
 
+// write puts the summary in a new file, whole or not at all (a full disk leaves no partial or
+// empty summary: outfile.WriteNew).
 func (w *summaryWriter) write(c aggregate.Comm, b []byte) error {
-	f, err := outfile.Create(outputDir(),
-		fmt.Sprintf("ncclprof-summary-%s-%d-%016x-r%d", w.host, os.Getpid(), c.Hash, c.Rank), ".json")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(append(b, '\n'))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	_, err := outfile.WriteNew(outputDir(),
+		fmt.Sprintf("ncclprof-summary-%s-%d-%016x-r%d", w.host, os.Getpid(), c.Hash, c.Rank), ".json",
+		append(b, '\n'))
 	return err
 }
 

@@ -27,21 +27,70 @@ func Create(dir, base, ext string) (*os.File, error) {
 		return nil, err
 	}
 	for n := 0; n < MaxTries; n++ {
-		name := base + ext
-		if n > 0 {
-			name = fmt.Sprintf("%s.%d%s", base, n, ext)
-		}
 		// O_EXCL fails on any existing name, a dangling symlink included; O_NOFOLLOW says so
 		// explicitly for the final component.
-		f, err := os.OpenFile(filepath.Join(dir, name),
+		f, err := os.OpenFile(filepath.Join(dir, nameAt(base, ext, n)),
 			os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o644)
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
 		return f, err
 	}
-	return nil, fmt.Errorf("%d files named %s.*%s already in %s: clean it or choose another directory",
+	return nil, tooMany(dir, base, ext)
+}
+
+// nameAt is the n-th name Create tries: base+ext, then base.N+ext.
+func nameAt(base, ext string, n int) string {
+	if n == 0 {
+		return base + ext
+	}
+	return fmt.Sprintf("%s.%d%s", base, n, ext)
+}
+
+func tooMany(dir, base, ext string) error {
+	return fmt.Errorf("%d files named %s.*%s already in %s: clean it or choose another directory",
 		MaxTries, base, ext, dir)
+}
+
+// WriteNew writes data to a new file named as Create names it, whole or not at all: the data
+// goes to a hidden temporary file in dir, which takes the name only once all of it is written,
+// so a full disk leaves neither a truncated nor an empty file under the name. Like Create, it
+// never replaces an existing file. It returns the file's path.
+func WriteNew(dir, base, ext string, data []byte) (string, error) {
+	tmp, err := Create(dir, "."+base, ext+".tmp")
+	if err != nil {
+		return "", err
+	}
+	_, err = tmp.Write(data)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		var path string
+		if path, err = claim(tmp.Name(), dir, base, ext); err == nil {
+			return path, nil
+		}
+	}
+	_ = os.Remove(tmp.Name())
+	return "", err
+}
+
+// claim gives the written file tmp the first free name Create would take. A hard link fails on
+// an existing name (a symlink included) rather than replacing it, as rename would; tmp is
+// removed once linked.
+func claim(tmp, dir, base, ext string) (string, error) {
+	for n := 0; n < MaxTries; n++ {
+		path := filepath.Join(dir, nameAt(base, ext, n))
+		err := os.Link(tmp, path)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		return path, os.Remove(tmp)
+	}
+	return "", tooMany(dir, base, ext)
 }
 
 // CheckDir refuses a directory path that passes through a symlink owned by another user (not

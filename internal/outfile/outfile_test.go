@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/ncclprof/ncclprof/internal/hosttest"
 )
 
 func TestNewFilesOnly(t *testing.T) {
@@ -104,5 +106,55 @@ func TestGivesUpWithAdvice(t *testing.T) {
 	}
 	if _, err := Create(dir, "x", ".json"); err == nil || !strings.Contains(err.Error(), "choose another directory") {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// WriteNew on a full disk (a real tmpfs) leaves nothing behind: no empty or partial file under
+// the name, no temporary file (issue 14 item 9: a full disk once left a 0-byte summary). With
+// space, the file holds the data whole, under the first free name, without following a symlink
+// planted at the name.
+func TestWriteNewWholeOrNothing(t *testing.T) {
+	dir := hosttest.SmallDisk(t, "64k")
+	defer syscall.Umask(syscall.Umask(0o022))
+	data := []byte(strings.Repeat("{\"summary\": 1}\n", 1000)) // 15 kB: more than a page
+	victim := filepath.Join(t.TempDir(), "victim")
+	os.WriteFile(victim, []byte("keep"), 0o644)
+	if err := os.Symlink(victim, filepath.Join(dir, "s.json")); err != nil {
+		t.Fatal(err)
+	}
+	filler := hosttest.FillDisk(t, dir)
+	if path, err := WriteNew(dir, "s", ".json", data); err == nil || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("WriteNew on a full disk: %q, %v; want ENOSPC", path, err)
+	}
+	names := func() []string {
+		es, _ := os.ReadDir(dir)
+		var out []string
+		for _, e := range es {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	if got := strings.Join(names(), " "); got != "filler s.json" {
+		t.Errorf("after the failed write the directory holds %q, want only the filler and the planted link", got)
+	}
+	os.Remove(filler)
+	path, err := WriteNew(dir, "s", ".json", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(path) != "s.1.json" {
+		t.Errorf("wrote %s, want s.1.json (s.json is taken)", path)
+	}
+	if b, _ := os.ReadFile(path); string(b) != string(data) {
+		t.Errorf("the file holds %d bytes, want the %d written", len(b), len(data))
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Errorf("the planted link's target changed to %q", b)
+	}
+	if got := strings.Join(names(), " "); got != "s.1.json s.json" {
+		t.Errorf("directory %q: the temporary file was left behind", got)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v, want 0644 as Create makes it (umask 022)", fi.Mode().Perm())
 	}
 }

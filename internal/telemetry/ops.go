@@ -35,7 +35,7 @@ const (
 	nCounters
 )
 
-var counterNames = [nCounters]string{MOps, MOpBytes, MOpIncomplete, MOpTransfers, MOpTransferBytes}
+var counterNames = [nCounters]string{MOps, MOpIO, MOpIncomplete, MOpTransfers, MOpTransferBytes}
 
 // Histograms, in opInstruments.hists order.
 const (
@@ -93,6 +93,7 @@ type counterAdd struct {
 type opRecorder struct {
 	closed  atomic.Bool
 	in      *opInstruments
+	fix     *repairs
 	series  map[opAttrKey]*series // drainer goroutine only
 	queue   chan sample
 	dropped atomic.Uint64 // histogram samples skipped
@@ -110,8 +111,8 @@ const queueWait = 50 * time.Millisecond
 // exported series themselves).
 const maxSeriesCache = 8192
 
-func newOpRecorder(in *opInstruments) *opRecorder {
-	o := &opRecorder{in: in, series: map[opAttrKey]*series{}, queue: make(chan sample, opQueue)}
+func newOpRecorder(in *opInstruments, fix *repairs) *opRecorder {
+	o := &opRecorder{in: in, fix: fix, series: map[opAttrKey]*series{}, queue: make(chan sample, opQueue)}
 	go o.work()
 	return o
 }
@@ -165,13 +166,15 @@ func (o *opRecorder) seriesOf(op *aggregate.Op, step string) *series {
 	if s, ok := o.series[k]; ok {
 		return s
 	}
-	kv := commAttrs(op.Comm, op.Comm.Hash, op.Comm.Rank)
-	kv = append(kv, attribute.String(AttrOp, op.Func), attribute.Int(AttrNChannels, op.NChannels))
+	comm := op.Comm
+	comm.Name = o.fix.str(comm.Name)
+	kv := commAttrs(comm, comm.Hash, comm.Rank)
+	kv = append(kv, attribute.String(AttrOp, o.fix.str(op.Func)), attribute.Int(AttrNChannels, op.NChannels))
 	if op.Algo != "" {
-		kv = append(kv, attribute.String(AttrAlgo, op.Algo))
+		kv = append(kv, attribute.String(AttrAlgo, o.fix.str(op.Algo)))
 	}
 	if op.Proto != "" {
-		kv = append(kv, attribute.String(AttrProto, op.Proto))
+		kv = append(kv, attribute.String(AttrProto, o.fix.str(op.Proto)))
 	}
 	if step != "" {
 		kv = append(kv, attribute.String(AttrStep, step))
@@ -355,6 +358,7 @@ func (r *Recorder) Pass() {
 		return
 	}
 	r.rec.flushCounters()
+	r.warnRepairs()
 }
 
 // Sync makes every operation recorded so far visible to the next collection, waiting at most
