@@ -88,14 +88,25 @@ test-go: all sanitize otelcol prometheus
 	NCCLPROF_FUZZ_SECONDS=$(FUZZ_SECONDS) $(GO) test -count=1 -p 1 -timeout 30m ./...
 
 # The Python package, built from this checkout and installed into build/py (made once by
-# tools/python/venv.sh, with torch when the disk has room), then its tests.
+# tools/python/venv.sh, with the newest torch when the disk has room), then its tests; then
+# the torch tests again in build/py-torch<v>, with the oldest torch the package supports
+# (docs/python.md#torch-versions).
 PYTHON ?= python3
 PYENV  := $(BUILD)/py
+TORCH_OLDEST := 2.7.0
+PYENV_OLDEST := $(BUILD)/py-torch$(basename $(TORCH_OLDEST))
+PYWHEEL := $(BUILD)/pywheel
 test-python: all
 	@PYTHON=$(PYTHON) tools/python/venv.sh $(PYENV)
-	$(PYENV)/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps ./python
+	@PYTHON=$(PYTHON) tools/python/venv.sh $(PYENV_OLDEST) torch==$(TORCH_OLDEST)
+	@rm -rf $(PYWHEEL)
+	$(PYENV)/bin/pip wheel -q --disable-pip-version-check --no-deps --wheel-dir $(PYWHEEL) ./python
 	@rm -rf python/build python/ncclprof.egg-info
+	for env in $(PYENV) $(PYENV_OLDEST); do \
+	  $$env/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps $(PYWHEEL)/*.whl || exit 1; done
 	NCCLPROF_TEST_NO_TORCH="$$(cat $(PYENV)/no-torch 2>/dev/null)" $(PYENV)/bin/python -m pytest -q python/tests
+	NCCLPROF_TEST_NO_TORCH="$$(cat $(PYENV_OLDEST)/no-torch 2>/dev/null)" $(PYENV_OLDEST)/bin/python -m pytest -q \
+	  python/tests/test_torch.py python/tests/test_torch_dropin.py
 
 # A platform wheel (linux x86_64 or aarch64, glibc) that installs without Go.
 # Cross: make wheel GOARCH=arm64 CC=aarch64-linux-gnu-gcc
