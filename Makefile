@@ -18,7 +18,7 @@ MERGE   := $(BUILD)/ncclmerge
 CORE_SRC := plugin/core.c plugin/adapters.c plugin/control.c
 CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h
 HOST_SRC := testhost/main.c testhost/emit.c testhost/world.c testhost/scenarios.c \
-            testhost/fuzz.c testhost/bench.c testhost/soak.c testhost/skew.c
+            testhost/fuzz.c testhost/bench.c testhost/soak.c testhost/skew.c testhost/hang.c
 HOST_HDR := testhost/emit.h testhost/world.h testhost/scenarios.h plugin/abi.h plugin/core.h
 GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(wildcard go.sum)
 
