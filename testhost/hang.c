@@ -81,6 +81,7 @@ typedef struct hspec {
 typedef struct hcfg {
   const char *lib, *truth, *plan, *scenario;
   int rank, nranks, channels, kernel, abi, warmup, culprit, culprit2, channel, step, kind;
+  int leaves; /* the absent culprit destroys its communicators after the warmup (left the loop early) */
   long long seq;
   double hold_s, dump_after_s;
   long long start_ns;
@@ -512,11 +513,14 @@ static int live(const hcfg* c) {
       play_op(comms[i], &specs[i], &done, specs[i].seq - c->warmup + w, c->channels);
     }
   }
+  int left = 0;
   for (int i = 0; i < nspecs; i++) {
     hspec* s = &specs[i];
-    if (!comms[i] || s->fault == F_NONE || !s->plans[comms[i]->rank].present) continue;
-    play_op(comms[i], s, &s->plans[comms[i]->rank], s->seq, c->channels);
+    if (!comms[i] || s->fault == F_NONE) continue;
+    if (s->plans[comms[i]->rank].present) play_op(comms[i], s, &s->plans[comms[i]->rank], s->seq, c->channels);
+    else left |= c->leaves;
   }
+  if (left) world_finalize_all(); /* the plugin writes each communicator's summary */
   int64_t hung = real_ns_i();
   if (c->truth) {
     char host[256] = "";
@@ -546,6 +550,7 @@ static void hang_usage(void) {
           "  --scenario absent|gpu|link|intra|twocomms|finished   --kind absent|gpu (intra; gpu)\n"
           "  --culprit C (1)  --culprit2 C (twocomms' second half, 2)  --channel L (link, 1)  --step K (link, 3)\n"
           "  --seq S (2398459)  --warmup W (3)  --channels CH (4)  --no-kernel  --abi N (6)\n"
+          "  --culprit-leaves (absent: the culprit destroys its communicators instead, as a rank that left early)\n"
           "  --truth FILE  --hold-s S (600)  --dump-after-s S (0: never)  --start-ns NS (plan: times from here)\n"
           "  every rank of a job is started with the same options but --rank\n");
   exit(2);
@@ -567,6 +572,10 @@ static hcfg parse(int argc, char** argv) {
   for (int i = 1; i < argc - 1; i++) {
     if (!strcmp(argv[i], "--no-kernel")) {
       c.kernel = 0;
+      continue;
+    }
+    if (!strcmp(argv[i], "--culprit-leaves")) {
+      c.leaves = 1;
       continue;
     }
     size_t k = 0;

@@ -32,7 +32,7 @@ func FileName(host string, pid int) string {
 // operation's age from WrittenUnixNs, and Health.Partial from the counters. Then it validates.
 func Marshal(d *Dump) ([]byte, error) {
 	d.FormatVersion = Version
-	d.canonical()
+	d.Canonical()
 	if err := d.Validate(); err != nil {
 		return nil, fmt.Errorf("hang dump not written: %w", err)
 	}
@@ -46,7 +46,8 @@ func Marshal(d *Dump) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-func (d *Dump) canonical() {
+// Canonical puts the dump in the canonical form Marshal writes (see there).
+func (d *Dump) Canonical() {
 	slices.SortStableFunc(d.Comms, func(a, b Comm) int { return cmp.Or(cmp.Compare(a.Hash, b.Hash), cmp.Compare(a.Rank, b.Rank)) })
 	for i := range d.Comms {
 		c := &d.Comms[i]

@@ -79,6 +79,7 @@ func Read(path string) (Truth, error) {
 	if err != nil {
 		return tr, fmt.Errorf("%s: %w", path, err)
 	}
+	tr.Dump.Canonical() // in the order a dump is written, to compare with one
 	return tr, nil
 }
 
