@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
+	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -178,4 +180,103 @@ func TestHangTracesAndSummaries(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The report of a hung job's dumps alone: the verdict, the suspect and the grouped evidence,
+// rendered by headless Chromium without a console message, nothing fetched; the hang section is
+// drawn (its red frame and verdict are on the screenshot). NCCLMERGE_HANG_SCREENSHOT=path keeps
+// the screenshot (docs/img/ncclmerge-hang-report.png).
+func TestHangReportRendersInChromium(t *testing.T) {
+	bin := chromium(t)
+	truths := hangtest.Plan(t, "--scenario", "link", "--culprit", "21", "--channel", "2", "--step", "9", "--nranks", "64", "--channels", "4")
+	dir, _ := hangtest.Synthesize(t, truths, hangtruth.Watchdog)
+	out := filepath.Join(t.TempDir(), "hang.html")
+	if msg, err := run(t, "report", "-q", dir, "-o", out, "--title", "Simulated 64-rank job, hung"); err != nil {
+		t.Fatalf("%v\n%s", err, msg)
+	}
+	html := string(mustRead(t, out))
+	for _, want := range []string{
+		"The job is hung: who to blame",
+		`<p class="verdict">the link from rank 21 (node002, pid 40021) to rank 22 (node002, pid 40022) stopped on channel 2 in AllReduce seq 2398459`,
+		`<tr class="slow"><td class="l">link</td><td>21</td><td class="l">node002</td><td>40021</td><td class="l">0x48a6000000000003 (world)</td><td class="l">AllReduce</td><td>2398459</td><td>22</td><td>2</td>`,
+		"64 hang dump(s)",
+	} {
+		if !strings.Contains(html, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	for _, bad := range []string{"<script", "<link", "<img", "src=", "url(http", "<svg"} {
+		if strings.Contains(html, bad) {
+			t.Errorf("the page has %q (no plots without traces, nothing fetched)", bad)
+		}
+	}
+	dom, console := headless(t, bin, "--dump-dom", "file://"+out)
+	if console != "" {
+		t.Errorf("console messages:\n%s", console)
+	}
+	if !strings.Contains(string(dom), "waits_for_buffers") {
+		t.Fatalf("Chromium did not render the evidence: %.300s", dom)
+	}
+	shot := filepath.Join(t.TempDir(), "hang.png")
+	if _, console := headless(t, bin, "--screenshot="+shot, "file://"+out); console != "" {
+		t.Errorf("console messages:\n%s", console)
+	}
+	img := decodePNG(t, shot)
+	// The section's red frame runs down its left edge (x = 20), below the 78 px header.
+	red := 0
+	for y := 100; y < 300; y++ {
+		r, g, b, _ := img.At(21, y).RGBA()
+		if r>>8 > 150 && g>>8 < 40 && b>>8 < 40 {
+			red++
+		}
+	}
+	if red < 150 {
+		t.Errorf("%d red pixels on the hang section's left frame: not drawn where expected", red)
+	}
+	if n := coloured(img, image.Rect(40, 100, 1500, 140)); n < 500 {
+		t.Errorf("%d coloured pixels where the red verdict should be", n)
+	}
+	if dst := os.Getenv("NCCLMERGE_HANG_SCREENSHOT"); dst != "" {
+		if err := os.WriteFile(dst, mustRead(t, shot), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Dumps beside traces: the usual page (its four plots) with the hang section first.
+func TestHangReportWithTraces(t *testing.T) {
+	jobDir, _ := plantedJob(t)
+	dir := t.TempDir()
+	for _, p := range pluginTraces(t, jobDir) {
+		os.WriteFile(filepath.Join(dir, filepath.Base(p)), mustRead(t, p), 0o644)
+	}
+	truths := hangtest.Plan(t, "--scenario", "absent", "--culprit", "5")
+	if _, err := hangtruth.WriteDumps(dir, truths, hangtruth.Watchdog); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "r.html")
+	if msg, err := run(t, "report", "-q", dir, "-o", out); err != nil {
+		t.Fatalf("%v\n%s", err, msg)
+	}
+	html := string(mustRead(t, out))
+	if n := strings.Count(html, "<svg"); n != 4 {
+		t.Errorf("%d plots, want 4", n)
+	}
+	hangAt, plotsAt := strings.Index(html, `<p class="verdict">rank 5 never started AllReduce seq 2398459`), strings.Index(html, "<svg")
+	if hangAt < 0 || hangAt > plotsAt {
+		t.Errorf("the hang verdict is not on the page before the plots (at %d, plots at %d)", hangAt, plotsAt)
+	}
+}
+
+func decodePNG(t *testing.T, path string) image.Image {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
 }

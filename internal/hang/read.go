@@ -45,18 +45,28 @@ var (
 // IsDumpName says whether a file name is a dump's.
 func IsDumpName(name string) bool { return dumpRE.MatchString(filepath.Base(name)) }
 
-// Find sorts the arguments (files, directories, quoted globs) into dumps, summaries and traces. A
-// directory gives the files of those three kinds directly in it. Files named explicitly are dumps
-// unless their names say otherwise.
-func Find(args []string) (dumps, summaries, traces []string, err error) {
+// Found is what Find found.
+type Found struct {
+	Dumps, Summaries, Traces []string
+	// Others are files named explicitly (or matched by a glob) that are none of those by their
+	// names: ncclmerge hang reads them as dumps (a renamed copy), ncclmerge report as traces.
+	Others []string
+}
+
+// Find sorts the arguments (files, directories, quoted globs) into dumps, summaries and traces by
+// their names. A directory gives the files of those three kinds directly in it.
+func Find(args []string) (*Found, error) {
+	f := &Found{}
 	add := func(p string, named bool) {
 		switch b := filepath.Base(p); {
 		case summaryRE.MatchString(b):
-			summaries = append(summaries, p)
+			f.Summaries = append(f.Summaries, p)
 		case traceRE.MatchString(b):
-			traces = append(traces, p)
-		case dumpRE.MatchString(b) || named && strings.HasSuffix(b, ".json"):
-			dumps = append(dumps, p)
+			f.Traces = append(f.Traces, p)
+		case dumpRE.MatchString(b):
+			f.Dumps = append(f.Dumps, p)
+		case named:
+			f.Others = append(f.Others, p)
 		}
 	}
 	for _, a := range args {
@@ -65,7 +75,7 @@ func Find(args []string) (dumps, summaries, traces []string, err error) {
 		case serr == nil && st.IsDir():
 			ents, rerr := os.ReadDir(a)
 			if rerr != nil {
-				return nil, nil, nil, rerr
+				return nil, rerr
 			}
 			for _, e := range ents {
 				if !e.IsDir() {
@@ -77,14 +87,14 @@ func Find(args []string) (dumps, summaries, traces []string, err error) {
 		default:
 			m, _ := filepath.Glob(a)
 			if len(m) == 0 {
-				return nil, nil, nil, fmt.Errorf("%s: no such file or directory, and no file matches it as a pattern", a)
+				return nil, fmt.Errorf("%s: no such file or directory, and no file matches it as a pattern", a)
 			}
 			for _, p := range m {
 				add(p, true)
 			}
 		}
 	}
-	return dumps, summaries, traces, nil
+	return f, nil
 }
 
 // Load finds and reads the inputs. A dump that cannot be read (cut short, not JSON, of another
@@ -92,11 +102,18 @@ func Find(args []string) (dumps, summaries, traces []string, err error) {
 // summary. Two dumps of the same process (the same file found twice, or copies) count once: the
 // newest.
 func Load(args []string) (*Input, error) {
-	dumps, sums, traces, err := Find(args)
+	f, err := Find(args)
 	if err != nil {
 		return nil, err
 	}
-	in := &Input{Traces: traces}
+	f.Dumps, f.Others = append(f.Dumps, f.Others...), nil
+	return f.Load(), nil
+}
+
+// Load reads what was found (Others are left out).
+func (f *Found) Load() *Input {
+	dumps, sums := f.Dumps, f.Summaries
+	in := &Input{Traces: f.Traces}
 	loaded := make([]*Dump, len(dumps))
 	errs := make([]error, len(dumps))
 	parallel(len(dumps), func(i int) { loaded[i], errs[i] = ReadFile(dumps[i]) })
@@ -125,7 +142,7 @@ func Load(args []string) (*Input, error) {
 		in.Summaries = append(in.Summaries, s)
 	}
 	slices.SortFunc(in.Problems, func(a, b Problem) int { return cmp.Compare(a.Path, b.Path) })
-	return in, nil
+	return in
 }
 
 // ReadFile reads and validates one dump. Its errors say what to make of the file.
