@@ -111,6 +111,9 @@ bench: all
 	@if python3 -c 'import hta' 2>/dev/null; then $(MERGE) bench --size 1GiB; else \
 	  echo "(HTA not installed: pip install HolisticTraceAnalysis psutil  to compare with it)"; \
 	  $(MERGE) bench --size 1GiB --hta=false; fi
+	@echo "== ncclmerge hang over 1024 ranks' in-flight dumps (absent, gpu, link), 8 and 32 channels =="
+	$(MERGE) bench --what hang --ranks 1024 --testhost $(HOST)
+	$(MERGE) bench --what hang --ranks 1024 --channels 32 --testhost $(HOST)
 
 # Ten minutes of 64 communicators created and destroyed in cycles at full callback rate; prints
 # a JSON line a second (rss_kib, threads, fds, goroutines must stay flat) and fails if they grow.

@@ -36,7 +36,7 @@
 #include "scenarios.h"
 #include "world.h"
 
-#define HMAX_CH 16
+#define HMAX_CH 32
 #define HSTEPS 8 /* NCCL_STEPS: buffers per connection */
 
 enum { PAT_RING, PAT_CHAIN, PAT_INTRA };         /* ring AllReduce, chain Reduce, intra-node */
