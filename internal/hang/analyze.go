@@ -109,6 +109,7 @@ type DumpsRead struct {
 	LastWritten     int64     `json:"last_written_unix_ns"`
 	Requested       int       `json:"requested"` // dumps written on request rather than by the watchdog
 	PartialDumps    int       `json:"partial"`   // dumps whose process dropped events
+	Simulated       int       `json:"simulated"` // dumps of the test host, not of a real job
 	NothingInFlight int       `json:"nothing_in_flight"`
 }
 
@@ -169,6 +170,9 @@ func dumpsRead(in *Input) DumpsRead {
 		}
 		if l.Health.Partial {
 			d.PartialDumps++
+		}
+		if l.Simulated {
+			d.Simulated++
 		}
 		open := 0
 		for _, c := range l.Comms {

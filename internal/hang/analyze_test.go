@@ -201,3 +201,22 @@ func TestRanges(t *testing.T) {
 		}
 	}
 }
+
+// NCCL 2.23-2.26 do not tell the plugin a communicator's size (nranks 0): the ranks the dumps
+// name, their peers included, give it, and a rank without a dump is still found by its peers.
+func TestUnknownSize(t *testing.T) {
+	ring := func(rank int, p ...ProxyOp) *Dump {
+		c := comm("0x00000000000000aa", rank, 0, coll("AllReduce", 3, p...))
+		c.ABI = 3
+		return proc("h", 10+rank, c)
+	}
+	r := run(t, []*Dump{
+		ring(0, pop(Send, 1, 1, SendGPUWait), pop(Recv, 3, 0, RecvWait)),
+		ring(1, pop(Send, 2, 2, SendGPUWait), pop(Recv, 0, 1, RecvWait)),
+		ring(2, pop(Send, 3, 0, SendPeerWait), pop(Recv, 1, 2, RecvGPUWait)),
+	}, nil)
+	s := one(t, r)
+	if s.Rank != 3 || s.Kind != StateAbsent || s.Basis != BasisPeers || r.Hangs[0].NRanks != 4 {
+		t.Errorf("suspect %+v of %d ranks", s, r.Hangs[0].NRanks)
+	}
+}

@@ -64,10 +64,10 @@ func buildIndex(in *Input) *index {
 				x.comms[c.Hash] = v
 				x.order = append(x.order, c.Hash)
 			}
-			if c.NRanks != v.nranks {
+			if c.NRanks != v.nranks && c.NRanks > 0 && v.nranks > 0 {
 				x.notes = append(x.notes, fmt.Sprintf("communicator %s: %s says %d ranks, another dump %d; the larger is used", c.Hash, filepath.Base(l.Path), c.NRanks, v.nranks))
-				v.nranks = max(v.nranks, c.NRanks)
 			}
+			v.nranks = max(v.nranks, c.NRanks, c.maxRank()+1)
 			if old := v.ranks[c.Rank]; old != nil {
 				x.notes = append(x.notes, fmt.Sprintf("communicator %s rank %d is in two dumps, %s and %s (dumps of two jobs in one directory?); the newer is used",
 					c.Hash, c.Rank, filepath.Base(old.dump.Path), filepath.Base(l.Path)))
@@ -151,6 +151,24 @@ func (x *index) readTraces() {
 			si.started[o.Func] = tracedOp{seq: o.Seq, done: o.Done > 0}
 		}
 	}
+}
+
+// maxRank is the highest rank the communicator's entry names (its own, its peers'): the size of
+// a communicator whose nranks the plugin was not told is at least that plus one.
+func (c *Comm) maxRank() int {
+	m := c.Rank
+	for _, p := range c.P2pCompleted {
+		m = max(m, p.Peer)
+	}
+	for _, o := range c.Open {
+		if o.Peer != nil {
+			m = max(m, *o.Peer)
+		}
+		for _, p := range o.Proxy {
+			m = max(m, p.Peer)
+		}
+	}
+	return m
 }
 
 // completedSeq is the last seq of func the rank completed (-1: none).

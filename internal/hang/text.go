@@ -9,6 +9,9 @@ import (
 	"time"
 )
 
+// maxProblems is how many unusable files the text names.
+const maxProblems = 5
+
 // Formats Write knows.
 var Formats = []string{"text", "json"}
 
@@ -39,7 +42,11 @@ func (r *Result) Write(w io.Writer, format string) error {
 		}
 	}
 	b.WriteString("\n" + r.Dumps.Text() + "\n")
-	for _, p := range r.Dumps.Problems {
+	for i, p := range r.Dumps.Problems {
+		if i == maxProblems && len(r.Dumps.Problems) > maxProblems+1 {
+			fmt.Fprintf(&b, "  … and %d more (--format json lists them all)\n", len(r.Dumps.Problems)-i)
+			break
+		}
 		fmt.Fprintf(&b, "  %s: %s\n", filepath.Base(p.Path), p.Msg)
 	}
 	for _, n := range r.Notes {
@@ -80,6 +87,9 @@ func (d *DumpsRead) Text() string {
 		}
 		if d.NothingInFlight > 0 {
 			s += fmt.Sprintf(", %d with nothing in flight", d.NothingInFlight)
+		}
+		if d.Simulated > 0 {
+			s += fmt.Sprintf(", %d SIMULATED (the test host's, not a real job's)", d.Simulated)
 		}
 	}
 	if d.Summaries+d.Traces > 0 {

@@ -36,11 +36,12 @@ func (c *Comm) validate() error {
 	if !hashRE.MatchString(c.Hash) {
 		return fmt.Errorf("comm_hash %q: want 0x and 16 lower-case hex digits", c.Hash)
 	}
-	if c.NRanks <= 0 || c.Rank < 0 || c.Rank >= c.NRanks {
+	// nranks 0: not known (NCCL 2.23-2.26, profiler ABI v1-v3, do not tell the plugin).
+	if c.NRanks < 0 || c.Rank < 0 || c.NRanks > 0 && c.Rank >= c.NRanks {
 		return fmt.Errorf("rank %d of nranks %d", c.Rank, c.NRanks)
 	}
 	for i, p := range c.P2pCompleted {
-		if p.Peer < 0 || p.Peer >= c.NRanks {
+		if !rankIn(p.Peer, c.NRanks) {
 			return fmt.Errorf("p2p_completed[%d]: peer %d of nranks %d", i, p.Peer, c.NRanks)
 		}
 	}
@@ -59,7 +60,7 @@ func (o *Op) validate(nranks int) error {
 			return fmt.Errorf("a collective with a peer")
 		}
 	case KindP2p:
-		if o.Peer == nil || *o.Peer < 0 || *o.Peer >= nranks {
+		if o.Peer == nil || !rankIn(*o.Peer, nranks) {
 			return fmt.Errorf("a point-to-point operation needs a peer below nranks %d", nranks)
 		}
 	default:
@@ -85,7 +86,7 @@ func (p *ProxyOp) validate(nranks int) error {
 	switch {
 	case p.Channel < 0 || p.Channel >= MaxChannels:
 		return fmt.Errorf("channel %d", p.Channel)
-	case p.Peer < 0 || p.Peer >= nranks:
+	case !rankIn(p.Peer, nranks):
 		return fmt.Errorf("peer %d of nranks %d", p.Peer, nranks)
 	case p.Direction != Send && p.Direction != Recv:
 		return fmt.Errorf("direction %q: want %q or %q", p.Direction, Send, Recv)
@@ -108,3 +109,6 @@ func (p *ProxyOp) validate(nranks int) error {
 	}
 	return nil
 }
+
+// rankIn: a rank of a communicator of nranks (0: of unknown size).
+func rankIn(r, nranks int) bool { return r >= 0 && (nranks == 0 || r < nranks) }
