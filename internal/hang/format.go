@@ -151,8 +151,8 @@ type Op struct {
 	// As NCCL's Coll/P2p event gives them.
 	Count     uint64 `json:"count"`
 	Datatype  string `json:"datatype"`
-	Algorithm string `json:"algorithm,omitempty"`
-	Protocol  string `json:"protocol,omitempty"`
+	Algorithm string `json:"algorithm"`
+	Protocol  string `json:"protocol"`
 	NChannels int    `json:"nchannels"`
 	// StartUnixNs: the Coll/P2p start; AgeNs: the dump's time minus that (set by Write).
 	StartUnixNs int64 `json:"start_unix_ns"`
