@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
-	"syscall"
 
 	"github.com/ncclprof/ncclprof/internal/outfile"
+	"github.com/ncclprof/ncclprof/internal/tracefile"
 )
 
 // FilePrefix and FileSuffix frame a dump's name: ncclprof-hang-<host>-<pid>.json.
@@ -95,52 +92,27 @@ func (d *Dump) Canonical() {
 }
 
 // Write writes the dump into dir as FileName(d.Host, d.PID), atomically: the bytes go to a new
-// hidden file beside it, which is then renamed over the previous dump, so a reader never sees a
-// half-written file and a crash leaves the previous dump whole. Like every file the plugin
-// writes, the temporary is created new (never through a symlink, 0644 less the umask) in a
-// directory reached through no other user's symlink; the rename replaces a name, never follows
-// one. It returns the dump's path. The plugin calls it from its own goroutine, never from NCCL's
-// threads.
+// hidden file beside it (tracefile.CreateRaw: created new, never through a symlink, 0644 less the
+// umask), which is then renamed over the previous dump, so a reader never sees a half-written
+// file and a failure leaves the previous dump whole; the rename replaces a name, never follows
+// one. The directory must be reached through no other user's symlink (outfile.CheckDir). It
+// returns the dump's path. The plugin calls it from its own goroutine, never from NCCL's threads.
 func Write(dir string, d *Dump) (string, error) {
 	b, err := Marshal(d)
 	if err != nil {
 		return "", err
 	}
-	return writeAtomic(dir, FileName(d.Host, d.PID), b)
-}
-
-func writeAtomic(dir, name string, b []byte) (string, error) {
 	if err := outfile.CheckDir(dir); err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	final := filepath.Join(dir, name)
-	var tmp *os.File
-	for n := 0; tmp == nil; n++ {
-		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf(".%s.%d.tmp", name, n)),
-			os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o644)
-		switch {
-		case err == nil:
-			tmp = f
-		case !errors.Is(err, fs.ErrExist) || n == outfile.MaxTries:
-			return "", err
-		}
-	}
-	_, err := tmp.Write(b)
-	if err == nil {
-		err = tmp.Sync() // the rename must not reach the disk before the bytes
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), final)
-	}
+	path := filepath.Join(dir, FileName(d.Host, d.PID))
+	w, err := tracefile.CreateRaw(path)
 	if err != nil {
-		os.Remove(tmp.Name())
 		return "", err
 	}
-	return final, nil
+	if _, err := w.Write(b); err != nil {
+		w.Abort()
+		return "", err
+	}
+	return path, w.Close()
 }

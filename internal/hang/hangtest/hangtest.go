@@ -5,30 +5,18 @@ package hangtest
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ncclprof/ncclprof/internal/hang"
 	"github.com/ncclprof/ncclprof/internal/hang/hangtruth"
+	"github.com/ncclprof/ncclprof/internal/hosttest"
 )
-
-// Root is the repository root, from a test's package directory.
-func Root(t testing.TB) string {
-	dir, _ := filepath.Abs(".")
-	for d := dir; d != "/"; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-	}
-	t.Fatalf("no go.mod above %s", dir)
-	return ""
-}
 
 // Built is a file of the repository's build directory, which must exist.
 func Built(t testing.TB, name string) string {
-	p := filepath.Join(Root(t), "build", name)
+	p := hosttest.Path(t, name)
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("%s is not built: run make in the repository root (%v)", p, err)
 	}
