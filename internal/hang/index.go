@@ -32,14 +32,13 @@ type sideInfo struct {
 	// left: the rank destroyed the communicator (its summary exists) after these operations.
 	left    bool
 	leftOps map[string]uint64
-	// started: per function, the last seq its trace shows it starting, and whether it completed.
+	// started: per function, the last seq its trace shows it starting.
 	started map[string]tracedOp
 	source  string // the file that says so
 }
 
 type tracedOp struct {
-	seq  int64
-	done bool
+	seq int64
 }
 
 type index struct {
@@ -148,7 +147,7 @@ func (x *index) readTraces() {
 			si.source = p.Files[0]
 		}
 		if t, ok := si.started[o.Func]; !ok || o.Seq >= t.seq {
-			si.started[o.Func] = tracedOp{seq: o.Seq, done: o.Done > 0}
+			si.started[o.Func] = tracedOp{seq: o.Seq}
 		}
 	}
 }
