@@ -141,3 +141,31 @@ func TestThousandRanks(t *testing.T) {
 		})
 	}
 }
+
+// Every time: the culprit at every position of rings of several sizes, a link stopped on every
+// channel and at early, middle and late steps — always exactly the planted one.
+func TestEveryPlacement(t *testing.T) {
+	var cases [][]string
+	for _, n := range []int{3, 5, 8, 13} {
+		for c := 0; c < n; c++ {
+			for _, kind := range []string{"absent", "gpu"} {
+				cases = append(cases, []string{"--scenario", kind, "--culprit", fmt.Sprint(c), "--nranks", fmt.Sprint(n), "--channels", "2"})
+			}
+			for ch := 0; ch < 2; ch++ {
+				for _, step := range []int{0, n - 1, 2*n - 3} {
+					cases = append(cases, []string{"--scenario", "link", "--culprit", fmt.Sprint(c), "--nranks", fmt.Sprint(n), "--channels", "2",
+						"--channel", fmt.Sprint(ch), "--step", fmt.Sprint(step)})
+				}
+			}
+		}
+	}
+	for _, args := range cases {
+		truths := hangtest.Plan(t, args...)
+		dir, _ := hangtest.Synthesize(t, truths, hangtruth.Watchdog)
+		res := analyze(t, dir)
+		if want, got := hangtest.Want(truths), hangtest.Got(res); !slices.Equal(want, got) {
+			t.Errorf("%v: suspects %v, want %v\n%s", args, got, want, res.Verdict)
+		}
+	}
+	t.Logf("%d placements", len(cases))
+}
