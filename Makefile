@@ -18,7 +18,8 @@ MERGE   := $(BUILD)/ncclmerge
 CORE_SRC := plugin/core.c plugin/adapters.c plugin/control.c
 CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h
 HOST_SRC := testhost/main.c testhost/emit.c testhost/world.c testhost/scenarios.c \
-            testhost/fuzz.c testhost/bench.c testhost/soak.c testhost/skew.c testhost/drainbench.c
+            testhost/fuzz.c testhost/bench.c testhost/soak.c testhost/skew.c testhost/hang.c \
+            testhost/drainbench.c
 HOST_HDR := testhost/emit.h testhost/world.h testhost/scenarios.h plugin/abi.h plugin/core.h
 GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(wildcard go.sum)
 
@@ -128,6 +129,9 @@ bench: all
 	@if python3 -c 'import hta' 2>/dev/null; then $(MERGE) bench --size 1GiB; else \
 	  echo "(HTA not installed: pip install HolisticTraceAnalysis psutil  to compare with it)"; \
 	  $(MERGE) bench --size 1GiB --hta=false; fi
+	@echo "== ncclmerge hang over 1024 ranks' in-flight dumps (absent, gpu, link), 8 and 32 channels =="
+	$(MERGE) bench --what hang --ranks 1024 --testhost $(HOST)
+	$(MERGE) bench --what hang --ranks 1024 --channels 32 --testhost $(HOST)
 
 # Ten minutes of 64 communicators created and destroyed in cycles at full callback rate; prints
 # a JSON line a second (rss_kib, threads, fds, goroutines must stay flat) and fails if they grow.

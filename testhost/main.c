@@ -31,6 +31,7 @@ static void usage(void) {
           "  fork       allreduce with a fork() halfway; the child exits without NCCL\n"
           "  flood      AllReduces in 64-byte chunks: thousands of ProxySteps per operation\n"
           "  skew       ranks on one schedule with a planted slow rank (its own options: see skew.c)\n"
+          "  hang       ranks of a job that stops, the culprit planted (its own options: see hang.c)\n"
           "options:\n"
           "  --abi N (1-6, default 6)  --rank R (0)  --nranks N (4)  --iters N (50)\n"
           "  --channels N (2)  --kernel (emit KernelCh)  --comms N  --cycles N (3)\n"
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
    * NCCL, so a trace of the test host is never mistaken for one of a real job. */
   setenv("NCCLPROF_SIMULATED", "1", 0);
   if (argc > 1 && !strcmp(argv[argc - 1], "skew")) return scenario_skew(argc, argv);
+  if (argc > 1 && !strcmp(argv[argc - 1], "hang")) return scenario_hang(argc, argv);
   opts o = {.abi = 6, .rank = 0, .nranks = 4, .iters = 50, .channels = 2, .cycles = 3,
             .realtime = 1, .seconds = 5, .threads = 3, .reps = 7, .seed = 1,
             .mask_api = -1};

@@ -72,5 +72,6 @@ void scenario_manycomms(const opts* o);
 void scenario_fork(const opts* o);
 void scenario_flood(const opts* o);
 int scenario_skew(int argc, char** argv); /* parses its own options (skew.c) */
+int scenario_hang(int argc, char** argv); /* parses its own options (hang.c) */
 
 #endif

@@ -36,10 +36,12 @@ func benchCmd() *cobra.Command {
 		what       string
 		reps       int
 		ranks, ops int
+		channels   int
+		testhost   string
 	)
 	c := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure merge, stats or skew throughput and memory on large synthesized traces",
+		Short: "Measure merge, stats, skew or hang throughput and memory on large synthesized inputs",
 		Long: `--what merge (the default): synthesize a Kineto trace of --size bytes by repeating a real one
 (each copy later in time, with its own correlation ids) and its plugin trace, then measure in one run:
   - a plain read of the file into memory,
@@ -54,10 +56,16 @@ ncclmerge stats on it (--reps runs in child processes: median wall time, CPU, pe
 and of a quarter of that job (half the ranks, half the operations), and time ncclmerge skew on
 both: the ratio of their times against the ratio of their sizes (4) shows how it scales.
 
+--what hang: the test host plants a hang of each kind (absent, gpu, link) on --ranks ranks
+(1024 by default here) and lays out every rank's state; the dumps are written with the plugin's
+writer, and ncclmerge hang is timed over them (--reps runs: median wall time, CPU, peak RSS).
+Also reported: the bytes one in-flight operation adds to a dump, with --channels channels.
+
 The temporary files are deleted unless --keep.`,
 		Example: `  ncclmerge bench --size 1GiB --source ../shared/traces/kineto/nccl_parser_config_nccl_data.json.gz
   ncclmerge bench --what stats --size 1GiB
-  ncclmerge bench --what skew --ranks 64 --ops 10000`,
+  ncclmerge bench --what skew --ranks 64 --ops 10000
+  ncclmerge bench --what hang --ranks 1024`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			n, err := parseSize(size)
 			if err != nil {
@@ -78,8 +86,13 @@ The temporary files are deleted unless --keep.`,
 				res, err = benchStats(tmp, n, reps)
 			case "skew":
 				res, err = benchSkew(tmp, ranks, ops, reps)
+			case "hang":
+				if !cmd.Flags().Changed("ranks") {
+					ranks = 1024
+				}
+				res, err = benchHang(tmp, testhost, ranks, channels, reps)
 			default:
-				return fmt.Errorf("--what %q: want merge, stats or skew", what)
+				return fmt.Errorf("--what %q: want merge, stats, skew or hang", what)
 			}
 			if err != nil {
 				return err
@@ -99,9 +112,11 @@ The temporary files are deleted unless --keep.`,
 	f.StringVar(&pythonPath, "python", "python3", "the Python that has HolisticTraceAnalysis")
 	f.BoolVar(&keep, "keep", false, "keep the temporary files")
 	f.StringVar(&jsonOut, "json", "", "also write the results as JSON to this file")
-	f.StringVar(&what, "what", "merge", "what to measure: merge, stats or skew")
-	f.IntVar(&reps, "reps", 3, "stats, skew: runs of each measurement (the median is reported)")
-	f.IntVar(&ranks, "ranks", 64, "skew: ranks of the larger job")
+	f.StringVar(&what, "what", "merge", "what to measure: merge, stats, skew or hang")
+	f.IntVar(&reps, "reps", 3, "stats, skew, hang: runs of each measurement (the median is reported)")
+	f.IntVar(&ranks, "ranks", 64, "skew: ranks of the larger job; hang: ranks of the job (default 1024 there)")
+	f.IntVar(&channels, "channels", 8, "hang: channels of the hung operation")
+	f.StringVar(&testhost, "testhost", "build/ncclprof-testhost", "hang: the C test host that plants the hangs")
 	f.IntVar(&ops, "ops", 10000, "skew: collectives per rank of the larger job")
 	return c
 }

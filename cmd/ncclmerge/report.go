@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 
+	"github.com/ncclprof/ncclprof/internal/hang"
 	"github.com/ncclprof/ncclprof/internal/report"
 	"github.com/ncclprof/ncclprof/internal/skew"
 	"github.com/ncclprof/ncclprof/internal/stats"
@@ -26,7 +28,9 @@ func reportCmd() *cobra.Command {
   - the slow ranks, the stats table (as ncclmerge stats), the slowest operations and the most
     skewed collectives, each with where it is in its trace (file, pid, tid, ts, and the query
     that finds the slice in Perfetto).
-Skew uses ncclmerge skew's default thresholds.
+Skew uses ncclmerge skew's default thresholds. Where the arguments hold the plugin's in-flight
+dumps (ncclprof-hang-*.json), the page begins with ncclmerge hang's verdict and evidence; with
+dumps and no trace, it has that alone.
 
 ` + traceArgsHelp,
 		Example: `  ncclmerge report ncclprof-out/ -o report.html
@@ -35,16 +39,19 @@ Skew uses ncclmerge skew's default thresholds.
 			if out == "" {
 				return fmt.Errorf("-o is required: the HTML file to write (e.g. -o report.html)")
 			}
-			set, err := readOps(cmd, args, quiet, false)
+			page, err := buildReport(cmd, args, title, quiet)
 			if err != nil {
 				return err
 			}
-			page := report.Build(set, stats.Compute(set), skew.Analyze(set, skew.Defaults), title)
 			if err := writeAtomic(out, func(w io.Writer) error { return page.Write(w) }); err != nil {
 				return err
 			}
 			if !quiet {
-				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%d operations, %d ranks): open it in a browser\n", out, page.Ops, page.Ranks)
+				what := fmt.Sprintf("%d operations, %d ranks", page.Ops, page.Ranks)
+				if page.Hang != nil {
+					what += fmt.Sprintf(", the hang analysis of %d dumps", page.Hang.Dumps.Read)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%s): open it in a browser\n", out, what)
 			}
 			return nil
 		},
@@ -53,4 +60,44 @@ Skew uses ncclmerge skew's default thresholds.
 	c.Flags().StringVar(&title, "title", "NCCL communication report", "the page's title")
 	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "no progress on stderr")
 	return c
+}
+
+// buildReport reads the traces and, where there are any, the hang dumps among the arguments.
+func buildReport(cmd *cobra.Command, args []string, title string, quiet bool) (*report.Page, error) {
+	found, err := hang.Find(args)
+	if err != nil {
+		return nil, err
+	}
+	if len(found.Dumps) == 0 {
+		return reportOfTraces(cmd, args, title, quiet)
+	}
+	found.Others = nil // explicit files that are not dumps by name are traces here
+	res := hang.Analyze(found.Load())
+	// The traces are every other input but the summaries (which only the hang analysis reads).
+	all, err := expandTraces(args)
+	if err != nil {
+		return nil, err
+	}
+	var traces []string
+	for _, p := range all {
+		if !hang.IsDumpName(p) && !slices.Contains(found.Summaries, p) {
+			traces = append(traces, p)
+		}
+	}
+	if len(traces) == 0 {
+		return report.BuildHang(res, title, found.Dumps), nil
+	}
+	page, err := reportOfTraces(cmd, traces, title, quiet)
+	if err == nil {
+		page.Hang = res
+	}
+	return page, err
+}
+
+func reportOfTraces(cmd *cobra.Command, args []string, title string, quiet bool) (*report.Page, error) {
+	set, err := readOps(cmd, args, quiet, false)
+	if err != nil {
+		return nil, err
+	}
+	return report.Build(set, stats.Compute(set), skew.Analyze(set, skew.Defaults), title), nil
 }

@@ -13,9 +13,11 @@ import (
 	"math"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/ncclprof/ncclprof/internal/commops"
+	"github.com/ncclprof/ncclprof/internal/hang"
 	"github.com/ncclprof/ncclprof/internal/skew"
 	"github.com/ncclprof/ncclprof/internal/stats"
 )
@@ -30,6 +32,11 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"bw":   func(v float64) string { return fmtBW(v) },
 	"size": func(n uint64) string { return stats.Size(n) },
 	"base": filepath.Base,
+	"secs": func(ns int64) string { return fmt.Sprintf("%.1f", float64(ns)/1e9) },
+	"suspect": func(state string) bool {
+		return state == hang.StateAbsent || state == hang.StateGPU || state == hang.StateLinkSend || state == hang.StateUnknown
+	},
+	"lines": func(s string) []string { return strings.Split(s, "\n") },
 	// perfettoTs is a JSON ts in µs as Perfetto's trace processor stores it: ns.
 	"perfettoTs": func(us float64) int64 { return int64(math.Round(us * 1e3)) },
 }).Parse(pageHTML))
@@ -47,6 +54,10 @@ type Page struct {
 	Skew      *skew.Result
 	Slowest   []SlowOp
 	Notes     []string
+	// Traces: the page has the trace analyses (it may have the hang alone).
+	Traces bool
+	// Hang is the analysis of the in-flight dumps found beside the traces (nil: none).
+	Hang *hang.Result
 }
 
 // SlowOp is one of the slowest operations, with where to find it.
@@ -70,7 +81,7 @@ type SlowOp struct {
 
 // Build assembles the page from the operations, their statistics and their skew.
 func Build(s *commops.Set, st *stats.Table, sk *skew.Result, title string) *Page {
-	p := &Page{Title: title, Generated: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Files: s.Files,
+	p := &Page{Title: title, Generated: generated(), Files: s.Files, Traces: true,
 		Ops: len(s.Ops), Ranks: len(s.Procs), TotalNs: st.TotalNs, Skew: sk, Notes: sk.Notes}
 	for _, svg := range []string{bandwidthPlot(s), heatmap(s), skewPlot(s, sk), latePlot(sk)} {
 		p.Plots = append(p.Plots, template.HTML(svg)) // built by this package, every text escaped
@@ -79,6 +90,33 @@ func Build(s *commops.Set, st *stats.Table, sk *skew.Result, title string) *Page
 	p.Slowest = slowest(s, 25)
 	return p
 }
+
+// BuildHang is the page of a hung job whose ranks wrote in-flight dumps and no trace: the hang
+// section alone.
+func BuildHang(r *hang.Result, title string, dumps []string) *Page {
+	return &Page{Title: title, Generated: generated(), Files: perDir(dumps, "dump"), Hang: r}
+}
+
+// perDir names files by directory, "DIR/ (1024 dumps)": a job has thousands of them.
+func perDir(files []string, what string) []string {
+	count := map[string]int{}
+	var dirs []string
+	for _, f := range files {
+		d := filepath.Dir(f)
+		if count[d] == 0 {
+			dirs = append(dirs, d)
+		}
+		count[d]++
+	}
+	sort.Strings(dirs)
+	out := make([]string, len(dirs))
+	for i, d := range dirs {
+		out[i] = fmt.Sprintf("%s/ (%d %ss)", d, count[d], what)
+	}
+	return out
+}
+
+func generated() string { return time.Now().UTC().Format("2006-01-02 15:04 UTC") }
 
 // slowest lists the n longest operations.
 func slowest(s *commops.Set, n int) []SlowOp {
