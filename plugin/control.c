@@ -78,6 +78,40 @@ NP_API int ncclprof_flush(int timeout_ms) {
   return 1;
 }
 
+/* Writes this process's hang dump (ncclprof-hang-<host>-<pid>.json in NCCLPROF_OUTPUT_DIR: what
+ * is in flight inside NCCL now, docs/hang.md) at once, e.g. from a PyTorch timeout handler before
+ * the process is torn down. Waits up to 10 s for the drainer. Returns 0 when written, 1 if it
+ * could not be written or timed out, 2 when the plugin has not started (no communicator), 3 in
+ * a forked child. */
+static uint64_t np_dump_req, np_dump_ack, np_dump_status;
+NP_API int ncclprof_dump_inflight(void) {
+  const long timeout_ms = 10000;
+  if (np_in_child()) return NP_IN_CHILD;
+  if (np_cfg.nslots == 0) return 2;
+  uint64_t want = __atomic_add_fetch(&np_dump_req, 1, __ATOMIC_ACQ_REL);
+  np_kick();
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    if (__atomic_load_n(&np_dump_ack, __ATOMIC_ACQUIRE) >= want)
+      return __atomic_load_n(&np_dump_status, __ATOMIC_ACQUIRE) ? 1 : 0;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >= timeout_ms) return 1;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Drainer side: the dump request to serve (0 if none), and its acknowledgement with status. */
+uint64_t np_dump_pending(void) {
+  uint64_t r = __atomic_load_n(&np_dump_req, __ATOMIC_ACQUIRE);
+  return r > __atomic_load_n(&np_dump_ack, __ATOMIC_ACQUIRE) ? r : 0;
+}
+void np_dump_done(uint64_t req, int failed) {
+  __atomic_store_n(&np_dump_status, (uint64_t)failed, __ATOMIC_RELEASE);
+  __atomic_store_n(&np_dump_ack, req, __ATOMIC_RELEASE);
+}
+
 /* Drainer side: the flush request to serve (0 if none), and its acknowledgement. */
 uint64_t np_flush_pending(void) {
   uint64_t r = __atomic_load_n(&np_flush_req, __ATOMIC_ACQUIRE);

@@ -391,6 +391,9 @@ void np_stat_set(int i, uint64_t v);
 /* Flush requests from the control API: the one to serve (0: none), and its completion. */
 uint64_t np_flush_pending(void);
 void np_flush_done(uint64_t req);
+/* Hang-dump requests (ncclprof_dump_inflight): the one to serve, and its completion. */
+uint64_t np_dump_pending(void);
+void np_dump_done(uint64_t req, int failed);
 void np_set_tick_rate(double ticks_per_ns);
 /* Logs through NCCL's logger when one was given (warnings the drainer raises). */
 void np_log(int level, const char* msg);

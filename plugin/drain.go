@@ -122,6 +122,7 @@ func (d *drain) run() {
 		metrics.op(o)
 		trace.op(o)
 	}
+	dog := newWatchdog(d) // hang dumps (plugin/hang.go)
 	lastAnchor := time.Now()
 	var ready [maxReady]C.np_ready
 	wait := pollInterval
@@ -129,6 +130,8 @@ func (d *drain) run() {
 		C.np_wait(C.int(wait / time.Millisecond))
 		pass := startPass()
 		req := uint64(C.np_flush_pending())
+		dumpReq := uint64(C.np_dump_pending())
+		d.agg.KernelRecorded = C.np_get_mask()&C.NPABI_KERNEL_CH != 0
 		d.clock.Refresh()
 		C.np_set_tick_rate(C.double(d.clock.TicksPerNs()))
 		d.mu.Lock()
@@ -136,7 +139,7 @@ func (d *drain) run() {
 		flush := C.int(0)
 		// A flush request, or a trace start/stop: read every window first, so the file being
 		// closed gets the events up to the stop and the new one starts where it should.
-		if ctl := trace.beforeDrain(); req != 0 || ctl {
+		if ctl := trace.beforeDrain(); req != 0 || dumpReq != 0 || ctl {
 			flush = 1
 		}
 		wait = pollInterval
@@ -145,6 +148,15 @@ func (d *drain) run() {
 		}
 		d.advance()
 		d.finishComms()
+		now := time.Now()
+		if dumpReq != 0 {
+			err := dog.request(now)
+			if err != nil {
+				warnf("hang dump requested but not written: %v", err)
+			}
+			C.np_dump_done(C.uint64_t(dumpReq), C.int(b2i(err != nil)))
+		}
+		dog.tick(now)
 		if time.Since(lastAnchor) >= 100*time.Millisecond {
 			d.cpu.Refresh() // a new TSC↔CLOCK_REALTIME anchor for the trace's timestamps
 			lastAnchor = time.Now()

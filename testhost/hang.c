@@ -316,13 +316,14 @@ static void play_op(hcomm* c, const hspec* s, hplan* pl, long long seq, int chan
   host_group_api_state(p, gapi, NPABI_GROUP_START_API_STOP);
   host_ev ca = {.type = NPABI_COLL_API, .parent = gapi, .func = s->func, .count = count, .dtype = "ncclFloat32",
                 .root = chain ? s->n - 1 : 0, .stream = (void*)0x5000};
-  host_stop(p, start_event(c->ctx, &ca, 0));
+  void* capi = start_event(c->ctx, &ca, 0); /* the Coll's parentObj from v5 on, as in NCCL */
+  host_stop(p, capi);
   host_group_api_state(p, gapi, NPABI_GROUP_END_API_START);
   host_ev kl = {.type = NPABI_KERNEL_LAUNCH, .parent = gapi, .stream = (void*)0x5000};
   host_stop(p, start_event(c->ctx, &kl, 0));
   host_ev ge = {.type = NPABI_GROUP};
   void* grp = start_event(c->ctx, &ge, 0);
-  host_ev ce = {.type = NPABI_COLL, .parent_group = grp, .rank = r, .comm_name = c->name, .comm_hash = c->hash,
+  host_ev ce = {.type = NPABI_COLL, .parent = capi, .parent_group = grp, .rank = r, .comm_name = c->name, .comm_hash = c->hash,
                 .seq = (uint64_t)seq, .func = s->func, .count = count, .dtype = "ncclFloat32", .algo = "RING",
                 .proto = "SIMPLE", .root = chain ? s->n - 1 : 0, .nchannels = (uint8_t)channels, .nwarps = 16};
   pl->start = real_ns_i();

@@ -98,6 +98,13 @@ type Aggregator struct {
 	TicksPerNs float64
 	// QuietNs, MaxAgeNs and WindowDelayNs: see the Default constants.
 	QuietNs, MaxAgeNs, WindowDelayNs float64
+	// KernelRecorded: NCCL is asked for KernelCh events (ABI v3+), so every operation's kernel
+	// reports its channels; an operation none of whose channels has started is in flight (its
+	// kernel has not begun), not complete.
+	KernelRecorded bool
+	// HoldNs: while a hang watchdog is on, pending operations and their open children are not
+	// given up before this age (its timeout and a margin), so a hang stays visible to it.
+	HoldNs float64
 	// OnOp, if set, receives every completed operation. The Op is valid during the call only.
 	OnOp  func(*Op)
 	comms map[uint32]*commState
@@ -122,6 +129,11 @@ type opEntry struct {
 	api            *apiEntry
 	gpuMin, gpuMax uint64
 	expired        bool // a child was given up
+	pinned         bool // shown in a hang dump: never given up by age (InFlight)
+	// What a hang dump shows of it while it is in flight (inflight.go).
+	p2pSeq  int64        // P2P: the plugin's ordinal of this (communicator, peer, direction)
+	kernels []KernelSeen // its KernelCh channels
+	proxies []ProxySeen  // its ProxyOps that have stopped (open ones are in the plugin's arena)
 }
 
 // proxyEntry is a ProxyOp or KernelCh that was open when its window was read: carried until
@@ -146,6 +158,7 @@ type groupEntry struct {
 	handle   uint64
 	depth    int32
 	open     bool
+	launched bool // a KernelLaunch of this group was seen (ABI v5+)
 	p2pAPIs  int
 	collAPIs int
 	linked   int // P2pApi calls whose P2p task has been seen
@@ -166,7 +179,9 @@ type commState struct {
 	kernels  map[uint64]*proxyEntry // open KernelCh, carried over
 	apis     map[uint64]*apiEntry
 	groups   map[uint64]*groupEntry
-	grOrder  []*groupEntry          // the same, in the order they were read
+	grOrder  []*groupEntry // the same, in the order they were read
+	// Progress, for hang dumps and for telling a hang from a ghost (inflight.go).
+	progress progress
 	others   map[uint64]event.Ticks // open events of types not aggregated (Group, …): born
 	done     map[uint64]event.Ticks // recently completed operations, for late children
 	// scanned is the time of the last scan of pending operations and groups: quiet is judged at
@@ -295,12 +310,21 @@ func (a *Aggregator) record(cs *commState, r *event.Record) {
 		a.kernelCh(cs, r)
 	case event.ProxyStep:
 		// Folded by the plugin as it stopped; its record is for the trace only.
-	default:
-		// Not aggregated, but its late stop must still be recognised as ours.
-		if r.Flags&event.Open != 0 {
-			cs.others[r.Handle] = r.Start
-			cs.qOthers.push(r.Start, r.Handle)
+	case event.KernelLaunch:
+		if g := a.group(r.Parent); g != nil {
+			g.launched = true
 		}
+		a.other(cs, r)
+	default:
+		a.other(cs, r)
+	}
+}
+
+// other keeps an open event of a type not aggregated, so its late stop is recognised as ours.
+func (a *Aggregator) other(cs *commState, r *event.Record) {
+	if r.Flags&event.Open != 0 {
+		cs.others[r.Handle] = r.Start
+		cs.qOthers.push(r.Start, r.Handle)
 	}
 }
 
@@ -322,7 +346,8 @@ func (a *Aggregator) newOp() *opEntry {
 	if n := len(a.free); n > 0 {
 		e := a.free[n-1]
 		a.free = a.free[:n-1]
-		*e = opEntry{}
+		k, p := e.kernels[:0], e.proxies[:0]
+		*e = opEntry{kernels: k, proxies: p}
 		return e
 	}
 	return &opEntry{}
@@ -342,6 +367,7 @@ func (a *Aggregator) track(cs *commState, r *event.Record) {
 		o.Peer = -1
 	} else {
 		o.Root = -1
+		e.p2pSeq = cs.progress.nextP2P(o.Peer, r.Func == "Send")
 	}
 	if o.Comm.Rank == 0 && r.Rank != 0 {
 		o.Comm.Rank = int(r.Rank)
@@ -417,6 +443,8 @@ func (a *Aggregator) proxyDone(o *opEntry, r *event.Record) {
 	o.last = max(o.last, r.Stop)
 	o.op.End = max(o.op.End, r.Stop)
 	o.op.addTransfers(r, a.TicksPerNs)
+	o.proxies = append(o.proxies, ProxySeen{Channel: int(r.Channel), Peer: int(r.Peer), IsSend: r.IsSend,
+		NSteps: int(r.NSteps), StepsDone: int(r.StepsDone), Start: r.Start})
 }
 
 // KernelCh: GPU channel times; its stop record marks the channel's completion.
@@ -428,6 +456,8 @@ func (a *Aggregator) kernelCh(cs *commState, r *event.Record) {
 	}
 	k.op.open++
 	k.op.last = max(k.op.last, r.Start)
+	k.op.kernels = append(k.op.kernels, KernelSeen{Handle: r.Handle, Channel: int(r.Channel),
+		Start: r.Start, GPUStart: r.PTimerStart})
 	if r.Flags&event.Open == 0 {
 		a.kernelStopped(cs, k, r)
 		return
@@ -447,6 +477,11 @@ func (a *Aggregator) kernelStopped(cs *commState, k *proxyEntry, r *event.Record
 		o.op.End = end
 	}
 	o.last = max(o.last, end)
+	for i := range o.kernels {
+		if o.kernels[i].Handle == r.Handle {
+			o.kernels[i].Stopped, o.kernels[i].GPUStop = true, r.PTimerStop
+		}
+	}
 	if r.PTimerStart != 0 && r.PTimerStop >= r.PTimerStart {
 		if o.gpuMin == 0 || r.PTimerStart < o.gpuMin {
 			o.gpuMin = r.PTimerStart
@@ -523,14 +558,16 @@ func opKey(o *Op) OpKey {
 // everything pending completes now.
 func (a *Aggregator) sweep(cs *commState, all bool) {
 	old := func(born event.Ticks) bool { return all || a.since(cs, born, a.MaxAgeNs) }
+	// Operations and their open children are held longer while a hang watchdog wants them.
+	held := func(born event.Ticks) bool { return all || a.since(cs, born, max(a.MaxAgeNs, a.HoldNs)) }
 	quiet := func(t event.Ticks) bool { return all || a.since(cs, t, a.QuietNs) }
-	for h, ok := cs.qProxies.pop(old); ok; h, ok = cs.qProxies.pop(old) {
+	for h, ok := cs.qProxies.pop(held); ok; h, ok = cs.qProxies.pop(held) {
 		if p := cs.proxies[h]; p != nil {
 			a.expire(cs, p.op, all)
 			delete(cs.proxies, h)
 		}
 	}
-	for h, ok := cs.qKernels.pop(old); ok; h, ok = cs.qKernels.pop(old) {
+	for h, ok := cs.qKernels.pop(held); ok; h, ok = cs.qKernels.pop(held) {
 		if k := cs.kernels[h]; k != nil {
 			a.expire(cs, k.op, all)
 			delete(cs.kernels, h)
@@ -539,7 +576,7 @@ func (a *Aggregator) sweep(cs *commState, all bool) {
 	now := max(cs.frontier, cs.read)
 	if all || now < cs.scanned || now-cs.scanned >= a.ticks(a.QuietNs/4) {
 		cs.scanned = now
-		a.completeQuiet(cs, quiet, old)
+		a.completeQuiet(cs, quiet, held)
 		cs.grOrder = due(cs.grOrder, func(g *groupEntry) bool { return quiet(g.born) }, func(g *groupEntry) bool {
 			if g.linked == g.p2pAPIs && g.pending == 0 && !g.open || old(g.born) {
 				a.finishGroup(cs, g)
@@ -571,7 +608,7 @@ func (a *Aggregator) sweep(cs *commState, all bool) {
 func (a *Aggregator) completeQuiet(cs *commState, quiet, old func(event.Ticks) bool) {
 	var done []*opEntry
 	cs.opOrder = due(cs.opOrder, func(e *opEntry) bool { return quiet(e.born) || old(e.born) }, func(e *opEntry) bool {
-		if (e.stopped && e.open <= 0 && quiet(e.last)) || old(e.born) {
+		if (e.stopped && e.open <= 0 && quiet(e.last) && !a.awaitsKernel(cs, e)) || (old(e.born) && !e.pinned) {
 			done = append(done, e)
 			return true
 		}
@@ -654,6 +691,7 @@ func (a *Aggregator) complete(cs *commState, e *opEntry) {
 	if e.api != nil && e.api.group != nil {
 		e.api.group.pending-- // every member counts, or the group would wait out MaxAgeNs
 	}
+	cs.progress.done(o)
 	if g := a.rebuildGroup(e); g != nil {
 		g.members = append(g.members, *o)
 		return

@@ -139,7 +139,8 @@ type Health struct {
 	LateChildren  uint64 `json:"late_children"`  // ProxyOp/KernelCh that came after their operation completed
 	ParentCarried uint64 `json:"parent_carried"` // child started after its parent's window was read (normal)
 	Foreign       uint64 `json:"foreign_pxn"`
-	Expired       uint64 `json:"expired"` // pending entries given up after MaxAgeWindows
+	Expired       uint64 `json:"expired"`       // pending entries given up after MaxAgeWindows
+	NeverStopped  uint64 `json:"never_stopped"` // ProxyOps NCCL never stopped, every step done
 	// What the plugin could not keep (plugin/core.h), per event type: Untracked events are
 	// missing from every figure; TraceDropped ones only from the trace (detail records).
 	Untracked        map[string]uint64 `json:"untracked,omitempty"`
