@@ -2,11 +2,14 @@ package outfile
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestNewFilesOnly(t *testing.T) {
@@ -104,5 +107,158 @@ func TestGivesUpWithAdvice(t *testing.T) {
 	}
 	if _, err := Create(dir, "x", ".json"); err == nil || !strings.Contains(err.Error(), "choose another directory") {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// The output directory is replaced by a symlink to someone else's directory after the first
+// file was written (the audit's TOCTOU: 229 summaries landed in another user's 0700
+// directory). Every later file still goes into the directory that was checked and opened.
+func TestDirSwappedForSymlinkLater(t *testing.T) {
+	base := t.TempDir()
+	out, moved, victim := filepath.Join(base, "out"), filepath.Join(base, "out.moved"), filepath.Join(base, "victim")
+	if err := os.Mkdir(victim, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Create(out, "summary", ".json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Rename(out, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, out); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 229; i++ {
+		f, err := Create(out, "summary", ".json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	if n := countFiles(t, victim); n != 0 {
+		t.Errorf("%d files redirected into the symlink's target", n)
+	}
+	if n := countFiles(t, moved); n != 230 {
+		t.Errorf("%d files in the directory that was opened, want 230", n)
+	}
+}
+
+// A directory removed while the job runs is opened again by path, with every check: a
+// symlink owned by another user now standing there is refused.
+func TestDirRemovedThenForeignSymlinkRefused(t *testing.T) {
+	base := t.TempDir()
+	out, victim := filepath.Join(base, "out"), filepath.Join(base, "victim")
+	os.Mkdir(victim, 0o700)
+	f, err := Create(out, "x", ".json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.RemoveAll(out); err != nil {
+		t.Fatal(err)
+	}
+	os.Symlink(victim, out)
+	if err := os.Lchown(out, 4242, 4242); errors.Is(err, syscall.EPERM) {
+		t.Skip("needs root to make a symlink owned by another user")
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Create(out, "x", ".json"); err == nil || !strings.Contains(err.Error(), "owned by uid 4242") {
+		t.Fatalf("err %v, want the foreign symlink refused", err)
+	}
+	if n := countFiles(t, victim); n != 0 {
+		t.Errorf("%d files in the symlink's target", n)
+	}
+}
+
+// The swap races with the checks themselves: another user's process flips each output path
+// between a real directory and its own symlink (to its directory) as fast as it can while the
+// job creates files there. Creates may fail; none may land in the attacker's directory.
+func TestDirSymlinkSwapRace(t *testing.T) {
+	base := t.TempDir()
+	victim := filepath.Join(base, "victim")
+	os.Mkdir(victim, 0o777)
+	probe := filepath.Join(base, "probe")
+	os.Symlink(victim, probe)
+	if err := os.Lchown(probe, 4242, 4242); errors.Is(err, syscall.EPERM) {
+		t.Skip("needs root to make a symlink owned by another user")
+	}
+	var created, failed int
+	for d := 0; d < 40; d++ {
+		out := filepath.Join(base, fmt.Sprintf("out%d", d))
+		link := filepath.Join(base, fmt.Sprintf("link%d", d))
+		os.Mkdir(out, 0o755)
+		os.Symlink(victim, link)
+		os.Lchown(link, 4242, 4242)
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() { // the attacker: exchange the directory and the symlink, again and again
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := renameExchange(out, link); err != nil {
+					t.Errorf("renameat2: %v", err)
+					return
+				}
+			}
+		}()
+		for i := 0; i < 25; i++ {
+			if f, err := Create(out, "summary", ".json"); err == nil {
+				f.Close()
+				created++
+			} else {
+				failed++
+			}
+		}
+		close(stop)
+		<-done
+	}
+	if n := countFiles(t, victim); n != 0 {
+		t.Fatalf("%d of %d files landed in the attacker's directory", n, created)
+	}
+	if created == 0 {
+		t.Fatal("no file was created at all")
+	}
+	t.Logf("%d files created, %d refused while the path was being swapped", created, failed)
+}
+
+// renameExchange swaps two paths atomically (renameat2 RENAME_EXCHANGE).
+func renameExchange(a, b string) error {
+	return unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
+}
+
+func countFiles(t *testing.T, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// Directories are held open, but only a few: writing into a new directory every step must not
+// run the job out of descriptors.
+func TestHeldDirectoriesBounded(t *testing.T) {
+	fds := func() int {
+		ents, _ := os.ReadDir("/proc/self/fd")
+		return len(ents)
+	}
+	before := fds()
+	base := t.TempDir()
+	for i := 0; i < 50; i++ {
+		f, err := Create(filepath.Join(base, fmt.Sprintf("step%d", i)), "x", ".json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	if grew := fds() - before; grew > maxDirs {
+		t.Errorf("%d more descriptors open after writing into 50 directories, bound %d", grew, maxDirs)
 	}
 }
