@@ -136,7 +136,7 @@ func evictOldest() {
 // root that opens each component relative to the previous one without following it: a
 // symlink met on the way (in abs or in a link's target) is examined through a descriptor of
 // the link itself, followed only when it belongs to us or to root, and refused otherwise. A
-// separate check before the open (CheckDir, then open by path) is not enough: the path can
+// separate check before the open (walk the path with lstat, then open it) is not enough: it can
 // be swapped between the two.
 func openChecked(abs string) (*os.File, error) {
 	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -232,27 +232,4 @@ func splitPath(p string) []string {
 		}
 	}
 	return out
-}
-
-// CheckDir refuses a directory path that passes through a symlink owned by another user (not
-// root, not us), the case Linux's fs.protected_symlinks guards against in sticky directories
-// like /tmp: such a link could redirect a job's output into a place its owner chose.
-func CheckDir(dir string) error {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return err
-	}
-	me := uint32(os.Geteuid())
-	for p := abs; ; p = filepath.Dir(p) {
-		fi, err := os.Lstat(p)
-		if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != me && st.Uid != 0 {
-				return fmt.Errorf("%s is a symlink owned by uid %d, not by you: refusing to follow it "+
-					"(another user could redirect your output); use a directory you own", p, st.Uid)
-			}
-		}
-		if parent := filepath.Dir(p); parent == p {
-			return nil
-		}
-	}
 }
