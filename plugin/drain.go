@@ -4,6 +4,7 @@ package main
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
+#include "chain.h"
 static uint64_t np_counter(int i) { return __atomic_load_n(&np_counters[i], __ATOMIC_RELAXED); }
 */
 import "C"
@@ -116,6 +117,7 @@ func (d *drain) run() {
 		publishRuntime()
 		metrics.tick()
 		d.warnDrops()
+		C.np_chain_report() // failures of a chained plugin (NCCLPROF_CHAIN), said once
 		d.mu.Unlock()
 		if req != 0 {
 			C.np_flush_done(C.uint64_t(req))

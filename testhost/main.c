@@ -36,6 +36,7 @@ static void usage(void) {
           "             with ncclprof_trace_start/stop, label each iteration ncclprof_set_step)\n"
           "  --labels (allreduce: label each iteration with ncclprof_set_step, no window)\n"
           "  --mask-api M (call ncclprof_set_event_mask(M) before the first communicator)\n"
+          "  --chain PLUGIN (NCCLPROF_CHAIN: ncclprof chains this plugin; bench: measure that)\n"
           "  --bad-ptimer V --bad-ptimer-every N (every Nth KernelCh GPU timestamp reads V)\n"
           "  --fast (no modelled transfer times)  --seconds S (fuzz, 5)  --threads N (fuzz, 3)\n"
           "  --seed N  --truth FILE (write ground truth JSON)  --empty-lib PATH  --reps N (7)\n");
@@ -73,6 +74,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(a, "--labels")) o.labels = 1;
     else if (ARG("--mask-api")) o.mask_api = (int)strtol(v, NULL, 0);
     else if (!strcmp(a, "--fast")) o.realtime = 0;
+    else if (ARG("--chain")) setenv("NCCLPROF_CHAIN", v, 1), o.chain = v;
     else if (ARG("--bad-ptimer")) o.bad_ptimer = strtoull(v, NULL, 0);
     else if (ARG("--bad-ptimer-every")) o.bad_every = atoi(v);
     else if (a[0] == '-') usage();

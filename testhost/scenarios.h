@@ -19,6 +19,7 @@ typedef struct opts {
   unsigned long long seed;
   double seconds;
   const char* empty_lib; /* bench: the empty plugin, the floor */
+  const char* chain;     /* NCCLPROF_CHAIN (bench: the configurations with a chained plugin) */
   int reps;
 } opts;
 
