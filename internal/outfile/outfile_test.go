@@ -159,12 +159,7 @@ func TestDirRemovedThenForeignSymlinkRefused(t *testing.T) {
 	if err := os.RemoveAll(out); err != nil {
 		t.Fatal(err)
 	}
-	os.Symlink(victim, out)
-	if err := os.Lchown(out, 4242, 4242); errors.Is(err, syscall.EPERM) {
-		t.Skip("needs root to make a symlink owned by another user")
-	} else if err != nil {
-		t.Fatal(err)
-	}
+	foreignSymlink(t, victim, out)
 	if _, err := Create(out, "x", ".json"); err == nil || !strings.Contains(err.Error(), "owned by uid 4242") {
 		t.Fatalf("err %v, want the foreign symlink refused", err)
 	}
@@ -180,18 +175,12 @@ func TestDirSymlinkSwapRace(t *testing.T) {
 	base := t.TempDir()
 	victim := filepath.Join(base, "victim")
 	os.Mkdir(victim, 0o777)
-	probe := filepath.Join(base, "probe")
-	os.Symlink(victim, probe)
-	if err := os.Lchown(probe, 4242, 4242); errors.Is(err, syscall.EPERM) {
-		t.Skip("needs root to make a symlink owned by another user")
-	}
 	var created, failed int
 	for d := 0; d < 40; d++ {
 		out := filepath.Join(base, fmt.Sprintf("out%d", d))
 		link := filepath.Join(base, fmt.Sprintf("link%d", d))
 		os.Mkdir(out, 0o755)
-		os.Symlink(victim, link)
-		os.Lchown(link, 4242, 4242)
+		foreignSymlink(t, victim, link)
 		stop := make(chan struct{})
 		done := make(chan struct{})
 		go func() { // the attacker: exchange the directory and the symlink, again and again
@@ -226,6 +215,19 @@ func TestDirSymlinkSwapRace(t *testing.T) {
 		t.Fatal("no file was created at all")
 	}
 	t.Logf("%d files created, %d refused while the path was being swapped", created, failed)
+}
+
+// foreignSymlink makes link → target owned by uid 4242, as another user would (needs root).
+func foreignSymlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(link, 4242, 4242); errors.Is(err, syscall.EPERM) {
+		t.Skip("needs root to make a symlink owned by another user")
+	} else if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // renameExchange swaps two paths atomically (renameat2 RENAME_EXCHANGE).
