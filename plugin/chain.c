@@ -436,21 +436,24 @@ void np_chain_init(int abi, void* own_ctx, uint64_t comm_id, const char* name, i
   uint32_t idx = (uint32_t)(c - np_comms);
   pthread_mutex_lock(&np_ch.mu);
   np_chain_setup(abi);
-  if (!__atomic_load_n(&np_ch.live, __ATOMIC_ACQUIRE)) goto out;
-  if (!np_chain_sides(idx)) {
+  int ready = __atomic_load_n(&np_ch.live, __ATOMIC_ACQUIRE) && np_chain_sides(idx);
+  if (!ready && __atomic_load_n(&np_ch.live, __ATOMIC_ACQUIRE))
     np_chain_logf("chained profiler plugin %s: no memory for the handle table of communicator "
                   "%llx; it does not see that communicator", np_ch.name, (unsigned long long)comm_id);
-    goto out;
-  }
+  pthread_mutex_unlock(&np_ch.mu);
+  if (!ready) return;
+  /* Its init runs outside the lock: communicators NCCL creates on several threads at once are
+   * not made to wait for each other's. */
   void* cctx = NULL;
   npabi_result_t r = np_chain_call_init(&cctx, comm_id, name, nnodes, nranks, rank, logfn);
   if (r != NPABI_SUCCESS) {
     np_chain_error(r, "init");
-    __atomic_store_n(&np_ch.err_reported, 1, __ATOMIC_RELEASE);
-    np_chain_logf("chained profiler plugin %s returned error %d from init: it is detached (not "
-                  "called again); ncclprof continues", np_ch.name, (int)r);
-    goto out;
+    if (!__atomic_exchange_n(&np_ch.err_reported, 1, __ATOMIC_ACQ_REL))
+      np_chain_logf("chained profiler plugin %s returned error %d from init: it is detached (not "
+                    "called again); ncclprof continues", np_ch.name, (int)r);
+    return;
   }
+  pthread_mutex_lock(&np_ch.mu);
   np_ch.ctx[idx] = cctx;
   __atomic_store_n(&np_ch.has_ctx[idx], 1, __ATOMIC_RELEASE);
   if (mask) __atomic_store_n(&np_ch.nccl_mask, mask, __ATOMIC_RELEASE);
@@ -462,7 +465,6 @@ void np_chain_init(int abi, void* own_ctx, uint64_t comm_id, const char* name, i
     np_log(NPABI_LOG_INFO, msg);
     __atomic_store_n(&np_chain_on, 1, __ATOMIC_RELEASE);
   }
-out:
   pthread_mutex_unlock(&np_ch.mu);
 }
 

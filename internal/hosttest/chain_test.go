@@ -189,3 +189,23 @@ func TestChainedAcrossInitFinalizeCycles(t *testing.T) {
 		t.Errorf("calls compared %v, want 4 inits and finalizes", got)
 	}
 }
+
+// The fuzzer's random and malformed calls (NULL descriptors, unknown types, made-up and
+// recycled handles) with a plugin chained, under the sanitizers: no report, and every *eHandle
+// written.
+func TestChainedFuzz(t *testing.T) {
+	for _, variant := range []string{"asan", "tsan"} {
+		for _, abi := range []int{3, 6} {
+			t.Run(fmt.Sprintf("%s/v%d", variant, abi), func(t *testing.T) {
+				r := Start(t, Options{Variant: variant, Args: args(abi, "--seconds", "2", "--seed",
+					"7", "fuzz"), Env: []string{"NCCLPROF_CHAIN=" + Path(t, "libnccl-profiler-empty.so")}})
+				if m := sanitizerReport.Find(r.Stderr); m != nil {
+					t.Fatalf("sanitizer report (%s):\n%s", m, r.Stderr)
+				}
+				if !strings.Contains(string(r.Stdout), `"unwritten_handles":0`) {
+					t.Errorf("handles left unwritten: %s", r.Stdout)
+				}
+			})
+		}
+	}
+}
