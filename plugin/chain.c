@@ -230,7 +230,7 @@ static void np_chain_follow_mask(void) {
   __atomic_store_n(&np_ch.seen_mask, m, __ATOMIC_RELAXED);
   __atomic_store_n(&np_ch.fwd, np_chain_fwd_of(m, np_ch.ver), __ATOMIC_RELEASE);
   int* p = __atomic_load_n(&np_ch.nccl_mask, __ATOMIC_ACQUIRE);
-  if (p) __atomic_fetch_or(p, (int)np_chain_nccl_mask(), __ATOMIC_RELEASE);
+  if (p) __atomic_store_n(p, (int)(np_get_mask() | np_chain_nccl_mask()), __ATOMIC_RELEASE);
 }
 
 /* ------------------------------------------------------------------- handle tables */
