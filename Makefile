@@ -13,14 +13,19 @@ VERSION := 0.1.0
 PLUGIN  := $(BUILD)/libnccl-profiler-ncclprof.so
 HOST    := $(BUILD)/ncclprof-testhost
 EMPTY   := $(BUILD)/libnccl-profiler-empty.so
+# A plugin that logs every call it gets (NCCLPROF_CHAIN tests), and variants exporting one
+# ABI version each or a broken table.
+RECORDER := $(BUILD)/libnccl-profiler-recorder.so
+RECORDER_VARIANTS := $(foreach v,1 2 3 4 5 6,$(BUILD)/recorder/librecorder-v$(v).so) \
+                     $(BUILD)/recorder/librecorder-badtable.so
 MERGE   := $(BUILD)/ncclmerge
 
-CORE_SRC := plugin/core.c plugin/adapters.c plugin/control.c
-CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h
-HOST_SRC := testhost/main.c testhost/emit.c testhost/world.c testhost/scenarios.c \
+CORE_SRC := plugin/core.c plugin/adapters.c plugin/control.c plugin/chain.c
+CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h plugin/chain.h
+HOST_SRC := testhost/main.c testhost/emit.c testhost/calllog.c testhost/world.c testhost/scenarios.c \
             testhost/fuzz.c testhost/bench.c testhost/soak.c testhost/skew.c testhost/hang.c \
             testhost/drainbench.c
-HOST_HDR := testhost/emit.h testhost/world.h testhost/scenarios.h plugin/abi.h plugin/core.h
+HOST_HDR := testhost/emit.h testhost/calllog.h testhost/world.h testhost/scenarios.h plugin/abi.h plugin/core.h
 GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(wildcard go.sum)
 
 WARN     := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
@@ -28,7 +33,7 @@ HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN)
 
 .PHONY: all test test-go test-python bench demo clean sanitize soak otelcol prometheus wheel
 
-all: $(PLUGIN) $(HOST) $(EMPTY) $(MERGE)
+all: $(PLUGIN) $(HOST) $(EMPTY) $(MERGE) $(RECORDER) $(RECORDER_VARIANTS)
 
 $(MERGE): $(GO_SRC)
 	@mkdir -p $(BUILD)
@@ -46,6 +51,18 @@ $(HOST): $(HOST_SRC) $(HOST_HDR)
 $(EMPTY): testhost/empty.c plugin/abi.h
 	@mkdir -p $(BUILD)
 	$(CC) -std=gnu11 -O2 -fPIC -shared $(WARN) -o $@ $<
+
+REC_SRC := testhost/recorder.c testhost/calllog.c
+REC_DEPS := $(REC_SRC) testhost/calllog.h plugin/abi.h
+$(RECORDER): $(REC_DEPS)
+	@mkdir -p $(BUILD)
+	$(CC) -std=gnu11 -O2 -fPIC -shared $(WARN) -o $@ $(REC_SRC) -lpthread
+$(BUILD)/recorder/librecorder-v%.so: $(REC_DEPS)
+	@mkdir -p $(BUILD)/recorder
+	$(CC) -std=gnu11 -O2 -fPIC -shared $(WARN) -Wno-unused-function -DREC_ONLY=$* -o $@ $(REC_SRC) -lpthread
+$(BUILD)/recorder/librecorder-badtable.so: $(REC_DEPS)
+	@mkdir -p $(BUILD)/recorder
+	$(CC) -std=gnu11 -O2 -fPIC -shared $(WARN) -Wno-unused-function -DREC_BAD_TABLE -o $@ $(REC_SRC) -lpthread
 
 # Sanitizer builds: the C core with the C drainer (no Go runtime), and a host built the same.
 SAN_SRC := $(CORE_SRC) testhost/cdrain.c
@@ -123,6 +140,8 @@ bench: all
 	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out NCCLPROF_BENCH_TRACE_DIR=$(BUILD)/bench-out/trace \
 	  $(HOST) --lib $(PLUGIN) --empty-lib $(EMPTY) --reps 7 bench
 	@rm -rf $(BUILD)/bench-out/trace
+	@echo "== the same with the empty plugin chained behind ncclprof (NCCLPROF_CHAIN) =="
+	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out $(HOST) --lib $(PLUGIN) --empty-lib $(EMPTY) --chain $(EMPTY) --reps 7 bench
 	@echo "== callback cost while something is broken (ncclprof, every event type, 1 thread) =="
 	@tools/bench/faults.sh $(HOST) $(PLUGIN) $(EMPTY) $(BUILD)/bench-faults 7
 	@echo "== ncclmerge on a 1 GiB Kineto trace: plain read, merge, HTA's parser =="

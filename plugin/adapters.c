@@ -15,6 +15,7 @@
  *   - PXN: a ProxyOp whose pid is not ours comes from another process; its context and parent
  *     are that process's pointers and are never dereferenced.
  */
+#include "chain.h"
 #include "hot.h"
 
 np_comm* np_pxn_target(void);
@@ -26,14 +27,14 @@ uint64_t np_op_running_total(void* handle, int state, uint64_t total);
 
 /* ------------------------------------------------------------------- v1 enum names */
 
-static const char* const np_func_names[] = {"Broadcast", "Reduce",   "AllGather", "ReduceScatter",
-                                            "AllReduce", "SendRecv", "Send",      "Recv"};
-static const char* const np_dtype_names[] = {
+const char* const np_func_names[8] = {"Broadcast", "Reduce",   "AllGather", "ReduceScatter",
+                                      "AllReduce", "SendRecv", "Send",      "Recv"};
+const char* const np_dtype_names[12] = {
     "ncclInt8",    "ncclUint8",   "ncclInt32",   "ncclUint32",     "ncclInt64",     "ncclUint64",
     "ncclFloat16", "ncclFloat32", "ncclFloat64", "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2"};
-static const char* const np_algo_names[] = {"TREE", "RING",      "COLLNET_DIRECT", "COLLNET_CHAIN",
-                                            "NVLS", "NVLS_TREE", "PAT"};
-static const char* const np_proto_names[] = {"LL", "LL128", "SIMPLE"};
+const char* const np_algo_names[7] = {"TREE", "RING",      "COLLNET_DIRECT", "COLLNET_CHAIN",
+                                      "NVLS", "NVLS_TREE", "PAT"};
+const char* const np_proto_names[3] = {"LL", "LL128", "SIMPLE"};
 static const char np_unknown[] = "Unknown";
 
 #define NP_NAME(table, v) \
@@ -273,7 +274,7 @@ static void np_learn(void* ctx, uint64_t hash, const char* name, int rank) {
     np_learn_comm(c, hash, name, rank);
 }
 
-static npabi_result_t np_start_v1(void* ctx, void** eh, npabi_descr_v1_t* d) {
+static npabi_result_t np_own_start_v1(void* ctx, void** eh, npabi_descr_v1_t* d) {
   int type;
   if (!np_admit(eh, d, d ? d->type : 0, &type)) return NPABI_SUCCESS;
   uint64_t parent = (uint64_t)(uintptr_t)d->parentObj;
@@ -310,7 +311,7 @@ static npabi_result_t np_start_v1(void* ctx, void** eh, npabi_descr_v1_t* d) {
 
 /* v2 and v3 differ only in where coll's trailing fields sit and in v3's two new members. */
 #define NP_START_V2_V3(N)                                                                         \
-  static npabi_result_t np_start_v##N(void* ctx, void** eh, npabi_descr_v##N##_t* d) {            \
+  static npabi_result_t np_own_start_v##N(void* ctx, void** eh, npabi_descr_v##N##_t* d) {        \
     int type;                                                                                     \
     if (!np_admit(eh, d, d ? d->type : 0, &type)) return NPABI_SUCCESS;                           \
     uint64_t parent = (uint64_t)(uintptr_t)d->parentObj;                                          \
@@ -359,7 +360,7 @@ NP_START_V2_V3(3)
  * A transfer's size reaches its ProxyStep through the op state NCCL records right before the
  * step state, on the same thread: the bytes that state adds to the op's running total are
  * remembered there and handed to that step as its own size. */
-static npabi_result_t np_record_v1(void* h, npabi_state_t s, npabi_args_v1_t* a) {
+static npabi_result_t np_own_record_v1(void* h, npabi_state_t s, npabi_args_v1_t* a) {
   if ((s == NPABI_PROXY_STEP_SEND_WAIT || s == NPABI_PROXY_STEP_RECV_FLUSH_WAIT) && a == NULL) {
     np_thread* t = np_tls;
     if (t && t->memo_valid) {
@@ -388,7 +389,7 @@ static npabi_result_t np_record_v1(void* h, npabi_state_t s, npabi_args_v1_t* a)
 
 /* ------------------------------------------------------------------- v4 */
 
-static npabi_result_t np_start_v4(void* ctx, void** eh, npabi_descr_v4_t* d) {
+static npabi_result_t np_own_start_v4(void* ctx, void** eh, npabi_descr_v4_t* d) {
   int type;
   if (!np_admit(eh, d, d ? d->type : 0, &type)) return NPABI_SUCCESS;
   uint64_t parent = (uint64_t)(uintptr_t)d->parentObj;
@@ -427,7 +428,7 @@ static npabi_result_t np_start_v4(void* ctx, void** eh, npabi_descr_v4_t* d) {
 
 /* v4+ state arguments: one 8-byte union whose meaning depends on the state. NCCL's v5 adapter
  * passes uninitialised args for states that carry none, so only the listed states read them. */
-static npabi_result_t np_record_v4(void* h, npabi_state_t s, npabi_args_v4_t* a) {
+static npabi_result_t np_own_record_v4(void* h, npabi_state_t s, npabi_args_v4_t* a) {
   switch (s) {
   case NPABI_PROXY_STEP_SEND_WAIT:
   case NPABI_PROXY_STEP_RECV_FLUSH_WAIT:
@@ -524,7 +525,7 @@ NP_HOT void np_start_v5_members(void* ctx, void** eh, int abi, int type,
   }
 }
 
-static npabi_result_t np_start_v5(void* ctx, void** eh, npabi_descr_v5_t* d) {
+static npabi_result_t np_own_start_v5(void* ctx, void** eh, npabi_descr_v5_t* d) {
   int type;
   if (np_admit(eh, d, d ? d->type : 0, &type)) np_start_v5_members(ctx, eh, 5, type, d);
   return NPABI_SUCCESS;
@@ -532,7 +533,7 @@ static npabi_result_t np_start_v5(void* ctx, void** eh, npabi_descr_v5_t* d) {
 
 /* CE events (v6): recorded with their CPU enqueue interval. Their GPU timing would need CUDA
  * events on ceColl.stream; the plugin does not link CUDA, so it is not measured. */
-static npabi_result_t np_start_v6(void* ctx, void** eh, npabi_descr_v6_t* d) {
+static npabi_result_t np_own_start_v6(void* ctx, void** eh, npabi_descr_v6_t* d) {
   int type;
   if (!np_admit(eh, d, d ? d->type : 0, &type)) return NPABI_SUCCESS;
   if (type < NP_T_CE_COLL) {
@@ -569,42 +570,71 @@ static npabi_result_t np_start_v6(void* ctx, void** eh, npabi_descr_v6_t* d) {
   return NPABI_SUCCESS;
 }
 
-/* ------------------------------------------------------------------- init, stop, finalize */
+/* ------------------------------------------------------------------- the exported callbacks */
+/* Each is ncclprof's own, or, once a plugin is chained (NCCLPROF_CHAIN), chain.c's, which calls
+ * ncclprof's own and the chained plugin's. */
 
-static npabi_result_t np_init_v1(void** ctx, int* mask) {
-  if (ctx) *ctx = np_init_comm(1, 0, NULL, 0, 0, 0, NULL, mask);
-  return NPABI_SUCCESS;
+#define NP_CHAINED NP_UNLIKELY(__atomic_load_n(&np_chain_on, __ATOMIC_RELAXED))
+
+#define NP_START(N)                                                                              \
+  static npabi_result_t np_start_v##N(void* ctx, void** eh, npabi_descr_v##N##_t* d) {          \
+    if (NP_CHAINED) return np_chain_start(N, ctx, eh, d, (np_start_fn)np_own_start_v##N);     \
+    return np_own_start_v##N(ctx, eh, d);                                                       \
+  }
+NP_START(1)
+NP_START(2)
+NP_START(3)
+NP_START(4)
+NP_START(5)
+NP_START(6)
+
+static npabi_result_t np_record_v1(void* h, npabi_state_t s, npabi_args_v1_t* a) {
+  if (NP_CHAINED) return np_chain_record(1, h, s, a, (np_record_fn)np_own_record_v1);
+  return np_own_record_v1(h, s, a);
 }
-static npabi_result_t np_init_v2(void** ctx, int* mask) {
-  if (ctx) *ctx = np_init_comm(2, 0, NULL, 0, 0, 0, NULL, mask);
-  return NPABI_SUCCESS;
+static npabi_result_t np_record_v4(void* h, npabi_state_t s, npabi_args_v4_t* a) {
+  if (NP_CHAINED) return np_chain_record(4, h, s, a, (np_record_fn)np_own_record_v4);
+  return np_own_record_v4(h, s, a);
 }
-static npabi_result_t np_init_v3(void** ctx, int* mask) {
-  if (ctx) *ctx = np_init_comm(3, 0, NULL, 0, 0, 0, NULL, mask);
-  return NPABI_SUCCESS;
-}
+
+/* init: ncclprof's communicator first, then the chained plugin's (NCCLPROF_CHAIN is read at the
+ * first init). v1–v3 NCCL passes no communicator details. */
+#define NP_INIT_V1(N)                                                                            \
+  static npabi_result_t np_init_v##N(void** ctx, int* mask) {                                   \
+    if (ctx) *ctx = np_init_comm(N, 0, NULL, 0, 0, 0, NULL, mask);                              \
+    if (ctx) np_chain_init(N, *ctx, 0, NULL, 0, 0, 0, NULL, mask);                              \
+    return NPABI_SUCCESS;                                                                       \
+  }
+NP_INIT_V1(1)
+NP_INIT_V1(2)
+NP_INIT_V1(3)
 static npabi_result_t np_init_v4(void** ctx, int* mask, const char* name, uint64_t hash,
                                  int nnodes, int nranks, int rank, npabi_logger_t log) {
   if (ctx) *ctx = np_init_comm(4, hash, name, nnodes, nranks, rank, log, mask);
+  if (ctx) np_chain_init(4, *ctx, hash, name, nnodes, nranks, rank, log, mask);
   return NPABI_SUCCESS;
 }
-static npabi_result_t np_init_v5(void** ctx, uint64_t id, int* mask, const char* name, int nnodes,
-                                 int nranks, int rank, npabi_logger_t log) {
-  if (ctx) *ctx = np_init_comm(5, id, name, nnodes, nranks, rank, log, mask);
-  return NPABI_SUCCESS;
-}
-static npabi_result_t np_init_v6(void** ctx, uint64_t id, int* mask, const char* name, int nnodes,
-                                 int nranks, int rank, npabi_logger_t log) {
-  if (ctx) *ctx = np_init_comm(6, id, name, nnodes, nranks, rank, log, mask);
-  return NPABI_SUCCESS;
-}
+#define NP_INIT_V5(N)                                                                            \
+  static npabi_result_t np_init_v##N(void** ctx, uint64_t id, int* mask, const char* name,      \
+                                     int nnodes, int nranks, int rank, npabi_logger_t log) {    \
+    if (ctx) *ctx = np_init_comm(N, id, name, nnodes, nranks, rank, log, mask);                 \
+    if (ctx) np_chain_init(N, *ctx, id, name, nnodes, nranks, rank, log, mask);                 \
+    return NPABI_SUCCESS;                                                                       \
+  }
+NP_INIT_V5(5)
+NP_INIT_V5(6)
 
-static npabi_result_t np_stop_cb(void* h) {
+static npabi_result_t np_own_stop(void* h) {
   np_stop(h);
   return NPABI_SUCCESS;
 }
+static npabi_result_t np_stop_cb(void* h) {
+  if (NP_CHAINED) return np_chain_stop(h, np_own_stop);
+  return np_own_stop(h);
+}
 
 static npabi_result_t np_finalize_cb(void* ctx) {
+  if (NP_CHAINED) np_chain_finalize(ctx); /* first: the index may be reused right after */
   np_finalize_comm(ctx);
   return NPABI_SUCCESS;
 }

@@ -22,6 +22,7 @@
 #include <cpuid.h>
 #endif
 
+#include "chain.h"
 #include "hot.h"
 
 np_comm np_comms[NP_MAX_COMMS] __attribute__((aligned(64)));
@@ -1349,7 +1350,8 @@ int np_set_mask(uint32_t mask) {
   __atomic_store_n(&np_record_mask, mask & NPABI_ALL_TYPES, __ATOMIC_RELEASE);
   __atomic_store_n(&np_mask_from_api, 1, __ATOMIC_RELEASE);
   if (p == NULL) return 0;
-  __atomic_store_n(p, (int)(mask & NPABI_ALL_TYPES), __ATOMIC_RELEASE);
+  /* NCCL's mask also carries what a chained plugin asked for (chain.c). */
+  __atomic_store_n(p, (int)((mask & NPABI_ALL_TYPES) | np_chain_nccl_mask()), __ATOMIC_RELEASE);
   return 1;
 }
 

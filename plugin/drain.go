@@ -8,6 +8,7 @@ package main
 #include <sys/syscall.h>
 #include "core.h"
 static long np_gettid(void) { return syscall(SYS_gettid); }
+#include "chain.h"
 static uint64_t np_counter(int i) { return __atomic_load_n(&np_counters[i], __ATOMIC_RELAXED); }
 */
 import "C"
@@ -167,6 +168,7 @@ func (d *drain) run() {
 		d.warnDrops()
 		d.cpuNs += pass.cpuNs()
 		d.publishStats()
+		C.np_chain_report() // failures of a chained plugin (NCCLPROF_CHAIN), said once
 		d.mu.Unlock()
 		if req != 0 {
 			C.np_flush_done(C.uint64_t(req))

@@ -599,12 +599,20 @@ func (t *traceSink) link(parent uint64, tid, ts int64) {
 }
 
 // emitKernel writes KernelCh on its GPU track, in GPU time converted to Unix time (the CPU
-// callback times on ABI v3, which has no GPU timestamps).
+// callback times on ABI v3, which has no GPU timestamps, and for impossible GPU readings).
 func (t *traceSink) emitKernel(c aggregate.Comm, r *event.Record) {
 	start, stop := t.cpu.UnixNs(uint64(r.Start)), t.cpu.UnixNs(uint64(max(r.Stop, r.Aux)))
 	clock := "cpu_callback"
-	if r.PTimerStart != 0 && r.PTimerStop >= r.PTimerStart && t.gpu.Ready() {
-		start, stop, clock = t.gpu.UnixNs(r.PTimerStart), t.gpu.UnixNs(r.PTimerStop), "gpu"
+	if r.PTimerStart != 0 && r.PTimerStop != 0 && t.gpu.Ready() {
+		// An impossible GPU reading (counted in gpu_clock.rejected) leaves the callback times.
+		gs, okStart := t.gpu.Convert(start, r.PTimerStart)
+		gp, okStop := t.gpu.Convert(t.cpu.UnixNs(uint64(r.Aux)), r.PTimerStop)
+		switch {
+		case !okStart || !okStop:
+			clock = "cpu_callback_gpu_rejected"
+		case r.PTimerStop >= r.PTimerStart:
+			start, stop, clock = gs, gp, "gpu"
+		}
 	}
 	if start < t.w.BaseNs() || t.afterStop(t.cpu.UnixNs(uint64(r.Start))) {
 		t.stats.skipped++

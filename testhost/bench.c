@@ -280,6 +280,41 @@ static uint64_t dropped(bench_lib* L) {
   return c[NP_C_DROPPED_FULL] + c[NP_C_DROPPED_THREADS] + c[NP_C_DROPPED_DETAIL];
 }
 
+enum { E_FLOOR, E_FLOOR_TSC, P_DEFAULT, P_ALL, P_TRACED, E_TWO, P_TWO_ALL, P_COLL1, E_COLL1,
+       P_COLL2, E_COLL2, P_COLL4, E_COLL4, P_TWO_DEFAULT, NCONF };
+
+/* The configurations measured with a chained plugin: the floors and ncclprof's masks. */
+static int bench_chain_config(int c) {
+  return c == E_FLOOR || c == E_FLOOR_TSC || c == P_DEFAULT || c == P_ALL || c == E_TWO ||
+         c == P_TWO_ALL || c == P_TWO_DEFAULT;
+}
+
+/* ncclprof with a plugin chained behind it (NCCL's mask is then ncclprof's | the chained
+ * plugin's, so every configuration emits what that plugin asks for too). The bar: ncclprof's
+ * own cost stays within 1.3x the floor, plus what the chained plugin costs by itself, which is
+ * measured separately as the cost of calling it directly (empty_1thread when the chained plugin
+ * is the empty one): the ratios below are (chained − that) / floor. */
+static int bench_chain_report(const opts* o, int reps, int per_rep, uint64_t drops,
+                              const char* const* names, const double* cb, const double* coll) {
+  printf("{\"scenario\":\"bench\",\"chain\":\"%s\",\"reps\":%d,\"collectives_per_rep\":%d,"
+         "\"dropped\":%llu,\"configs\":{", o->chain, reps, per_rep, (unsigned long long)drops);
+  int first = 1;
+  for (int c = 0; c < NCONF; c++) {
+    if (!bench_chain_config(c)) continue;
+    printf("%s\"%s%s\":{\"ns_per_callback\":%.2f,\"ns_per_collective\":%.1f}", first ? "" : ",",
+           names[c], c == E_FLOOR || c == E_FLOOR_TSC || c == E_TWO ? "" : "_chained", cb[c], coll[c]);
+    first = 0;
+  }
+  double own = cb[E_FLOOR]; /* the chained plugin by itself */
+  printf("},\"chained_plugin_ns_per_callback\":%.2f,", own);
+  printf("\"ratio_all_chained_minus_chained_plugin_vs_empty_plus_tsc\":%.3f,"
+         "\"ratio_default_chained_minus_chained_plugin_vs_empty_plus_tsc\":%.3f,",
+         (cb[P_ALL] - own) / cb[E_FLOOR_TSC], (cb[P_DEFAULT] - own) / cb[E_FLOOR_TSC]);
+  printf("\"ratio_2threads_all_chained_minus_chained_plugin_vs_empty\":%.3f}\n",
+         (cb[P_TWO_ALL] - cb[E_TWO]) / cb[E_TWO]);
+  return 0;
+}
+
 #define DEFAULT_MASK (NPABI_GROUP | NPABI_COLL | NPABI_P2P | NPABI_PROXY_OP | NPABI_PROXY_STEP | \
                       NPABI_GROUP_API | NPABI_COLL_API | NPABI_P2P_API | NPABI_KERNEL_LAUNCH)
 
@@ -292,8 +327,6 @@ int scenario_bench(const opts* o) {
   open_lib(&prof, o->lib, "bench-ncclprof");
   int reps = o->reps >= 5 ? o->reps : 5;
   const int bursts = 20, per = 1000, channels = 2;
-  enum { E_FLOOR, E_FLOOR_TSC, P_DEFAULT, P_ALL, P_TRACED, E_TWO, P_TWO_ALL, P_COLL1, E_COLL1,
-         P_COLL2, E_COLL2, P_COLL4, E_COLL4, P_TWO_DEFAULT, NCONF };
   static const char* const names[NCONF] = {
       "empty_1thread", "empty_plus_tsc_1thread", "ncclprof_default_1thread",
       "ncclprof_all_1thread", "ncclprof_all_1thread_traced", "empty_2threads",
@@ -304,8 +337,11 @@ int scenario_bench(const opts* o) {
   uint64_t trace0[8] = {0}, trace1[8] = {0};
   uint64_t drops0 = dropped(&prof);
   const int kch = NPABI_COLL | NPABI_P2P | NPABI_KERNEL_CH;
+  /* With a chained plugin (--chain) only the configurations whose bar it changes are run. */
+  const int chained = o->chain != NULL;
   for (int rep = 0; rep < reps && rep < 64; rep++) {
     for (int c = 0; c < NCONF; c++) {
+      if (chained && !bench_chain_config(c)) continue;
       bench_lib* L = (c == P_DEFAULT || c == P_ALL || c == P_TRACED || c == P_TWO_ALL ||
                       c == P_COLL1 || c == P_COLL2 || c == P_COLL4 || c == P_TWO_DEFAULT)
                          ? &prof : &empty;
@@ -336,6 +372,7 @@ int scenario_bench(const opts* o) {
     med_cb[c] = median(per_cb[c], reps);
     med_coll[c] = median(per_coll[c], reps);
   }
+  if (chained) return bench_chain_report(o, reps, bursts * per, drops, names, med_cb, med_coll);
   printf("{\"scenario\":\"bench\",\"reps\":%d,\"collectives_per_rep\":%d,\"dropped\":%llu,\"configs\":{",
          reps, bursts * per, (unsigned long long)drops);
   for (int c = 0; c < NCONF; c++)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "../plugin/chain.h"
 #include "../plugin/core.h"
 
 static double calibrate(void) {
@@ -50,6 +51,7 @@ static void* cdrain_main(void* arg) {
       if (!np_comm_get(i, &info)) break;
       if (info.state == NP_COMM_FINALIZING && info.open_windows == 0) np_comm_drained(i);
     }
+    np_chain_report();
     if (req) np_flush_done(req);
   }
   return NULL;

@@ -39,6 +39,8 @@ static void usage(void) {
           "             with ncclprof_trace_start/stop, label each iteration ncclprof_set_step)\n"
           "  --labels (allreduce: label each iteration with ncclprof_set_step, no window)\n"
           "  --mask-api M (call ncclprof_set_event_mask(M) before the first communicator)\n"
+          "  --chain PLUGIN (NCCLPROF_CHAIN: ncclprof chains this plugin; bench: measure that)\n"
+          "  --bad-ptimer V --bad-ptimer-every N (every Nth KernelCh GPU timestamp reads V)\n"
           "  --fast (no modelled transfer times)  --seconds S (fuzz, 5)  --threads N (fuzz, 3)\n"
           "  --seed N  --truth FILE (write ground truth JSON)  --empty-lib PATH  --reps N (7)\n");
   exit(2);
@@ -78,6 +80,9 @@ int main(int argc, char** argv) {
     else if (!strcmp(a, "--labels")) o.labels = 1;
     else if (ARG("--mask-api")) o.mask_api = (int)strtol(v, NULL, 0);
     else if (!strcmp(a, "--fast")) o.realtime = 0;
+    else if (ARG("--chain")) setenv("NCCLPROF_CHAIN", v, 1), o.chain = v;
+    else if (ARG("--bad-ptimer")) o.bad_ptimer = strtoull(v, NULL, 0);
+    else if (ARG("--bad-ptimer-every")) o.bad_every = atoi(v);
     else if (a[0] == '-') usage();
     else o.scenario = a;
 #undef ARG
@@ -95,6 +100,8 @@ int main(int argc, char** argv) {
     return scenario_drain(&o);
   }
   world_init(o.lib, o.abi, o.rank, o.nranks, o.realtime, o.seed);
+  W.bad_ptimer = o.bad_ptimer;
+  W.bad_every = o.bad_every;
   if (o.mask_api >= 0) { /* as Python may: before the first communicator */
     int (*set_mask)(int) = (int (*)(int))dlsym(W.plugin.lib, "ncclprof_set_event_mask");
     if (set_mask) set_mask(o.mask_api);

@@ -14,9 +14,12 @@ typedef struct opts {
   int control; /* use the plugin's control API: trace window and step labels */
   int labels;  /* step labels only */
   int mask_api; /* >= 0: ncclprof_set_event_mask before the first communicator */
+  unsigned long long bad_ptimer; /* planted GPU timestamp, every bad_every-th reading */
+  int bad_every;
   unsigned long long seed;
   double seconds;
   const char* empty_lib; /* bench: the empty plugin, the floor */
+  const char* chain;     /* NCCLPROF_CHAIN (bench: the configurations with a chained plugin) */
   int reps;
   double rate; /* drain: collectives per second (0: as fast as one thread can) */
   int steps;   /* drain: steps per ProxyOp */

@@ -33,6 +33,7 @@ package aggregate
 import (
 	"slices"
 
+	"github.com/ncclprof/ncclprof/internal/align"
 	"github.com/ncclprof/ncclprof/internal/event"
 	"github.com/ncclprof/ncclprof/internal/linfit"
 )
@@ -482,7 +483,9 @@ func (a *Aggregator) kernelStopped(cs *commState, k *proxyEntry, r *event.Record
 			o.kernels[i].Stopped, o.kernels[i].GPUStop = true, r.PTimerStop
 		}
 	}
-	if r.PTimerStart != 0 && r.PTimerStop >= r.PTimerStart {
+	// A corrupted GPU reading (INT64_MAX, UINT64_MAX) would become the op's GPU time.
+	if align.GPUTimePossible(r.PTimerStart) && align.GPUTimePossible(r.PTimerStop) &&
+		r.PTimerStop >= r.PTimerStart {
 		if o.gpuMin == 0 || r.PTimerStart < o.gpuMin {
 			o.gpuMin = r.PTimerStart
 		}

@@ -264,3 +264,24 @@ func TestGroupsOfCollectivesAreReleased(t *testing.T) {
 		t.Errorf("%d group entries left after every operation completed", n)
 	}
 }
+
+// An operation whose KernelCh carries an impossible GPU timestamp (the audit planted UINT64_MAX
+// and INT64_MAX) gets its GPU time from the channels with real readings only.
+func TestImpossibleGPUTimeIgnored(t *testing.T) {
+	for _, bad := range []uint64{math.MaxUint64, math.MaxInt64} {
+		a := newAgg()
+		ops := collect(a)
+		var b builder
+		c, k0, k1 := b.id(), b.id(), b.id()
+		kch := func(id uint64, ch uint8, start, stop uint64) event.Record {
+			return event.Record{Handle: id, Parent: c, Type: event.KernelCh, Channel: ch, Start: 1200,
+				Stop: 1900, Aux: 1800, PTimerStart: start, PTimerStop: stop}
+		}
+		a.Window(comm1, []event.Record{coll(c, "AllReduce", 1024, 1000, 1100),
+			kch(k0, 0, 5_000_000, 5_000_700), kch(k1, 1, 5_000_100, bad)})
+		a.Advance(comm1, 1e7)
+		if len(*ops) != 1 || !(*ops)[0].HasGPU || (*ops)[0].GPUNs != 700 {
+			t.Errorf("stop %#x: ops %+v, want GPU time 700 ns from channel 0", bad, *ops)
+		}
+	}
+}

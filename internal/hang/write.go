@@ -5,11 +5,9 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"slices"
 
 	"github.com/ncclprof/ncclprof/internal/outfile"
-	"github.com/ncclprof/ncclprof/internal/tracefile"
 )
 
 // FilePrefix and FileSuffix frame a dump's name: ncclprof-hang-<host>-<pid>.json.
@@ -91,28 +89,15 @@ func (d *Dump) Canonical() {
 	h.Partial = h.EventsDropped > 0 || h.CommsNotTracked > 0 || h.OpsNotListed > 0
 }
 
-// Write writes the dump into dir as FileName(d.Host, d.PID), atomically: the bytes go to a new
-// hidden file beside it (tracefile.CreateRaw: created new, never through a symlink, 0644 less the
-// umask), which is then renamed over the previous dump, so a reader never sees a half-written
-// file and a failure leaves the previous dump whole; the rename replaces a name, never follows
-// one. The directory must be reached through no other user's symlink (outfile.CheckDir). It
-// returns the dump's path. The plugin calls it from its own goroutine, never from NCCL's threads.
+// Write writes the dump into dir as FileName(d.Host, d.PID), atomically (outfile.Replace): the
+// bytes go to a new hidden file beside it, which is then renamed over the previous dump, so a
+// reader never sees a half-written file and a failure leaves the previous dump whole; the
+// rename replaces a name, never follows one, and the directory is the one opened and checked
+// once for this process, whatever its path names later. It returns the dump's path. The plugin calls it from its own goroutine, never from NCCL's threads.
 func Write(dir string, d *Dump) (string, error) {
 	b, err := Marshal(d)
 	if err != nil {
 		return "", err
 	}
-	if err := outfile.CheckDir(dir); err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, FileName(d.Host, d.PID))
-	w, err := tracefile.CreateRaw(path)
-	if err != nil {
-		return "", err
-	}
-	if _, err := w.Write(b); err != nil {
-		w.Abort()
-		return "", err
-	}
-	return path, w.Close()
+	return outfile.Replace(dir, FileName(d.Host, d.PID), b)
 }

@@ -18,6 +18,7 @@ type Truth struct {
 	GPUDriftPPM      float64 `json:"gpu_drift_ppm"`
 	Mask             int     `json:"mask"`
 	UnwrittenHandles int     `json:"unwritten_handles"`
+	BadPTimers       int     `json:"bad_ptimers"` // planted impossible GPU timestamps (--bad-ptimer)
 	Threads          int     `json:"threads"`
 	// FinalizeMaxNs is the longest a communicator's finalize took: what the plugin made
 	// NCCL's destroy wait.
