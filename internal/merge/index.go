@@ -33,17 +33,19 @@ type kernel struct {
 	why        string // why it stayed unlinked
 }
 
-// pgKey names the process group of a kernel for the order rule: the c10d PG name when Kineto
-// recorded the collective args, else the stream (one NCCL stream per PG in PyTorch).
-func (k *kernel) pgKey() string {
+// seqKey names the sequence a kernel belongs to for the order rule: its stream, with the c10d
+// process group where Kineto recorded the collective args (a communicator launches on one
+// stream, and the stream runs its kernels in launch order).
+func (k *kernel) seqKey() string {
 	if k.comms.PGName != "" {
-		return "pg " + k.comms.PGName
+		return "pg " + k.comms.PGName + " stream " + k.tid.String()
 	}
 	return "stream " + k.tid.String()
 }
 
-// ref is the kernel's time for order matching: its launch call (CPU side, right after NCCL
-// enqueued the operation) when the trace has it, else the kernel's own start.
+// ref is the kernel's time for matching in time: its launch call (CPU side, right after NCCL
+// enqueued the operation) when the trace has it, else the kernel's own start. (Never for
+// ordering a sequence: the two kinds of time do not interleave.)
 func (k *kernel) ref() int64 {
 	if k.launch != nil {
 		return k.launch.start
@@ -66,6 +68,7 @@ type flowInfo struct {
 // kinetoIndex is what the first pass over a Kineto trace keeps.
 type kinetoIndex struct {
 	launches map[[2]int64][]*launchCall // (pid, tid) → calls, sorted by start
+	annots   kineto.Annotations         // collective record_functions
 	byCorr   map[uint64]*launchCall
 	kernels  []*kernel
 	kernelAt map[int64]*kernel // by event offset
@@ -165,6 +168,8 @@ func (x *kinetoIndex) visit(e *kineto.Event) error {
 
 func (x *kinetoIndex) slice(e *kineto.Event) {
 	switch e.Cat {
+	case kineto.CatUserAnnotation, kineto.CatCPUOp:
+		x.annots.Add(e)
 	case kineto.CatRuntime, kineto.CatDriver:
 		if !kineto.IsLaunch(e.Name) && !kineto.IsGraphLaunch(e.Name) {
 			return
@@ -200,10 +205,16 @@ func (x *kinetoIndex) finish(t *kineto.Trace) {
 		}
 		sort.Slice(calls, func(i, j int) bool { return calls[i].start < calls[j].start })
 	}
+	x.annots.Finish(t)
 	for _, k := range x.kernels {
 		k.start, k.end = t.Unix(k.start), t.Unix(k.end)
 		if k.corr != 0 {
 			k.launch = x.byCorr[k.corr]
+		}
+		if !k.comms.Present && k.launch != nil {
+			if a := x.annots.Around(k.launch.pid, k.launch.tid, k.launch.start, k.launch.end); a != nil {
+				k.comms = a.Comms
+			}
 		}
 	}
 	sort.SliceStable(x.kernels, func(i, j int) bool { return x.kernels[i].start < x.kernels[j].start })

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/ncclprof/ncclprof/internal/collective"
+	"github.com/ncclprof/ncclprof/internal/kineto"
 	"github.com/ncclprof/ncclprof/internal/ptrace"
 )
 
@@ -243,6 +244,9 @@ func disagreement(k *kernel, g *opGroup) string {
 			}
 		}
 	}
+	if why := kernelTypeDisagrees(k, g); why != "" {
+		return why
+	}
 	if !k.comms.Present || len(g.ops) != 1 {
 		return "" // coalesced groups record totals PyTorch-side; nothing to compare one to one
 	}
@@ -255,7 +259,7 @@ func disagreement(k *kernel, g *opGroup) string {
 		!(f == "AlltoAll" && o.ev.Kind == ptrace.P2p) {
 		return fmt.Sprintf("PyTorch says %s (%s), NCCL says %s", f, k.comms.Collective, src.Func)
 	}
-	if n := int64(src.Count); k.comms.InNelems >= 0 && n != k.comms.InNelems && n != k.comms.OutNelems && o.ev.Kind != ptrace.P2p {
+	if !countAgrees(src.Func, int64(src.Count), k.comms, o.comm.NRanks) && o.ev.Kind != ptrace.P2p {
 		return fmt.Sprintf("counts differ: NCCL %d, PyTorch %d in / %d out", src.Count, k.comms.InNelems, k.comms.OutNelems)
 	}
 	if k.comms.Dtype != "" && src.Datatype != "" {
@@ -263,6 +267,46 @@ func disagreement(k *kernel, g *opGroup) string {
 		b, _ := collective.Datatype(src.Datatype)
 		if a != b {
 			return fmt.Sprintf("datatypes differ: NCCL %s, PyTorch %s", src.Datatype, k.comms.Dtype)
+		}
+	}
+	return ""
+}
+
+// countAgrees: NCCL's count is per rank; PyTorch records the input's elements (and, in newer
+// traces, the output's), which for ReduceScatter is the count times the ranks, for AllGather
+// the output is. Unknown counts (-1) agree with anything.
+func countAgrees(fn string, n int64, c kineto.CommsArgs, nranks int) bool {
+	if c.InNelems < 0 && c.OutNelems < 0 {
+		return true
+	}
+	if n == c.InNelems || n == c.OutNelems {
+		return true
+	}
+	if nr := int64(nranks); nr > 1 {
+		switch collective.NormFunc(fn) {
+		case "ReduceScatter":
+			return n*nr == c.InNelems
+		case "AllGather":
+			return n*nr == c.OutNelems
+		}
+	}
+	return false
+}
+
+// kernelTypeDisagrees compares the datatype a reduction kernel is specialized for (its name
+// says it in every NCCL era) with the operation's. Copies (AllGather, Broadcast, SendRecv) run
+// as bytes whatever the user's type, so only reductions are compared.
+func kernelTypeDisagrees(k *kernel, g *opGroup) string {
+	if k.spec.Datatype == "" || !collective.Reduces(k.spec.Func) {
+		return ""
+	}
+	for _, o := range g.ops {
+		dt := o.ev.Datatype
+		if o.api != nil && o.api.Datatype != "" {
+			dt = o.api.Datatype
+		}
+		if d, size := collective.Datatype(dt); size > 0 && d != k.spec.Datatype {
+			return fmt.Sprintf("datatypes differ: NCCL %s, the kernel is for %s", dt, k.spec.Datatype)
 		}
 	}
 	return ""

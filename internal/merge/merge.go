@@ -295,6 +295,7 @@ func writeTrace(w io.Writer, ranks []*rankState, timeline bool, sum *Summary) er
 	ids := newIDSpace()
 	for _, r := range ranks {
 		n0 := e.events
+		r.writePluginProcessMeta(e, tl)
 		r.writeKineto(e, tl)
 		r.writePlugin(e, tl, ids)
 		added := r.writeAdded(e, tl, ids)

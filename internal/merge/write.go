@@ -315,8 +315,8 @@ func (r *rankState) writePlugin(e *emitter, tl *timelineMap, ids *idSpace) {
 		flows := pluginFlows(p.t, &keys, ids.pluginFlows(r))
 		for i := range p.t.Events {
 			ev := &p.t.Events[i]
-			if ev.Raw == "{}" || (ev.Ph == "M" && ev.Name == "process_name") {
-				continue // Kineto names the process
+			if ev.Raw == "{}" || isProcessMeta(ev) {
+				continue // the sentinel of the example plugin; process metadata went first
 			}
 			if isFlow(ev.Ph) && flows[keys.key(ev.IDRaw, ev.Cat, ev.Name)] == nil {
 				continue // a flow start whose end was cut off with the file
@@ -330,6 +330,25 @@ func (r *rankState) writePlugin(e *emitter, tl *timelineMap, ids *idSpace) {
 }
 
 func isFlow(ph string) bool { return ph == "s" || ph == "t" || ph == "f" }
+
+// isProcessMeta: the plugin names the process it shares with Kineto ("ncclprof <host> pid N").
+func isProcessMeta(ev *ptrace.Event) bool {
+	return ev.Ph == "M" && (ev.Name == "process_name" || ev.Name == "process_labels" || ev.Name == "process_sort_index")
+}
+
+// writePluginProcessMeta writes the plugin's process metadata before Kineto's events: kept, as
+// every input event is, but where Kineto's own names, which come later, win in viewers (the
+// last name of a process is the one shown).
+func (r *rankState) writePluginProcessMeta(e *emitter, tl *timelineMap) {
+	ids := newIDSpace()
+	for _, p := range r.px {
+		for i := range p.t.Events {
+			if ev := &p.t.Events[i]; isProcessMeta(ev) {
+				r.rewritePlugin(e, p, ev, tl, nil, ids)
+			}
+		}
+	}
+}
 
 // pluginFlows numbers the plugin's complete flows; flows missing a start or an end (a cut
 // file) are absent from the map.
