@@ -217,6 +217,9 @@ func (r *rankState) linkLaunch(p *pluginIndex, l *ptrace.Event, slack int64) {
 	for _, g := range groups {
 		g.launch = l
 		r.addLink(RuleLaunch, k, g)
+		if p.launchLink[l] == nil {
+			p.launchLink[l] = g.link
+		}
 	}
 }
 

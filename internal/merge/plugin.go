@@ -57,17 +57,29 @@ type pluginIndex struct {
 	shift        int64
 	shiftSamples int
 	shiftApplied bool
+	// dupIDs counts slices whose handle an earlier slice already had (a damaged or hostile
+	// file): they are kept in the output but link nothing, and nothing hangs under them.
+	dupIDs int
+	// launchGroups memoizes groupsOfLaunch per (GroupApi handle, communicator).
+	launchGroups map[[2]uint64][]*opGroup
+	// launchLink is the link made through each KernelLaunch.
+	launchLink map[*ptrace.Event]*link
 }
 
 func newPluginIndex(t *ptrace.Trace) *pluginIndex {
-	x := &pluginIndex{t: t, byID: map[uint64]*ptrace.Event{}, children: map[uint64][]*ptrace.Event{}, ops: map[uint64]*op{}}
+	x := &pluginIndex{t: t, byID: map[uint64]*ptrace.Event{}, children: map[uint64][]*ptrace.Event{}, ops: map[uint64]*op{},
+		launchGroups: map[[2]uint64][]*opGroup{}, launchLink: map[*ptrace.Event]*link{}}
 	for i := range t.Events {
 		e := &t.Events[i]
 		if !e.IsSlice() {
 			continue
 		}
 		if e.ID != 0 {
-			x.byID[e.ID] = e
+			if _, dup := x.byID[e.ID]; dup {
+				x.dupIDs++
+			} else {
+				x.byID[e.ID] = e
+			}
 		}
 		parent := e.Parent
 		if e.Kind == KernelChKind || e.Kind == ptrace.Completion {
@@ -147,14 +159,14 @@ func (x *pluginIndex) newOp(e *ptrace.Event) *op {
 	if o.comm.Hash == 0 {
 		o.comm = ptrace.Comm{Hash: e.Comm, Rank: e.Rank}
 	}
-	for _, c := range x.children[e.ID] {
+	for _, c := range x.childrenOf(e) {
 		switch c.Kind {
 		case ptrace.ProxyOp:
 			o.proxy = append(o.proxy, c)
-			for _, s := range x.children[c.ID] {
+			for _, s := range x.childrenOf(c) {
 				if s.Kind == ptrace.ProxyStep {
 					o.steps++
-					o.net += len(x.children[s.ID])
+					o.net += len(x.childrenOf(s))
 				}
 			}
 		case ptrace.KernelCh:
@@ -163,10 +175,19 @@ func (x *pluginIndex) newOp(e *ptrace.Event) *op {
 			o.completion = c
 		}
 	}
-	if e.ID != 0 {
+	if e.ID != 0 && x.byID[e.ID] == e {
 		x.ops[e.ID] = o
 	}
 	return o
+}
+
+// childrenOf returns the slices under e: none when e's handle belongs to an earlier slice
+// (each child list is then walked once, by its owner, whatever a file repeats).
+func (x *pluginIndex) childrenOf(e *ptrace.Event) []*ptrace.Event {
+	if e.ID == 0 || x.byID[e.ID] != e {
+		return nil
+	}
+	return x.children[e.ID]
 }
 
 // kernelFuncOf is the kernel function a group runs as: its collective, or SendRecv for P2P.
@@ -220,13 +241,17 @@ func (gi groupIndex) find(e *ptrace.Event) *ptrace.Event {
 // groupsOfLaunch returns the groups of the operations a KernelLaunch launched: the operations
 // under its GroupApi (through their CollApi/P2pApi), of the launch's communicator.
 func (x *pluginIndex) groupsOfLaunch(l *ptrace.Event) []*opGroup {
+	key := [2]uint64{l.GroupAPI, l.Comm}
+	if out, ok := x.launchGroups[key]; ok {
+		return out
+	}
 	var out []*opGroup
 	seen := map[*opGroup]bool{}
 	for _, api := range x.children[l.GroupAPI] {
 		if api.Kind != ptrace.CollAPI && api.Kind != ptrace.P2pAPI {
 			continue
 		}
-		for _, c := range x.children[api.ID] {
+		for _, c := range x.childrenOf(api) {
 			o := x.ops[c.ID]
 			if o == nil || (l.Comm != 0 && c.Comm != l.Comm) || seen[o.group] {
 				continue
@@ -235,6 +260,7 @@ func (x *pluginIndex) groupsOfLaunch(l *ptrace.Event) []*opGroup {
 			out = append(out, o.group)
 		}
 	}
+	x.launchGroups[key] = out
 	return out
 }
 

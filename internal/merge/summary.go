@@ -16,21 +16,23 @@ type Summary struct {
 
 // RankSummary is one rank's part of the summary.
 type RankSummary struct {
-	Rank        int      `json:"rank"`
-	Host        string   `json:"host,omitempty"`
-	Kineto      string   `json:"kineto"`
-	NCCL        []string `json:"nccl"`
-	KinetoTime  string   `json:"kineto_time"`
-	Simulated   bool     `json:"simulated,omitempty"`
-	Truncated   bool     `json:"nccl_truncated,omitempty"`
-	Unanchored  bool     `json:"nccl_unanchored,omitempty"`
-	EventsIn    EventsIn `json:"events_in"`
-	EventsOut   int      `json:"events_out"`
-	Added       int      `json:"events_added"`
-	Dropped     int      `json:"events_dropped"`
-	DroppedWhy  string   `json:"events_dropped_why,omitempty"`
-	NCCLKernels int      `json:"nccl_kernels"`
-	Operations  int      `json:"nccl_operation_groups"`
+	Rank       int      `json:"rank"`
+	Host       string   `json:"host,omitempty"`
+	Kineto     string   `json:"kineto"`
+	NCCL       []string `json:"nccl"`
+	KinetoTime string   `json:"kineto_time"`
+	Simulated  bool     `json:"simulated,omitempty"`
+	Truncated  bool     `json:"nccl_truncated,omitempty"`
+	Unanchored bool     `json:"nccl_unanchored,omitempty"`
+	EventsIn   EventsIn `json:"events_in"`
+	EventsOut  int      `json:"events_out"`
+	Added      int      `json:"events_added"`
+	Dropped    int      `json:"events_dropped"`
+	DroppedWhy string   `json:"events_dropped_why,omitempty"`
+	// DuplicateIDs counts plugin slices whose handle an earlier slice had: kept, linking nothing.
+	DuplicateIDs int `json:"nccl_duplicate_ids,omitempty"`
+	NCCLKernels  int `json:"nccl_kernels"`
+	Operations   int `json:"nccl_operation_groups"`
 	// Linked counts kernels linked by each rule.
 	Linked          map[string]int `json:"linked"`
 	UnlinkedKernels map[string]int `json:"unlinked_kernels"`
@@ -88,6 +90,7 @@ func (r *rankState) summary() *RankSummary {
 		s.Truncated = s.Truncated || p.t.Truncated
 		s.Unanchored = s.Unanchored || p.t.Unanchored
 		s.Operations += len(p.groups)
+		s.DuplicateIDs += p.dupIDs
 		for _, g := range p.groups {
 			if g.link == nil {
 				s.UnlinkedOps[r.groupWhy(g)]++
@@ -131,6 +134,9 @@ func (s *Summary) WriteText(w io.Writer) {
 			r.EventsIn.Kineto, r.KinetoTime, r.EventsIn.NCCL, r.EventsOut, r.Added, r.Dropped)
 		if r.Dropped > 0 {
 			fmt.Fprintf(w, "  dropped: %s\n", r.DroppedWhy)
+		}
+		if r.DuplicateIDs > 0 {
+			fmt.Fprintf(w, "  %d NCCL slices repeat the handle of an earlier one (a damaged file?): kept, but they link nothing\n", r.DuplicateIDs)
 		}
 		linked := r.Linked[RuleLaunch] + r.Linked[RuleOrder]
 		fmt.Fprintf(w, "  NCCL kernels: %d, linked %d (%d by launch, %d by order)\n",

@@ -429,12 +429,7 @@ func (r *rankState) pluginLinkArgs(p *pluginIndex, ev *ptrace.Event) []byte {
 			l = o.group.link
 		}
 	case ptrace.KernelLaunch:
-		for _, g := range p.groups {
-			if g.launch == ev && g.link != nil {
-				l = g.link
-				break
-			}
-		}
+		l = p.launchLink[ev] // (a scan of every group per launch was quadratic)
 	}
 	if l == nil {
 		return nil
