@@ -25,7 +25,7 @@ GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(
 WARN     := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN)
 
-.PHONY: all test test-go test-python bench demo clean sanitize soak otelcol wheel
+.PHONY: all test test-go test-python bench demo clean sanitize soak otelcol wheel hta
 
 all: $(PLUGIN) $(HOST) $(EMPTY) $(MERGE)
 
@@ -78,7 +78,12 @@ otelcol:
 
 test: test-go test-python
 
-test-go: all sanitize otelcol
+# HTA (HolisticTraceAnalysis 0.5.0) with pandas 2 and with pandas 3, made once under build/ by
+# tools/hta/venv.sh: the merge's per-rank output must load in both (internal/merge hta_test.go).
+hta:
+	@PYTHON=$(PYTHON) tools/hta/venv.sh $(BUILD)
+
+test-go: all sanitize otelcol hta
 	NCCLPROF_FUZZ_SECONDS=$(FUZZ_SECONDS) $(GO) test -count=1 -p 1 -timeout 30m ./...
 
 # The Python package, built from this checkout and installed into build/py (made once by
@@ -99,7 +104,7 @@ wheel:
 	@rm -rf python/build python/ncclprof.egg-info
 	@ls -1 $(BUILD)/wheel/*.whl
 
-bench: all
+bench: all hta
 	@echo "== plugin callback cost (testhost bench, median of 7 runs) =="
 	@rm -rf $(BUILD)/bench-out
 	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out NCCLPROF_BENCH_TRACE_DIR=$(BUILD)/bench-out/trace \
@@ -108,9 +113,7 @@ bench: all
 	@echo "== callback cost while something is broken (ncclprof, every event type, 1 thread) =="
 	@tools/bench/faults.sh $(HOST) $(PLUGIN) $(EMPTY) $(BUILD)/bench-faults 7
 	@echo "== ncclmerge on a 1 GiB Kineto trace: plain read, merge, HTA's parser =="
-	@if python3 -c 'import hta' 2>/dev/null; then $(MERGE) bench --size 1GiB; else \
-	  echo "(HTA not installed: pip install HolisticTraceAnalysis psutil  to compare with it)"; \
-	  $(MERGE) bench --size 1GiB --hta=false; fi
+	$(MERGE) bench --size 1GiB --python $(BUILD)/hta-pandas3/bin/python
 
 # Ten minutes of 64 communicators created and destroyed in cycles at full callback rate; prints
 # a JSON line a second (rss_kib, threads, fds, goroutines must stay flat) and fails if they grow.
