@@ -23,6 +23,9 @@ import (
 // Kineto ts stay below 7.9e12 µs (the 3-month window of its base).
 const absoluteMinNs = 1e17
 
+// AbsoluteMinNs is absoluteMinNs for readers that locate absolute times themselves.
+const AbsoluteMinNs = absoluteMinNs
+
 // Trace is a Kineto trace held in memory.
 type Trace struct {
 	*traceevent.Doc

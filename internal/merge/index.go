@@ -80,7 +80,17 @@ type kinetoIndex struct {
 	maxTs    int64
 	gpuPids  map[int64]bool
 	labels   map[string]string // pid → process_labels
+	// absTs locates the ts values that are absolute Unix µs (PyTorch ≤ 2.3), which the
+	// output rebases: the write copies everything between them as it is.
+	absTs []tsAt
 }
+
+// tsAt is where a ts value is in the document (high 56 bits) and how long its text is (low
+// 8): one word per event.
+type tsAt uint64
+
+func (t tsAt) off() int64 { return int64(t >> 8) }
+func (t tsAt) n() int64   { return int64(t & 0xff) }
 
 func newKinetoIndex() *kinetoIndex {
 	return &kinetoIndex{
@@ -140,6 +150,9 @@ func (x *kinetoIndex) visit(e *kineto.Event) error {
 	if e.HasTs && e.Ph != "M" {
 		x.minTs = min(x.minTs, e.Ts)
 		x.maxTs = max(x.maxTs, e.Ts+max(e.Dur, 0))
+	}
+	if n := e.TsSpan.End - e.TsSpan.Start; e.HasTs && e.Ts >= kineto.AbsoluteMinNs && n > 0 && n < 256 {
+		x.absTs = append(x.absTs, tsAt(uint64(e.Off+int64(e.TsSpan.Start))<<8|uint64(n)))
 	}
 	switch e.Ph {
 	case "X":

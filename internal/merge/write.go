@@ -58,6 +58,18 @@ func (e *emitter) writeString(s string) {
 	}
 }
 
+// stableWriter takes text that stays valid until it is closed without copying it.
+type stableWriter interface{ WriteStable(string) error }
+
+// writeInput writes a span of an input document (which outlives the output).
+func (e *emitter) writeInput(s string) {
+	if sw, ok := e.w.(stableWriter); ok && e.err == nil {
+		e.err = sw.WriteStable(s)
+		return
+	}
+	e.writeString(s)
+}
+
 // event writes one whole event.
 func (e *emitter) event(b []byte) {
 	e.sep()
@@ -98,12 +110,13 @@ func patch(dst []byte, raw string, reps []rep, argsSpan traceevent.Span, addArgs
 	return append(dst, raw[pos:]...)
 }
 
-// writeKineto copies the rank's Kineto events. With nothing to rewrite but a few events it
-// copies the array in bulk between them; otherwise it rewrites each event.
+// writeKineto copies the rank's Kineto events. Outside a timeline it copies the array in bulk
+// between the few events that change (and, for absolute-µs traces, the ts values it rebases);
+// a timeline renames processes and flows, so it rewrites each event.
 func (r *rankState) writeKineto(e *emitter, tl *timelineMap) {
-	fast := tl == nil && r.shift == 0 && r.kt.HasBase && r.kt.Base == e.base
-	if fast {
-		r.copyBulk(e)
+	sameBase := r.kt.HasBase && r.kt.Base == e.base
+	if tl == nil && r.shift == 0 && (sameBase || r.kt.Absolute) {
+		r.copyBulk(e, !sameBase)
 		return
 	}
 	r.kt.Walk(func(ev *kineto.Event) bool {
@@ -113,8 +126,9 @@ func (r *rankState) writeKineto(e *emitter, tl *timelineMap) {
 }
 
 // copyBulk writes the traceEvents content as it is, except for the patch points: linked NCCL
-// kernels gain args, dangling flow starts go.
-func (r *rankState) copyBulk(e *emitter) {
+// kernels gain args, dangling flow starts go, and with rebase the absolute ts values become
+// relative to the output's base.
+func (r *rankState) copyBulk(e *emitter, rebase bool) {
 	doc := r.kt.Text()
 	type point struct {
 		off  int64
@@ -131,14 +145,26 @@ func (r *rankState) copyBulk(e *emitter) {
 		pts = append(pts, point{off: off, drop: true})
 	}
 	sort.Slice(pts, func(i, j int) bool { return pts[i].off < pts[j].off })
+	var ts []tsAt
+	if rebase {
+		ts = r.kx.absTs
+	}
 	start, end := r.kt.EventsStart()+1, r.kt.EventsEnd()
 	// Count the events of the bulk copy: all of them, less the drops.
 	copied := r.kt.Events - len(r.kx.dangling)
 	pos := start
 	first := true
-	emit := func(s string) {
-		s = strings.TrimLeft(s, " \t\r\n,")
-		if s == "" {
+	var num []byte
+	// emit writes doc[a:b], a run of whole events, without the separators at its ends, with
+	// the ts values inside it rebased.
+	emit := func(a, b int) {
+		for a < b && strings.IndexByte(" \t\r\n,", doc[a]) >= 0 {
+			a++
+		}
+		for b > a && strings.IndexByte(" \t\r\n,", doc[b-1]) >= 0 {
+			b--
+		}
+		if a == b {
 			return
 		}
 		if first {
@@ -147,24 +173,59 @@ func (r *rankState) copyBulk(e *emitter) {
 		} else {
 			e.writeString(",\n")
 		}
-		e.writeString(strings.TrimRight(s, " \t\r\n,"))
+		for len(ts) > 0 && ts[0].off() < int64(a) {
+			ts = ts[1:]
+		}
+		for len(ts) > 0 && ts[0].off() < int64(b) {
+			off, n := ts[0].off(), ts[0].n()
+			ts = ts[1:]
+			e.writeInput(doc[a:off])
+			num = e.rebased(num[:0], doc[off:off+n])
+			e.write(num)
+			a = int(off + n)
+		}
+		e.writeInput(doc[a:b])
 	}
 	var ev traceevent.Event
 	for _, p := range pts {
-		emit(doc[pos:p.off])
+		emit(pos, int(p.off))
 		evEnd, err := traceevent.Parse(&ev, doc, int(p.off))
 		if err != nil {
 			e.err = err
 			return
 		}
 		if !p.drop {
-			e.buf = patch(e.buf[:0], ev.Raw, nil, ev.ArgsSpan, r.kernelArgs(p.k))
-			emit(string(e.buf))
+			var reps []rep
+			if rebase && ev.HasTs && ev.Ts >= kineto.AbsoluteMinNs {
+				reps = append(reps, rep{ev.TsSpan, e.ts(nil, ev.Ts)})
+			}
+			e.buf = patch(e.buf[:0], ev.Raw, reps, ev.ArgsSpan, r.kernelArgs(p.k))
+			emit2 := string(e.buf)
+			if first {
+				e.sep()
+				first = false
+			} else {
+				e.writeString(",\n")
+			}
+			e.writeString(emit2)
 		}
 		pos = evEnd
 	}
-	emit(doc[pos:end])
+	emit(pos, end)
 	e.events += copied
+}
+
+// rebased turns an absolute µs ts value (number or numeric string) into µs since the output's
+// base.
+func (e *emitter) rebased(b []byte, raw string) []byte {
+	if raw[0] == '"' {
+		raw = jsonscan.String(raw)
+	}
+	ns, err := jsonscan.Scaled(raw, 3)
+	if err != nil {
+		return append(b, raw...) // cannot happen: the reader accepted it as a time
+	}
+	return e.ts(b, ns)
 }
 
 // rewriteKineto writes one Kineto event with its time rebased and, in a timeline, its

@@ -36,9 +36,9 @@ type PluginOptions struct {
 	Mismatch int
 	// WrongType gives the n-th operation (0: none) a datatype other than its kernel's.
 	WrongType int
-	Channels int
-	Seed     int64
-	Host     string
+	Channels  int
+	Seed      int64
+	Host      string
 	// ErrorBoundNs is the clock error the plugin declares.
 	ErrorBoundNs int64
 }
