@@ -104,6 +104,12 @@ wheel:
 	@rm -rf python/build python/ncclprof.egg-info
 	@ls -1 $(BUILD)/wheel/*.whl
 
+# The real traces the tests use, one shape each (relative µs, absolute µs with SendRecv,
+# sampled absolute µs, driver-API launches, CPU only).
+BENCH_TRACES := $(addprefix ../shared/traces/kineto/,nccl_parser_config_nccl_data.json.gz \
+  negative_queue_length_values_check_rank0.json.gz trace_filter_sampled_rank-0.json.gz \
+  triton_example_triton_example.json.gz cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz)
+
 bench: all hta
 	@echo "== plugin callback cost (testhost bench, median of 7 runs) =="
 	@rm -rf $(BUILD)/bench-out
@@ -112,8 +118,8 @@ bench: all hta
 	@rm -rf $(BUILD)/bench-out/trace
 	@echo "== callback cost while something is broken (ncclprof, every event type, 1 thread) =="
 	@tools/bench/faults.sh $(HOST) $(PLUGIN) $(EMPTY) $(BUILD)/bench-faults 7
-	@echo "== ncclmerge on a 1 GiB Kineto trace: plain read, merge, HTA's parser =="
-	$(MERGE) bench --size 1GiB --python $(BUILD)/hta-pandas3/bin/python
+	@echo "== ncclmerge per trace shape (512 MiB each): plain read, merge, HTA's parser =="
+	$(MERGE) bench --size 512MiB --python $(BUILD)/hta-pandas3/bin/python $(foreach t,$(BENCH_TRACES),--source $(t))
 
 # Ten minutes of 64 communicators created and destroyed in cycles at full callback rate; prints
 # a JSON line a second (rss_kib, threads, fds, goroutines must stay flat) and fails if they grow.
