@@ -105,10 +105,12 @@ wheel:
 	@ls -1 $(BUILD)/wheel/*.whl
 
 # The real traces the tests use, one shape each (relative µs, absolute µs with SendRecv,
-# sampled absolute µs, driver-API launches, CPU only).
+# sampled absolute µs, driver-API launches, CPU only), and the shapes internal/synth makes
+# (one NCCL kernel per 10 kernels, per 200, profile_memory, ROCm, absolute µs, ns).
 BENCH_TRACES := $(addprefix ../shared/traces/kineto/,nccl_parser_config_nccl_data.json.gz \
   negative_queue_length_values_check_rank0.json.gz trace_filter_sampled_rank-0.json.gz \
-  triton_example_triton_example.json.gz cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz)
+  triton_example_triton_example.json.gz cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz) \
+  synth:nccl-heavy synth:kernel-heavy synth:memory synth:rocm synth:absolute-us synth:ns
 
 bench: all hta
 	@echo "== plugin callback cost (testhost bench, median of 7 runs) =="

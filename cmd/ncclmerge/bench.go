@@ -79,7 +79,7 @@ The temporary files are deleted unless --keep.`,
 			var res *benchReport
 			switch what {
 			case "merge":
-				res, err = runBenchShapes(tmp, sources, n, hta, pythonPath)
+				res, err = runBenchShapes(tmp, sources, n, hta, pythonPath, keep)
 			case "stats":
 				res, err = benchStats(tmp, n, reps)
 			case "skew":
@@ -100,7 +100,7 @@ The temporary files are deleted unless --keep.`,
 	f := c.Flags()
 	f.StringVar(&size, "size", "1GiB", "size of the synthesized Kineto trace (e.g. 256MiB, 1GiB)")
 	f.StringSliceVar(&sources, "source", []string{"../shared/traces/kineto/nccl_parser_config_nccl_data.json.gz"},
-		"real Kineto traces to repeat, one shape each (repeat the flag or separate with commas)")
+		"Kineto traces to repeat, one shape each (repeat the flag or separate with commas): real ones, or synth:NAME for a synthesized shape ("+strings.Join(synth.ShapeNames(), ", ")+")")
 	f.StringVar(&dir, "dir", os.TempDir(), "where to put the temporary files")
 	f.BoolVar(&hta, "hta", true, "also time HTA's trace parser (python3 with HolisticTraceAnalysis)")
 	f.StringVar(&pythonPath, "python", "python3", "the Python that has HolisticTraceAnalysis")
@@ -154,7 +154,7 @@ type shapeResult struct {
 }
 
 // runBenchShapes runs the merge benchmark on each source and adds the per-shape table.
-func runBenchShapes(tmp string, sources []string, size int64, withHTA bool, python string) (*benchReport, error) {
+func runBenchShapes(tmp string, sources []string, size int64, withHTA bool, python string, keep bool) (*benchReport, error) {
 	all := &benchReport{CPUs: runtime.NumCPU(), Source: strings.Join(sources, ", ")}
 	for _, src := range sources {
 		dir, err := os.MkdirTemp(tmp, "shape-")
@@ -165,7 +165,9 @@ func runBenchShapes(tmp string, sources []string, size int64, withHTA bool, pyth
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", src, err)
 		}
-		os.RemoveAll(dir)
+		if !keep {
+			os.RemoveAll(dir) // a shape's files go before the next one's are made
+		}
 		for i := range rep.Results {
 			rep.Results[i].What = shapeName(src) + ": " + rep.Results[i].What
 		}
@@ -192,6 +194,18 @@ func shapeName(src string) string {
 }
 
 func runBench(tmp, source string, size int64, withHTA bool, python string) (*benchReport, error) {
+	if name, ok := strings.CutPrefix(source, "synth:"); ok {
+		sh, ok := synth.Shapes[name]
+		if !ok {
+			return nil, fmt.Errorf("--source %s: no such synthesized shape (there are %s)", source, strings.Join(synth.ShapeNames(), ", "))
+		}
+		// A unit of 20,000 kernels (a few MB), repeated to the size like a real trace.
+		unit := filepath.Join(tmp, name+".json")
+		if err := synth.KinetoShape(unit, sh, 20000); err != nil {
+			return nil, err
+		}
+		source = unit
+	}
 	big := filepath.Join(tmp, "kineto.json")
 	fmt.Fprintf(os.Stderr, "synthesizing %s from %s …\n", fmtBytes(size), source)
 	copies, err := synth.RepeatKineto(source, big, size)
@@ -243,7 +257,9 @@ func runBench(tmp, source string, size int64, withHTA bool, python string) (*ben
 	if np != "" {
 		args = append(args, "--nccl", np)
 	}
-	secs, cpu, rss, err := timeChild(self, args...)
+	// The child's own VmHWM: its rusage peak would count the pages it shared with this
+	// process (the synthesizer's) before exec.
+	secs, cpu, rss, err := timeSelf(self, args...)
 	if err != nil {
 		return nil, fmt.Errorf("merge failed: %w", err)
 	}

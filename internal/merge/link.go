@@ -58,8 +58,8 @@ func (r *rankState) estimateCPUOffset(p *pluginIndex) {
 		lm := mid(l.Start, l.End)
 		for _, c := range r.callsNear(l.Pid.Num, l.Tid.Num, lm-offsetSearch, lm+offsetSearch) {
 			if k := r.byCorr[c.corr]; k != nil {
-				diffs = append(diffs, mid(c.start, c.end)-lm)
-				per[i] = append(per[i], mid(c.start, c.end)-lm)
+				diffs = append(diffs, mid(c.start, c.end())-lm)
+				per[i] = append(per[i], mid(c.start, c.end())-lm)
 			}
 		}
 	}
@@ -138,13 +138,14 @@ func abs(x int64) int64 {
 
 // callsNear returns the launch calls of a thread that overlap [from, to].
 func (r *rankState) callsNear(pid, tid, from, to int64) []*launchCall {
-	calls := r.kx.launches[[2]int64{pid, tid}]
-	// Launch calls are short: anything overlapping starts after from − 1 s.
-	i := sort.Search(len(calls), func(i int) bool { return calls[i].start >= from-1000*ms })
+	calls := r.kx.threadCalls(pid, tid)
+	// Anything overlapping starts after from less the longest call (launch calls are short:
+	// searching from a fixed second back walked thousands of calls per launch).
+	i := sort.Search(len(calls), func(i int) bool { return calls[i].start >= from-r.kx.maxCallDur })
 	var out []*launchCall
 	for ; i < len(calls) && calls[i].start <= to; i++ {
-		if calls[i].end >= from {
-			out = append(out, calls[i])
+		if calls[i].end() >= from {
+			out = append(out, &calls[i])
 		}
 	}
 	return out
@@ -176,13 +177,13 @@ func (r *rankState) linkLaunch(p *pluginIndex, l *ptrace.Event, slack int64) {
 	from, to := l.Start+p.shift-slack, l.End+p.shift+slack
 	var best *launchCall
 	for _, c := range r.callsNear(l.Pid.Num, l.Tid.Num, from, to) {
-		if c.used || c.start < from || c.end > to {
+		if r.kx.used[c] || c.start < from || c.end() > to {
 			continue
 		}
 		// Prefer the call whose kernel is an NCCL kernel, then the one nearest the middle.
 		if best == nil || (r.byCorr[c.corr] != nil && r.byCorr[best.corr] == nil) ||
 			((r.byCorr[c.corr] != nil) == (r.byCorr[best.corr] != nil) &&
-				abs(mid(c.start, c.end)-mid(from, to)) < abs(mid(best.start, best.end)-mid(from, to))) {
+				abs(mid(c.start, c.end())-mid(from, to)) < abs(mid(best.start, best.end())-mid(from, to))) {
 			best = c
 		}
 	}
@@ -213,7 +214,7 @@ func (r *rankState) linkLaunch(p *pluginIndex, l *ptrace.Event, slack int64) {
 			return
 		}
 	}
-	best.used = true
+	r.kx.used[best] = true
 	for _, g := range groups {
 		g.launch = l
 		r.addLink(RuleLaunch, k, g)

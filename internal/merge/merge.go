@@ -119,7 +119,7 @@ func Run(kinetoPaths, ncclPaths []string, out string, opt Options) (*Summary, er
 	if len(kinetoPaths) == 0 {
 		return nil, fmt.Errorf("no Kineto trace given (--kineto)")
 	}
-	plugins, err := readPlugins(ncclPaths, opt)
+	plugins, lean, err := readPlugins(ncclPaths, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +131,7 @@ func Run(kinetoPaths, ncclPaths []string, out string, opt Options) (*Summary, er
 		return nil, fmt.Errorf("--timeline takes at most %d ranks", maxTimelineRanks)
 	}
 	p := newPairer(plugins, kinetoPaths, opt)
+	p.lean = lean
 	sum := &Summary{}
 	var ranks []*rankState
 	for i, kp := range kinetoPaths {
@@ -199,19 +200,21 @@ func outName(kineto string) string {
 	return name
 }
 
-func readPlugins(paths []string, opt Options) ([]*ptrace.Trace, error) {
+func readPlugins(paths []string, opt Options) ([]*ptrace.Trace, map[*ptrace.Trace]*leanPlugin, error) {
 	var out []*ptrace.Trace
+	lean := map[*ptrace.Trace]*leanPlugin{}
 	for _, p := range paths {
-		t, err := ptrace.Read(p)
+		t, lp, err := readLean(p)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if t.Truncated {
-			opt.logf("note: %s ends early (the job died while writing it); read %d events up to byte %d", p, len(t.Events), t.TruncatedAt)
+			opt.logf("note: %s ends early (the job died while writing it); read %d events up to byte %d", p, t.Doc.Events, t.TruncatedAt)
 		}
 		out = append(out, t)
+		lean[t] = lp
 	}
-	return out, nil
+	return out, lean, nil
 }
 
 // loadRank reads a Kineto trace (one pass), pairs it with its plugin traces and links them.
@@ -229,7 +232,7 @@ func loadRank(path string, p *pairer, opt Options) (*rankState, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := newRank(opt, kt, x, plugins)
+	r := newRank(opt, kt, x, plugins, p.lean)
 	r.link()
 	return r, nil
 }

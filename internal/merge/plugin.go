@@ -12,7 +12,7 @@ type op struct {
 	ev         *ptrace.Event // Coll or P2p
 	api        *ptrace.Event // CollApi/P2pApi, when the ABI has them
 	comm       ptrace.Comm
-	proxy      []*ptrace.Event
+	proxies    int
 	steps      int
 	net        int
 	channels   []*ptrace.Event // KernelCh
@@ -64,11 +64,21 @@ type pluginIndex struct {
 	launchGroups map[[2]uint64][]*opGroup
 	// launchLink is the link made through each KernelLaunch.
 	launchLink map[*ptrace.Event]*link
+	// lean holds what was read as records rather than events; counts tallies its proxy
+	// records per operation.
+	lean   *leanPlugin
+	counts map[uint64]proxyCounts
 }
 
-func newPluginIndex(t *ptrace.Trace) *pluginIndex {
+func newPluginIndex(t *ptrace.Trace, lp *leanPlugin) *pluginIndex {
+	if lp == nil {
+		lp = &leanPlugin{keys: &flowKeys{}, realThreads: map[[2]int64]bool{}}
+	}
 	x := &pluginIndex{t: t, byID: map[uint64]*ptrace.Event{}, children: map[uint64][]*ptrace.Event{}, ops: map[uint64]*op{},
-		launchGroups: map[[2]uint64][]*opGroup{}, launchLink: map[*ptrace.Event]*link{}}
+		launchGroups: map[[2]uint64][]*opGroup{}, launchLink: map[*ptrace.Event]*link{}, lean: lp}
+	var dups int
+	x.counts, dups = lp.countProxies()
+	x.dupIDs += dups
 	for i := range t.Events {
 		e := &t.Events[i]
 		if !e.IsSlice() {
@@ -159,16 +169,12 @@ func (x *pluginIndex) newOp(e *ptrace.Event) *op {
 	if o.comm.Hash == 0 {
 		o.comm = ptrace.Comm{Hash: e.Comm, Rank: e.Rank}
 	}
+	if x.byID[e.ID] == e {
+		c := x.counts[e.ID]
+		o.proxies, o.steps, o.net = c.proxies, c.steps, c.net
+	}
 	for _, c := range x.childrenOf(e) {
 		switch c.Kind {
-		case ptrace.ProxyOp:
-			o.proxy = append(o.proxy, c)
-			for _, s := range x.childrenOf(c) {
-				if s.Kind == ptrace.ProxyStep {
-					o.steps++
-					o.net += len(x.childrenOf(s))
-				}
-			}
 		case ptrace.KernelCh:
 			o.channels = append(o.channels, c)
 		case ptrace.Completion:

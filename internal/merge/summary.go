@@ -85,7 +85,7 @@ func (r *rankState) summary() *RankSummary {
 	}
 	for _, p := range r.px {
 		s.NCCL = append(s.NCCL, p.t.Path)
-		s.EventsIn.NCCL += len(p.t.Events)
+		s.EventsIn.NCCL += p.t.Doc.Events
 		s.Simulated = s.Simulated || p.t.Simulated
 		s.Truncated = s.Truncated || p.t.Truncated
 		s.Unanchored = s.Unanchored || p.t.Unanchored

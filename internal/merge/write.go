@@ -248,9 +248,9 @@ func (r *rankState) rewriteKineto(e *emitter, ev *kineto.Event, tl *timelineMap)
 			reps = append(reps, rep{ev.PidSpan, b[at:]})
 		}
 		if (ev.Ph == "s" || ev.Ph == "t" || ev.Ph == "f") && ev.IDSpan.Valid() {
-			if fi := r.kx.flows[r.kx.keys.key(ev.IDRaw, ev.Event.Cat, ev.Name)]; fi != nil {
+			if idx, ok := r.kx.flows[r.kx.keys.key(ev.IDRaw, ev.Event.Cat, ev.Name)]; ok {
 				at := len(b)
-				b = strconv.AppendUint(b, tl.flowID(r, fi.newID), 10)
+				b = strconv.AppendUint(b, tl.flowID(r, uint64(idx)), 10)
 				reps = append(reps, rep{ev.IDSpan, b[at:]})
 			}
 		}
@@ -297,7 +297,7 @@ func (r *rankState) kernelArgs(k *kernel) []byte {
 	var proxy, steps, net, chans int
 	for _, op := range g.ops {
 		bytes += op.bytes()
-		proxy += len(op.proxy)
+		proxy += op.proxies
 		steps += op.steps
 		net += op.net
 		chans += len(op.channels)
@@ -369,25 +369,55 @@ func appendOp(o *obj, op *op) {
 }
 
 // writePlugin writes the plugin's events: their times on Kineto's clock, their real-thread
-// slices on tracks of their own, their flow ids renumbered, linked operations annotated.
+// slices on tracks of their own, their flow ids renumbered, linked operations annotated. It
+// walks each file again: most events were read as records only (see lean.go); those that were
+// decoded are met in the same order.
 func (r *rankState) writePlugin(e *emitter, tl *timelineMap, ids *idSpace) {
 	for _, p := range r.px {
-		var keys flowKeys
-		flows := pluginFlows(p.t, &keys, ids.pluginFlows(r))
-		for i := range p.t.Events {
-			ev := &p.t.Events[i]
+		flows := pluginFlows(p.lean.flows, ids.pluginFlows(r))
+		kept := p.t.Events
+		var tmp ptrace.Event
+		walk(p.t, func(raw *traceevent.Event) bool {
+			ev := &tmp
+			if len(kept) > 0 && kept[0].Off == raw.Off {
+				ev, kept = &kept[0], kept[1:]
+			} else {
+				tmp = ptrace.Event{Event: *raw, Kind: ptrace.KindOf(raw.Cat, raw.Name),
+					Start: p.t.Base + raw.Ts, End: p.t.Base + raw.Ts + raw.Dur}
+				if raw.Ph != "X" {
+					tmp.Kind = ptrace.KindOther
+				}
+			}
 			if ev.Raw == "{}" || isProcessMeta(ev) {
-				continue // the sentinel of the example plugin; process metadata went first
+				return true // the sentinel of the example plugin; process metadata went first
 			}
-			if isFlow(ev.Ph) && flows[keys.key(ev.IDRaw, ev.Cat, ev.Name)] == nil {
-				continue // a flow start whose end was cut off with the file
+			var flowN *uint64
+			if isFlow(ev.Ph) {
+				if flowN = flows[p.lean.keys.key(ev.IDRaw, ev.Cat, ev.Name)]; flowN == nil {
+					return true // a flow start whose end was cut off with the file
+				}
 			}
-			r.rewritePlugin(e, p, ev, tl, flows[keys.key(ev.IDRaw, ev.Cat, ev.Name)], ids)
-			if e.err != nil {
+			r.rewritePlugin(e, p, ev, tl, flowN, ids)
+			return e.err == nil
+		})
+		if e.err != nil {
+			return
+		}
+	}
+}
+
+// walk visits every event of a plugin trace in file order: again from the file for a trace
+// read from one, else (NCCL's example plugin, parsed whole) its events.
+func walk(t *ptrace.Trace, visit func(*traceevent.Event) bool) {
+	if t.Unanchored || t.Doc.Text() == "" {
+		for i := range t.Events {
+			if !visit(&t.Events[i].Event) {
 				return
 			}
 		}
+		return
 	}
+	t.Doc.Walk(visit)
 }
 
 func isFlow(ph string) bool { return ph == "s" || ph == "t" || ph == "f" }
@@ -413,25 +443,20 @@ func (r *rankState) writePluginProcessMeta(e *emitter, tl *timelineMap) {
 
 // pluginFlows numbers the plugin's complete flows; flows missing a start or an end (a cut
 // file) are absent from the map.
-func pluginFlows(t *ptrace.Trace, keys *flowKeys, next *uint64) map[flowKey]*uint64 {
+func pluginFlows(recs []flowRec, next *uint64) map[flowKey]*uint64 {
 	starts, ends := map[flowKey]int{}, map[flowKey]int{}
 	var order []flowKey
-	for i := range t.Events {
-		ev := &t.Events[i]
-		if !isFlow(ev.Ph) {
-			continue
+	for _, f := range recs {
+		if starts[f.key]+ends[f.key] == 0 {
+			order = append(order, f.key)
 		}
-		k := keys.key(ev.IDRaw, ev.Cat, ev.Name)
-		if starts[k]+ends[k] == 0 {
-			order = append(order, k)
-		}
-		if ev.Ph == "s" {
-			starts[k]++
+		if f.start {
+			starts[f.key]++
 		} else {
-			ends[k]++
+			ends[f.key]++
 		}
 	}
-	out := map[flowKey]*uint64{}
+	out := make(map[flowKey]*uint64, len(order))
 	for _, k := range order {
 		if starts[k] == 1 && ends[k] > 0 {
 			v := *next
@@ -530,15 +555,27 @@ func (r *rankState) writeTrackMeta(e *emitter, tl *timelineMap) {
 		if p.t.Unanchored {
 			continue
 		}
+		var threads [][2]int64
 		for i := range p.t.Events {
-			ev := &p.t.Events[i]
-			if !ev.IsSlice() || ev.Tid.IsStr || !isRealTid(ev.Tid.Num) || seen[[2]int64{ev.Pid.Num, ev.Tid.Num}] {
+			if ev := &p.t.Events[i]; ev.IsSlice() && !ev.Tid.IsStr && isRealTid(ev.Tid.Num) {
+				threads = append(threads, [2]int64{ev.Pid.Num, ev.Tid.Num})
+			}
+		}
+		var counted [][2]int64 // threads only counted slices were on, in a fixed order
+		for th := range p.lean.realThreads {
+			counted = append(counted, th)
+		}
+		sort.Slice(counted, func(i, j int) bool {
+			return counted[i][0] < counted[j][0] || counted[i][0] == counted[j][0] && counted[i][1] < counted[j][1]
+		})
+		for _, th := range append(threads, counted...) {
+			if seen[th] {
 				continue
 			}
-			seen[[2]int64{ev.Pid.Num, ev.Tid.Num}] = true
-			o := newObj(nil).str("ph", "M").str("name", "thread_sort_index").raw("pid", r.pidText(tl, ev.Pid)).
-				int("tid", userTid(ev.Tid.Num))
-			o.raw("args", newObj(nil).int("sort_index", ev.Tid.Num).done())
+			seen[th] = true
+			o := newObj(nil).str("ph", "M").str("name", "thread_sort_index").raw("pid", r.pidText(tl, kineto.ID{Num: th[0]})).
+				int("tid", userTid(th[1]))
+			o.raw("args", newObj(nil).int("sort_index", th[1]).done())
 			e.event(o.done())
 		}
 	}

@@ -1,0 +1,121 @@
+package merge
+
+import (
+	"github.com/ncclprof/ncclprof/internal/ptrace"
+)
+
+// The plugin's traces are mostly proxy ops, steps, their states and network events (a dozen
+// per operation), which the merge only counts per operation, and flows, which it only
+// renumbers: holding each as a decoded event took twice the file's size in memory. They are
+// read into small records instead; the writer walks the file again for their text.
+
+// proxyRec is a proxy-side slice: enough to count it under its operation.
+type proxyRec struct {
+	id, parent uint64
+	kind       ptrace.Kind
+}
+
+// flowRec is one flow event of a plugin trace.
+type flowRec struct {
+	key   flowKey
+	start bool
+}
+
+// leanPlugin is what the merge keeps of a plugin trace besides its decoded events.
+type leanPlugin struct {
+	proxies []proxyRec
+	flows   []flowRec
+	keys    *flowKeys
+	// realThreads are the real (pid, tid) that dropped slices were on (normally none:
+	// proxy threads are the plugin's synthetic tracks).
+	realThreads map[[2]int64]bool
+}
+
+// counted reports whether the merge reads a slice of this kind only to count it.
+func counted(k ptrace.Kind) bool {
+	switch k {
+	case ptrace.ProxyOp, ptrace.ProxyStep, ptrace.StepState, ptrace.ProxyCtrl, ptrace.Net:
+		return true
+	}
+	return false
+}
+
+// readLean reads a plugin trace keeping decoded only the events the linker indexes.
+func readLean(path string) (*ptrace.Trace, *leanPlugin, error) {
+	lp := &leanPlugin{keys: &flowKeys{}, realThreads: map[[2]int64]bool{}}
+	t, err := ptrace.ReadLean(path, func(e *ptrace.Event) bool {
+		switch {
+		case isFlow(e.Ph):
+			lp.flows = append(lp.flows, flowRec{lp.keys.key(e.IDRaw, e.Cat, e.Name), e.Ph == "s"})
+			return true
+		case e.IsSlice() && counted(e.Kind):
+			lp.proxies = append(lp.proxies, proxyRec{e.ID, e.Parent, e.Kind})
+			if !e.Tid.IsStr && isRealTid(e.Tid.Num) {
+				lp.realThreads[[2]int64{e.Pid.Num, e.Tid.Num}] = true
+			}
+			return true
+		}
+		return false
+	})
+	if err == nil && t.Unanchored {
+		// NCCL's example plugin is parsed whole (it is small): take the records from it.
+		for i := range t.Events {
+			e := &t.Events[i]
+			switch {
+			case isFlow(e.Ph):
+				lp.flows = append(lp.flows, flowRec{lp.keys.key(e.IDRaw, e.Cat, e.Name), e.Ph == "s"})
+			case e.IsSlice() && counted(e.Kind):
+				lp.proxies = append(lp.proxies, proxyRec{e.ID, e.Parent, e.Kind})
+			}
+		}
+	}
+	return t, lp, err
+}
+
+// proxyCounts are an operation's proxy ops, steps and what happened under its steps.
+type proxyCounts struct{ proxies, steps, net int }
+
+// countProxies tallies the proxy records under each operation handle. A handle an earlier
+// record already had is counted once (a damaged file), like duplicated slices elsewhere.
+func (lp *leanPlugin) countProxies() (map[uint64]proxyCounts, int) {
+	parentOf := make(map[uint64]uint64, len(lp.proxies))
+	kindOf := make(map[uint64]ptrace.Kind, len(lp.proxies))
+	dups := 0
+	for _, p := range lp.proxies {
+		if p.id == 0 {
+			continue
+		}
+		if _, ok := parentOf[p.id]; ok {
+			dups++
+			continue
+		}
+		parentOf[p.id], kindOf[p.id] = p.parent, p.kind
+	}
+	out := map[uint64]proxyCounts{}
+	for _, p := range lp.proxies {
+		switch p.kind {
+		case ptrace.ProxyOp:
+			c := out[p.parent]
+			c.proxies++
+			out[p.parent] = c
+		case ptrace.ProxyStep:
+			if kindOf[p.parent] == ptrace.ProxyOp {
+				op := parentOf[p.parent]
+				c := out[op]
+				c.steps++
+				out[op] = c
+			}
+		}
+		// Anything under a step (its states, network events) counts as net, as NCCL reports
+		// network activity under the step it serves.
+		if kindOf[p.parent] == ptrace.ProxyStep {
+			if proxy := parentOf[p.parent]; kindOf[proxy] == ptrace.ProxyOp {
+				op := parentOf[proxy]
+				c := out[op]
+				c.net++
+				out[op] = c
+			}
+		}
+	}
+	return out, dups
+}
