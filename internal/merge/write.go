@@ -472,8 +472,18 @@ func (r *rankState) rewritePlugin(e *emitter, p *pluginIndex, ev *ptrace.Event, 
 	b := e.buf[:0]
 	if ev.HasTs && ev.TsSpan.Valid() {
 		at := len(b)
-		b = e.ts(b, ev.Start+p.shift+r.shift)
+		ts := ev.Start + p.shift + r.shift
+		b = e.ts(b, ts)
 		reps = append(reps, rep{ev.TsSpan, b[at:]})
+		if ev.HasDur && ev.DurSpan.Valid() {
+			// Far from the base Perfetto rounds ts and dur apart: write the dur that ends
+			// the slice where its exact end rounds, so slices nest and meet to the ns.
+			if d := traceevent.PerfettoDur(ts-e.base, ev.Dur); d != ev.Dur {
+				at := len(b)
+				b = jsonscan.AppendMicros(b, d)
+				reps = append(reps, rep{ev.DurSpan, b[at:]})
+			}
+		}
 	}
 	if tl != nil && ev.PidSpan.Valid() {
 		at := len(b)
@@ -686,7 +696,7 @@ func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 			str("gpu_start_ns", strconv.FormatInt(pc.ev.GPUStart, 10)).str("gpu_stop_ns", strconv.FormatInt(pc.ev.GPUStop, 10)).
 			str("gpu_offset_ns", strconv.FormatInt(r.gpu.offset, 10)).str("placed_by", "ncclmerge (median offset over linked kernels)")
 		x := newObj(nil).str("ph", "X").str("cat", "nccl_gpu").str("name", pc.ev.Name).raw("pid", pidText).
-			int("tid", tid).raw("ts", e.ts(nil, pc.start)).micros("dur", pc.end-pc.start).raw("args", args.done())
+			int("tid", tid).raw("ts", e.ts(nil, pc.start)).micros("dur", traceevent.PerfettoDur(pc.start-e.base, pc.end-pc.start)).raw("args", args.done())
 		e.event(x.done())
 	}
 }
