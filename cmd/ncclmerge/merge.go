@@ -105,7 +105,9 @@ and 3, and HTA's analyses of them equal those of the Kineto traces alone).`,
 			}
 			// The input is held in memory once; collect garbage sooner than the default so the
 			// peak stays near the input's size.
-			debug.SetGCPercent(20)
+			if os.Getenv("GOGC") == "" {
+				debug.SetGCPercent(20)
+			}
 			sum, err := merge.Run(kp, np, out, opt)
 			if err != nil {
 				return err

@@ -75,7 +75,7 @@ type kinetoIndex struct {
 	threads    map[[2]int64]uint32
 	threadKeys [][2]int64
 	threadAt   []int
-	maxCallDur int64 // the longest launch call, ns: how far back an overlapping one can start
+	maxCallDur int64                // the longest launch call, ns: how far back an overlapping one can start
 	used       map[*launchCall]bool // launch calls the launch rule took
 	annots     kineto.Annotations   // collective record_functions
 	byCorr     map[uint64]*launchCall

@@ -29,6 +29,9 @@ type leanPlugin struct {
 	// realThreads are the real (pid, tid) that dropped slices were on (normally none:
 	// proxy threads are the plugin's synthetic tracks).
 	realThreads map[[2]int64]bool
+	// groupAPIs are the GroupApi handles seen, to count the repeated ones.
+	groupAPIs    map[uint64]struct{}
+	dupGroupAPIs int
 }
 
 // counted reports whether the merge reads a slice of this kind only to count it.
@@ -42,14 +45,21 @@ func counted(k ptrace.Kind) bool {
 
 // readLean reads a plugin trace keeping decoded only the events the linker indexes.
 func readLean(path string) (*ptrace.Trace, *leanPlugin, error) {
-	lp := &leanPlugin{keys: &flowKeys{}, realThreads: map[[2]int64]bool{}}
+	lp := &leanPlugin{keys: &flowKeys{}, realThreads: map[[2]int64]bool{}, groupAPIs: map[uint64]struct{}{}}
 	t, err := ptrace.ReadLean(path, func(e *ptrace.Event) bool {
 		switch {
 		case isFlow(e.Ph):
 			lp.flows = append(lp.flows, flowRec{lp.keys.key(e.IDRaw, e.Cat, e.Name), e.Ph == "s"})
 			return true
-		case e.IsSlice() && counted(e.Kind):
-			lp.proxies = append(lp.proxies, proxyRec{e.ID, e.Parent, e.Kind})
+		case e.IsSlice() && (counted(e.Kind) || e.Kind == ptrace.GroupAPI):
+			// A GroupApi is only ever looked up by its handle, as its calls' parent.
+			if e.Kind != ptrace.GroupAPI {
+				lp.proxies = append(lp.proxies, proxyRec{e.ID, e.Parent, e.Kind})
+			} else if _, dup := lp.groupAPIs[e.ID]; dup && e.ID != 0 {
+				lp.dupGroupAPIs++
+			} else {
+				lp.groupAPIs[e.ID] = struct{}{}
+			}
 			if !e.Tid.IsStr && isRealTid(e.Tid.Num) {
 				lp.realThreads[[2]int64{e.Pid.Num, e.Tid.Num}] = true
 			}
@@ -91,6 +101,8 @@ func (lp *leanPlugin) countProxies() (map[uint64]proxyCounts, int) {
 		}
 		parentOf[p.id], kindOf[p.id] = p.parent, p.kind
 	}
+	dups += lp.dupGroupAPIs
+	lp.groupAPIs = nil // only needed while reading
 	out := map[uint64]proxyCounts{}
 	for _, p := range lp.proxies {
 		switch p.kind {

@@ -261,6 +261,9 @@ func ParseLean(path string, data []byte, drop func(*Event) bool) (*Trace, error)
 	if err := t.readHeader(); err != nil {
 		return nil, err
 	}
+	if drop != nil && cap(raw) > len(raw)+len(raw)/8 {
+		raw = append([]Event(nil), raw...) // grown by doubling: up to half of it unused
+	}
 	t.Events = raw
 	for i := range t.Events {
 		if drop != nil {
