@@ -29,6 +29,8 @@ type RankSummary struct {
 	Added      int      `json:"events_added"`
 	Dropped    int      `json:"events_dropped"`
 	DroppedWhy string   `json:"events_dropped_why,omitempty"`
+	// InvalidUTF8 counts input bytes that were not UTF-8, written as '?'.
+	InvalidUTF8 int `json:"invalid_utf8_bytes,omitempty"`
 	// DuplicateIDs counts plugin slices whose handle an earlier slice had: kept, linking nothing.
 	DuplicateIDs int `json:"nccl_duplicate_ids,omitempty"`
 	NCCLKernels  int `json:"nccl_kernels"`
@@ -73,7 +75,7 @@ type Alignment struct {
 func (r *rankState) summary() *RankSummary {
 	s := &RankSummary{Rank: r.label, Host: r.host, Kineto: r.kt.Path, EventsIn: EventsIn{Kineto: r.kt.Events},
 		NCCLKernels: len(r.kx.kernels), Linked: map[string]int{}, UnlinkedKernels: map[string]int{},
-		UnlinkedOps: map[string]int{}, Dropped: len(r.kx.dangling)}
+		UnlinkedOps: map[string]int{}, Dropped: len(r.kx.dangling), InvalidUTF8: r.kt.InvalidUTF8}
 	switch {
 	case r.kt.HasBase:
 		s.KinetoTime = "relative to baseTimeNanoseconds (PyTorch ≥ 2.4)"
@@ -91,6 +93,7 @@ func (r *rankState) summary() *RankSummary {
 		s.Unanchored = s.Unanchored || p.t.Unanchored
 		s.Operations += len(p.groups)
 		s.DuplicateIDs += p.dupIDs
+		s.InvalidUTF8 += p.t.Doc.InvalidUTF8
 		for _, g := range p.groups {
 			if g.link == nil {
 				s.UnlinkedOps[r.groupWhy(g)]++
@@ -134,6 +137,9 @@ func (s *Summary) WriteText(w io.Writer) {
 			r.EventsIn.Kineto, r.KinetoTime, r.EventsIn.NCCL, r.EventsOut, r.Added, r.Dropped)
 		if r.Dropped > 0 {
 			fmt.Fprintf(w, "  dropped: %s\n", r.DroppedWhy)
+		}
+		if r.InvalidUTF8 > 0 {
+			fmt.Fprintf(w, "  %d input bytes were not valid UTF-8 (JSON text must be): written as '?'\n", r.InvalidUTF8)
 		}
 		if r.DuplicateIDs > 0 {
 			fmt.Fprintf(w, "  %d NCCL slices repeat the handle of an earlier one (a damaged file?): kept, but they link nothing\n", r.DuplicateIDs)

@@ -218,11 +218,16 @@ func ReadLean(path string, drop func(*Event) bool) (*Trace, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ParseLean(path, data, drop)
+	return parseLean(path, data, drop, true)
 }
 
 // ParseLean is ReadLean on a trace held in memory (drop nil: keep every event).
 func ParseLean(path string, data []byte, drop func(*Event) bool) (*Trace, error) {
+	return parseLean(path, data, drop, false)
+}
+
+// parseLean reads with repair: replace bytes that are not UTF-8 in data (see traceevent).
+func parseLean(path string, data []byte, drop func(*Event) bool, repair bool) (*Trace, error) {
 	if looksLikeExamplePlugin(data) {
 		return parseExample(path, data)
 	}
@@ -236,7 +241,7 @@ func ParseLean(path string, data []byte, drop func(*Event) bool) (*Trace, error)
 	// The header (and its base) may follow the events: times are made absolute at the end.
 	var ev Event
 	var fillErr error
-	doc, err := traceevent.Read(path, data, traceevent.Options{Truncated: true, Hint: syntaxHint},
+	doc, err := traceevent.Read(path, data, traceevent.Options{Truncated: true, Hint: syntaxHint, RepairUTF8: repair},
 		func(e *traceevent.Event) error {
 			if drop == nil {
 				raw = append(raw, Event{Event: *e})

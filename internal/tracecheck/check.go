@@ -49,13 +49,14 @@ const (
 	CodeFlowEndNoStart  = "flow_end_without_start"
 	CodeUnmatchedEnd    = "end_without_begin"
 	CodeUnknownPhase    = "unsupported_phase"
+	CodeInvalidUTF8     = "invalid_utf8"
 	maxExamplesPerGroup = 3
 )
 
 var severities = map[string]Severity{
 	CodeInvalidJSON: Error, CodeMissingField: Error, CodeFlowNoEnd: Error, CodeFlowDuplicate: Error,
-	CodeFlowInvalidID: Error,
-	CodeOverlap:       Warning, CodeTidZero: Warning, CodeNegativeTs: Warning, CodeNegativeDur: Warning,
+	CodeFlowInvalidID: Error, CodeInvalidUTF8: Error,
+	CodeOverlap: Warning, CodeTidZero: Warning, CodeNegativeTs: Warning, CodeNegativeDur: Warning,
 	CodeEndBeforeBegin: Warning, CodeFlowBackwards: Warning,
 	CodeFlowEndNoStart: Info, CodeUnmatchedEnd: Info, CodeUnknownPhase: Info,
 }
@@ -174,12 +175,16 @@ func Check(path string, data []byte) *Report {
 	r := &Report{Path: path, byCode: map[string]*Finding{}}
 	c := &checker{r: r, tracks: map[track][]slice{}, begins: map[track][]beginEnd{}, flows: map[string]*flowState{}}
 	n := 0
-	_, err := traceevent.Read(path, data, traceevent.Options{}, func(e *traceevent.Event) error {
+	doc, err := traceevent.Read(path, data, traceevent.Options{}, func(e *traceevent.Event) error {
 		c.event(e, n)
 		n++
 		return nil
 	})
 	r.Events = n
+	if doc != nil && doc.InvalidUTF8 > 0 {
+		r.add(CodeInvalidUTF8, "%d bytes are not valid UTF-8, the first at byte %d: JSON text must be UTF-8 (Python's json, and so HTA, refuse the file)",
+			doc.InvalidUTF8, doc.FirstInvalidUTF8)
+	}
 	if err != nil {
 		r.add(CodeInvalidJSON, "%v", err)
 		return r

@@ -3,6 +3,7 @@ package tracecheck
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
@@ -97,5 +98,16 @@ func TestNestingAsPerfettoRounds(t *testing.T) {
 	r := Check("t.json", []byte(doc))
 	if r.Count(CodeOverlap) != 1 {
 		t.Fatalf("want the 1 ns overlap Perfetto makes reported, got %+v", r.Findings)
+	}
+}
+
+// Bytes that are not UTF-8 make a file JSON readers refuse: an error, not silence.
+func TestInvalidUTF8IsAnError(t *testing.T) {
+	r := Check("t.json", []byte("{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"gemm\xff\xfe\", \"pid\": 1, \"tid\": 2, \"ts\": 1, \"dur\": 1}]}"))
+	if r.OK() || r.Count(CodeInvalidUTF8) != 1 {
+		t.Fatalf("want one invalid_utf8 error, got %+v", r.Findings)
+	}
+	if ex := r.byCode[CodeInvalidUTF8].Examples[0]; !strings.Contains(ex, "2 bytes") || !strings.Contains(ex, "byte 42") {
+		t.Errorf("the error should count the bytes and say where the first is: %s", ex)
 	}
 }
