@@ -100,8 +100,8 @@ func (r *rankState) orderSequences(gs []*opGroup, ks []*kernel) {
 		if i < len(as) {
 			next = as[i]
 		}
-		segG := unlinkedGroups(gs[prev.gi+1 : next.gi])
-		segK := unlinkedKernels(ks[prev.ki+1 : next.ki])
+		segG := unlinked(gs[prev.gi+1:next.gi], func(g *opGroup) bool { return g.link != nil })
+		segK := unlinked(ks[prev.ki+1:next.ki], func(k *kernel) bool { return k.link != nil })
 		switch first, last := i == 0, i == len(as); {
 		case first && last:
 			// No anchor at all: time alone decides (an ABI < 5 trace, or nothing launch-linked).
@@ -119,21 +119,12 @@ func (r *rankState) orderSequences(gs []*opGroup, ks []*kernel) {
 	}
 }
 
-func unlinkedGroups(gs []*opGroup) []*opGroup {
-	var out []*opGroup
-	for _, g := range gs {
-		if g.link == nil {
-			out = append(out, g)
-		}
-	}
-	return out
-}
-
-func unlinkedKernels(ks []*kernel) []*kernel {
-	var out []*kernel
-	for _, k := range ks {
-		if k.link == nil {
-			out = append(out, k)
+// unlinked keeps the members of a run that no rule has linked yet.
+func unlinked[T any](run []T, linked func(T) bool) []T {
+	var out []T
+	for _, x := range run {
+		if !linked(x) {
+			out = append(out, x)
 		}
 	}
 	return out

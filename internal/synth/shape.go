@@ -3,8 +3,9 @@ package synth
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
@@ -37,14 +38,7 @@ var Shapes = map[string]Shape{
 }
 
 // ShapeNames lists the synthesized shapes in a fixed order.
-func ShapeNames() []string {
-	var out []string
-	for n := range Shapes {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
+func ShapeNames() []string { return slices.Sorted(maps.Keys(Shapes)) }
 
 // KinetoShape writes a Kineto trace of the shape with about `kernels` kernels: one rank's
 // training steps with CPU operators launching kernels on a compute stream and NCCL collectives
