@@ -75,7 +75,11 @@ type kinetoIndex struct {
 	threads    map[[2]int64]uint32
 	threadKeys [][2]int64
 	threadAt   []int
-	maxCallDur int64                // the longest launch call, ns: how far back an overlapping one can start
+	maxCallDur int64 // the longest launch call, ns: how far back an overlapping one can start
+	// ncclCalls are the calls that launch NCCL kernels, likewise (copies: the clock offset
+	// search looks ms around each plugin launch, and most calls launch other kernels).
+	ncclCalls  []launchCall
+	ncclAt     []int
 	used       map[*launchCall]bool // launch calls the launch rule took
 	annots     kineto.Annotations   // collective record_functions
 	byCorr     map[uint64]*launchCall
@@ -262,13 +266,7 @@ func (x *kinetoIndex) indexCalls(t *kineto.Trace) {
 		}
 		return a.start < b.start
 	})
-	x.threadAt = make([]int, len(x.threadKeys)+1)
-	for i := range x.calls {
-		x.threadAt[x.calls[i].thread+1] = i + 1
-	}
-	for th := 1; th < len(x.threadAt); th++ {
-		x.threadAt[th] = max(x.threadAt[th], x.threadAt[th-1]) // threads with no call
-	}
+	x.threadAt = threadStarts(x.calls, len(x.threadKeys))
 	nccl := make(map[uint64]bool, len(x.kernels))
 	for _, k := range x.kernels {
 		if k.corr != 0 {
@@ -278,15 +276,34 @@ func (x *kinetoIndex) indexCalls(t *kineto.Trace) {
 	for i := range x.calls {
 		if c := &x.calls[i]; nccl[c.corr] {
 			x.byCorr[c.corr] = c
+			x.ncclCalls = append(x.ncclCalls, *c)
 		}
 	}
+	x.ncclAt = threadStarts(x.ncclCalls, len(x.threadKeys))
 }
 
-// threadCalls returns a thread's launch calls, by start.
-func (x *kinetoIndex) threadCalls(pid, tid int64) []launchCall {
+// threadStarts returns where each thread's run of calls begins in calls (sorted by thread):
+// thread t's are calls[at[t]:at[t+1]].
+func threadStarts(calls []launchCall, threads int) []int {
+	at := make([]int, threads+1)
+	for i := range calls {
+		at[calls[i].thread+1] = i + 1
+	}
+	for th := 1; th < len(at); th++ {
+		at[th] = max(at[th], at[th-1]) // threads with no call
+	}
+	return at
+}
+
+// threadCalls returns a thread's launch calls (only those of NCCL kernels with ncclOnly), by
+// start.
+func (x *kinetoIndex) threadCalls(pid, tid int64, ncclOnly bool) []launchCall {
 	th, ok := x.threads[[2]int64{pid, tid}]
 	if !ok {
 		return nil
+	}
+	if ncclOnly {
+		return x.ncclCalls[x.ncclAt[th]:x.ncclAt[th+1]]
 	}
 	return x.calls[x.threadAt[th]:x.threadAt[th+1]]
 }

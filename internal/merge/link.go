@@ -30,6 +30,8 @@ const (
 	offsetSearch = 5 * ms
 	// minSamples: fewer matched launches than this and no offset is estimated.
 	minSamples = 3
+	// coarseLaunches: launches the coarse offset search looks around.
+	coarseLaunches = 512
 )
 
 // slack is how far a launch call may stick out of a KernelLaunch interval: the plugin's
@@ -52,36 +54,35 @@ func (r *rankState) estimateCPUOffset(p *pluginIndex) {
 		r.cpuOffset = p.shift
 		return
 	}
+	// The coarse mode looks ±offsetSearch around at most coarseLaunches launches spread over
+	// the trace (every launch against every NCCL call within 5 ms was a fifth of a merge on
+	// NCCL-heavy traces); then every launch votes with its own difference nearest it, so that
+	// neighbouring launches inside the coarse window do not pull the median.
+	slack := r.slack(p)
 	var diffs []int64
-	per := make([][]int64, len(p.launches))
-	for i, l := range p.launches {
+	step := max(1, len(p.launches)/coarseLaunches)
+	for i := 0; i < len(p.launches); i += step {
+		l := p.launches[i]
 		lm := mid(l.Start, l.End)
-		for _, c := range r.callsNear(l.Pid.Num, l.Tid.Num, lm-offsetSearch, lm+offsetSearch) {
-			if k := r.byCorr[c.corr]; k != nil {
-				diffs = append(diffs, mid(c.start, c.end())-lm)
-				per[i] = append(per[i], mid(c.start, c.end())-lm)
-			}
+		for _, c := range r.callsNear(l.Pid.Num, l.Tid.Num, lm-offsetSearch, lm+offsetSearch, true) {
+			diffs = append(diffs, mid(c.start, c.end())-lm)
 		}
 	}
-	coarse, n := mode(diffs, 2*r.slack(p))
+	coarse, n := mode(diffs, 2*slack)
 	if n < minSamples {
 		p.shiftSamples = n
 		return
 	}
-	// Refine: each launch votes with its own difference nearest the coarse estimate, so that
-	// neighbouring launches inside the coarse window do not pull the median.
 	var best []int64
-	for _, ds := range per {
-		if len(ds) == 0 {
-			continue
-		}
-		b := ds[0]
-		for _, d := range ds[1:] {
-			if abs(d-coarse) < abs(b-coarse) {
-				b = d
+	for _, l := range p.launches {
+		lm := mid(l.Start, l.End)
+		b, found := int64(0), false
+		for _, c := range r.callsNear(l.Pid.Num, l.Tid.Num, lm+coarse-2*slack, lm+coarse+2*slack, true) {
+			if d := mid(c.start, c.end()) - lm; !found || abs(d-coarse) < abs(b-coarse) {
+				b, found = d, true
 			}
 		}
-		if abs(b-coarse) <= 2*r.slack(p) {
+		if found && abs(b-coarse) <= 2*slack {
 			best = append(best, b)
 		}
 	}
@@ -136,9 +137,10 @@ func abs(x int64) int64 {
 	return x
 }
 
-// callsNear returns the launch calls of a thread that overlap [from, to].
-func (r *rankState) callsNear(pid, tid, from, to int64) []*launchCall {
-	calls := r.kx.threadCalls(pid, tid)
+// callsNear returns the launch calls of a thread (those of NCCL kernels with ncclOnly) that
+// overlap [from, to].
+func (r *rankState) callsNear(pid, tid, from, to int64, ncclOnly bool) []*launchCall {
+	calls := r.kx.threadCalls(pid, tid, ncclOnly)
 	// Anything overlapping starts after from less the longest call (launch calls are short:
 	// searching from a fixed second back walked thousands of calls per launch).
 	i := sort.Search(len(calls), func(i int) bool { return calls[i].start >= from-r.kx.maxCallDur })
@@ -176,7 +178,7 @@ func (r *rankState) linkLaunch(p *pluginIndex, l *ptrace.Event, slack int64) {
 	}
 	from, to := l.Start+p.shift-slack, l.End+p.shift+slack
 	var best *launchCall
-	for _, c := range r.callsNear(l.Pid.Num, l.Tid.Num, from, to) {
+	for _, c := range r.callsNear(l.Pid.Num, l.Tid.Num, from, to, false) {
 		if r.kx.used[c] || c.start < from || c.end() > to {
 			continue
 		}
