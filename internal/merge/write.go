@@ -34,7 +34,8 @@ type emitter struct {
 	w      io.Writer
 	base   int64
 	events int
-	buf    []byte
+	buf    []byte // replacement values of the event being rewritten
+	out    []byte // the rewritten event
 	err    error
 }
 
@@ -199,15 +200,14 @@ func (r *rankState) copyBulk(e *emitter, rebase bool) {
 			if rebase && ev.HasTs && ev.Ts >= kineto.AbsoluteMinNs {
 				reps = append(reps, rep{ev.TsSpan, e.ts(nil, ev.Ts)})
 			}
-			e.buf = patch(e.buf[:0], ev.Raw, reps, ev.ArgsSpan, r.kernelArgs(p.k))
-			emit2 := string(e.buf)
+			e.out = patch(e.out[:0], ev.Raw, reps, ev.ArgsSpan, r.kernelArgs(p.k))
 			if first {
 				e.sep()
 				first = false
 			} else {
 				e.writeString(",\n")
 			}
-			e.writeString(emit2)
+			e.write(e.out)
 		}
 		pos = evEnd
 	}
@@ -268,9 +268,10 @@ func (r *rankState) rewriteKineto(e *emitter, ev *kineto.Event, tl *timelineMap)
 			add = r.kernelArgs(k)
 		}
 	}
-	out := patch(b[len(b):], ev.Raw, reps, ev.ArgsSpan, add)
-	e.event(out)
-	e.buf = out[:0]
+	// Two buffers kept across events: the replacements point into buf while out is built.
+	e.out = patch(e.out[:0], ev.Raw, reps, ev.ArgsSpan, add)
+	e.event(e.out)
+	e.buf = b[:0]
 }
 
 func (r *rankState) isDangling(off int64) bool {
@@ -506,9 +507,10 @@ func (r *rankState) rewritePlugin(e *emitter, p *pluginIndex, ev *ptrace.Event, 
 	if ev.IsSlice() {
 		add = r.pluginLinkArgs(p, ev)
 	}
-	out := patch(b[len(b):], ev.Raw, reps, ev.ArgsSpan, add)
-	e.event(out)
-	e.buf = out[:0]
+	// Two buffers kept across events: the replacements point into buf while out is built.
+	e.out = patch(e.out[:0], ev.Raw, reps, ev.ArgsSpan, add)
+	e.event(e.out)
+	e.buf = b[:0]
 }
 
 // isRealTid: the plugin's synthetic tracks start at 2e9; lower tids are OS threads.
