@@ -88,7 +88,7 @@ type kinetoIndex struct {
 	flows      map[flowKey]uint32
 	flowCounts []flowCount
 	dangling   []int64 // offsets of flow starts with no end
-	starts     []flowStart
+	starts     blocks[flowStart]
 	keys       flowKeys
 	minTs      int64 // Unix ns, over events with ts (not metadata)
 	maxTs      int64
@@ -96,7 +96,7 @@ type kinetoIndex struct {
 	labels     map[string]string // pid → process_labels
 	// absTs locates the ts values that are absolute Unix µs (PyTorch ≤ 2.3), which the
 	// output rebases: the write copies everything between them as it is.
-	absTs []tsAt
+	absTs blocks[tsAt]
 }
 
 // tsAt is where a ts value is in the document (high 56 bits) and how long its text is (low
@@ -166,7 +166,7 @@ func (x *kinetoIndex) visit(e *kineto.Event) error {
 		x.maxTs = max(x.maxTs, e.Ts+max(e.Dur, 0))
 	}
 	if n := e.TsSpan.End - e.TsSpan.Start; e.HasTs && e.Ts >= kineto.AbsoluteMinNs && n > 0 && n < 256 {
-		x.absTs = append(x.absTs, tsAt(uint64(e.Off+int64(e.TsSpan.Start))<<8|uint64(n)))
+		x.absTs.add(tsAt(uint64(e.Off+int64(e.TsSpan.Start))<<8 | uint64(n)))
 	}
 	switch e.Ph {
 	case "X":
@@ -181,7 +181,7 @@ func (x *kinetoIndex) visit(e *kineto.Event) error {
 		}
 		if e.Ph == "s" {
 			x.flowCounts[idx].starts++
-			x.starts = append(x.starts, flowStart{e.Off, idx})
+			x.starts.add(flowStart{e.Off, idx})
 		} else {
 			x.flowCounts[idx].ends++
 		}
@@ -311,10 +311,11 @@ func (x *kinetoIndex) threadCalls(pid, tid int64, ncclOnly bool) []launchCall {
 // danglingFlows lists the flow starts that have no end: Perfetto draws nothing for them and
 // `ncclmerge check` counts them as errors, so the output leaves them out (and says so).
 func (x *kinetoIndex) danglingFlows() {
-	for _, st := range x.starts {
+	for i := 0; i < x.starts.len(); i++ {
+		st := x.starts.at(i)
 		if x.flowCounts[st.idx].ends == 0 {
 			x.dangling = append(x.dangling, st.off)
 		}
 	}
-	x.starts = nil
+	x.starts = blocks[flowStart]{}
 }

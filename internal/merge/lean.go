@@ -15,6 +15,22 @@ type proxyRec struct {
 	kind       ptrace.Kind
 }
 
+// channelRec is a kernel channel (KernelCh) slice: what placing it on the GPU timeline needs.
+type channelRec struct {
+	id, op            uint64
+	gpuStart, gpuStop int64 // raw %globaltimer ns
+	channel           int
+	name              string
+}
+
+func channelOf(e *ptrace.Event) channelRec {
+	op := e.Op
+	if op == 0 {
+		op = e.Parent
+	}
+	return channelRec{id: e.ID, op: op, gpuStart: e.GPUStart, gpuStop: e.GPUStop, channel: e.Channel, name: e.Name}
+}
+
 // flowRec is one flow event of a plugin trace.
 type flowRec struct {
 	key   flowKey
@@ -23,9 +39,10 @@ type flowRec struct {
 
 // leanPlugin is what the merge keeps of a plugin trace besides its decoded events.
 type leanPlugin struct {
-	proxies []proxyRec
-	flows   []flowRec
-	keys    *flowKeys
+	proxies  []proxyRec
+	channels []channelRec
+	flows    []flowRec
+	keys     *flowKeys
 	// realThreads are the real (pid, tid) that dropped slices were on (normally none:
 	// proxy threads are the plugin's synthetic tracks).
 	realThreads map[[2]int64]bool
@@ -50,6 +67,9 @@ func readLean(path string) (*ptrace.Trace, *leanPlugin, error) {
 		switch {
 		case isFlow(e.Ph):
 			lp.flows = append(lp.flows, flowRec{lp.keys.key(e.IDRaw, e.Cat, e.Name), e.Ph == "s"})
+			return true
+		case e.IsSlice() && e.Kind == ptrace.KernelCh:
+			lp.channels = append(lp.channels, channelOf(e))
 			return true
 		case e.IsSlice() && (counted(e.Kind) || e.Kind == ptrace.GroupAPI):
 			// A GroupApi is only ever looked up by its handle, as its calls' parent.
@@ -76,6 +96,8 @@ func readLean(path string) (*ptrace.Trace, *leanPlugin, error) {
 				lp.flows = append(lp.flows, flowRec{lp.keys.key(e.IDRaw, e.Cat, e.Name), e.Ph == "s"})
 			case e.IsSlice() && counted(e.Kind):
 				lp.proxies = append(lp.proxies, proxyRec{e.ID, e.Parent, e.Kind})
+			case e.IsSlice() && e.Kind == ptrace.KernelCh:
+				lp.channels = append(lp.channels, channelOf(e))
 			}
 		}
 	}
@@ -100,6 +122,13 @@ func (lp *leanPlugin) countProxies() (map[uint64]proxyCounts, int) {
 			continue
 		}
 		parentOf[p.id], kindOf[p.id] = p.parent, p.kind
+	}
+	for _, c := range lp.channels {
+		if _, ok := parentOf[c.id]; ok && c.id != 0 {
+			dups++
+		} else if c.id != 0 {
+			parentOf[c.id] = c.op
+		}
 	}
 	dups += lp.dupGroupAPIs
 	lp.groupAPIs = nil // only needed while reading
@@ -130,4 +159,13 @@ func (lp *leanPlugin) countProxies() (map[uint64]proxyCounts, int) {
 		}
 	}
 	return out, dups
+}
+
+// channelsByOp groups the kernel channels under their operation handle.
+func (lp *leanPlugin) channelsByOp() map[uint64][]channelRec {
+	out := make(map[uint64][]channelRec, len(lp.channels)/2+1)
+	for _, c := range lp.channels {
+		out[c.op] = append(out[c.op], c)
+	}
+	return out
 }

@@ -15,7 +15,7 @@ type op struct {
 	proxies    int
 	steps      int
 	net        int
-	channels   []*ptrace.Event // KernelCh
+	channels   []channelRec // KernelCh
 	completion *ptrace.Event
 	group      *opGroup
 }
@@ -66,8 +66,9 @@ type pluginIndex struct {
 	launchLink map[*ptrace.Event]*link
 	// lean holds what was read as records rather than events; counts tallies its proxy
 	// records per operation.
-	lean   *leanPlugin
-	counts map[uint64]proxyCounts
+	lean     *leanPlugin
+	counts   map[uint64]proxyCounts
+	channels map[uint64][]channelRec // by operation handle
 }
 
 func newPluginIndex(t *ptrace.Trace, lp *leanPlugin) *pluginIndex {
@@ -78,6 +79,7 @@ func newPluginIndex(t *ptrace.Trace, lp *leanPlugin) *pluginIndex {
 		launchGroups: map[[2]uint64][]*opGroup{}, launchLink: map[*ptrace.Event]*link{}, lean: lp}
 	var dups int
 	x.counts, dups = lp.countProxies()
+	x.channels = lp.channelsByOp()
 	x.dupIDs += dups
 	for i := range t.Events {
 		e := &t.Events[i]
@@ -92,7 +94,7 @@ func newPluginIndex(t *ptrace.Trace, lp *leanPlugin) *pluginIndex {
 			}
 		}
 		parent := e.Parent
-		if e.Kind == KernelChKind || e.Kind == ptrace.Completion {
+		if e.Kind == ptrace.Completion {
 			if e.Op != 0 {
 				parent = e.Op
 			}
@@ -108,9 +110,6 @@ func newPluginIndex(t *ptrace.Trace, lp *leanPlugin) *pluginIndex {
 	x.buildGroups()
 	return x
 }
-
-// KernelChKind names ptrace.KernelCh here for brevity in switch statements.
-const KernelChKind = ptrace.KernelCh
 
 // buildGroups gathers operations into per-launch groups. An operation belongs to the Group
 // slice (ncclGroupLaunch) that contains its enqueue on the same thread, with its communicator;
@@ -172,11 +171,10 @@ func (x *pluginIndex) newOp(e *ptrace.Event) *op {
 	if x.byID[e.ID] == e {
 		c := x.counts[e.ID]
 		o.proxies, o.steps, o.net = c.proxies, c.steps, c.net
+		o.channels = x.channels[e.ID]
 	}
 	for _, c := range x.childrenOf(e) {
 		switch c.Kind {
-		case ptrace.KernelCh:
-			o.channels = append(o.channels, c)
 		case ptrace.Completion:
 			o.completion = c
 		}

@@ -137,8 +137,8 @@ func firstChannel(g *opGroup) (int64, bool) {
 	first := int64(math.MaxInt64)
 	for _, o := range g.ops {
 		for _, ch := range o.channels {
-			if ch.GPUStart > 0 {
-				first = min(first, ch.GPUStart)
+			if ch.gpuStart > 0 {
+				first = min(first, ch.gpuStart)
 			}
 		}
 	}

@@ -36,6 +36,7 @@ type emitter struct {
 	events int
 	buf    []byte // replacement values of the event being rewritten
 	out    []byte // the rewritten event
+	reps   []rep  // where they go
 	err    error
 }
 
@@ -101,7 +102,12 @@ func patch(dst []byte, raw string, reps []rep, argsSpan traceevent.Span, addArgs
 			reps = append(reps, rep{traceevent.Span{Start: end, End: end}, append(append([]byte(`,"args":{`), addArgs...), '}')})
 		}
 	}
-	sort.SliceStable(reps, func(i, j int) bool { return reps[i].span.Start < reps[j].span.Start })
+	// A handful, nearly in order: an insertion sort (sort.SliceStable allocated per event).
+	for i := 1; i < len(reps); i++ {
+		for j := i; j > 0 && reps[j].span.Start < reps[j-1].span.Start; j-- {
+			reps[j], reps[j-1] = reps[j-1], reps[j]
+		}
+	}
 	pos := int32(0)
 	for _, r := range reps {
 		dst = append(dst, raw[pos:r.span.Start]...)
@@ -146,10 +152,11 @@ func (r *rankState) copyBulk(e *emitter, rebase bool) {
 		pts = append(pts, point{off: off, drop: true})
 	}
 	sort.Slice(pts, func(i, j int) bool { return pts[i].off < pts[j].off })
-	var ts []tsAt
+	var ts *blocks[tsAt] // with rebase: the ts values to rebase, from ti on
 	if rebase {
-		ts = r.kx.absTs
+		ts = &r.kx.absTs
 	}
+	ti := 0
 	start, end := r.kt.EventsStart()+1, r.kt.EventsEnd()
 	// Count the events of the bulk copy: all of them, less the drops.
 	copied := r.kt.Events - len(r.kx.dangling)
@@ -174,12 +181,12 @@ func (r *rankState) copyBulk(e *emitter, rebase bool) {
 		} else {
 			e.writeString(",\n")
 		}
-		for len(ts) > 0 && ts[0].off() < int64(a) {
-			ts = ts[1:]
+		for ts != nil && ti < ts.len() && ts.at(ti).off() < int64(a) {
+			ti++
 		}
-		for len(ts) > 0 && ts[0].off() < int64(b) {
-			off, n := ts[0].off(), ts[0].n()
-			ts = ts[1:]
+		for ts != nil && ti < ts.len() && ts.at(ti).off() < int64(b) {
+			off, n := ts.at(ti).off(), ts.at(ti).n()
+			ti++
 			e.writeInput(doc[a:off])
 			num = e.rebased(num[:0], doc[off:off+n])
 			e.write(num)
@@ -231,7 +238,7 @@ func (e *emitter) rebased(b []byte, raw string) []byte {
 // rewriteKineto writes one Kineto event with its time rebased and, in a timeline, its
 // process, flow id and process metadata renamed.
 func (r *rankState) rewriteKineto(e *emitter, ev *kineto.Event, tl *timelineMap) {
-	var reps []rep
+	reps := e.reps[:0]
 	b := e.buf[:0]
 	if ev.Ph == "s" && r.isDangling(ev.Off) {
 		return
@@ -271,7 +278,7 @@ func (r *rankState) rewriteKineto(e *emitter, ev *kineto.Event, tl *timelineMap)
 	// Two buffers kept across events: the replacements point into buf while out is built.
 	e.out = patch(e.out[:0], ev.Raw, reps, ev.ArgsSpan, add)
 	e.event(e.out)
-	e.buf = b[:0]
+	e.buf, e.reps = b[:0], reps[:0]
 }
 
 func (r *rankState) isDangling(off int64) bool {
@@ -469,7 +476,7 @@ func pluginFlows(recs []flowRec, next *uint64) map[flowKey]*uint64 {
 }
 
 func (r *rankState) rewritePlugin(e *emitter, p *pluginIndex, ev *ptrace.Event, tl *timelineMap, flowN *uint64, ids *idSpace) {
-	var reps []rep
+	reps := e.reps[:0]
 	b := e.buf[:0]
 	if ev.HasTs && ev.TsSpan.Valid() {
 		at := len(b)
@@ -510,7 +517,7 @@ func (r *rankState) rewritePlugin(e *emitter, p *pluginIndex, ev *ptrace.Event, 
 	// Two buffers kept across events: the replacements point into buf while out is built.
 	e.out = patch(e.out[:0], ev.Raw, reps, ev.ArgsSpan, add)
 	e.event(e.out)
-	e.buf = b[:0]
+	e.buf, e.reps = b[:0], reps[:0]
 }
 
 // isRealTid: the plugin's synthetic tracks start at 2e9; lower tids are OS threads.
@@ -629,7 +636,7 @@ func (r *rankState) writeLinkFlows(e *emitter, tl *timelineMap, ids *idSpace) {
 
 // placed is a kernel channel placed on the GPU timeline.
 type placed struct {
-	ev         *ptrace.Event
+	ch         channelRec
 	pid        kineto.ID
 	stream     int64
 	start, end int64
@@ -649,19 +656,29 @@ func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 		}
 		for _, op := range l.group.ops {
 			for _, ch := range op.channels {
-				if ch.GPUStart <= 0 || ch.GPUStop < ch.GPUStart {
+				if ch.gpuStart <= 0 || ch.gpuStop < ch.gpuStart {
 					continue
 				}
-				all = append(all, placed{ev: ch, pid: l.kernel.pid, stream: l.kernel.tid.Num,
-					start: ch.GPUStart + r.gpu.offset + r.shift, end: ch.GPUStop + r.gpu.offset + r.shift})
+				all = append(all, placed{ch: ch, pid: l.kernel.pid, stream: l.kernel.tid.Num,
+					start: ch.gpuStart + r.gpu.offset + r.shift, end: ch.gpuStop + r.gpu.offset + r.shift})
 			}
 		}
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].start < all[j].start })
-	lanes := map[[3]string][]int64{} // (pid, stream, channel) → end of each lane
-	named := map[[2]string]bool{}
+	type trackKey struct {
+		pid     kineto.ID
+		stream  int64
+		channel int
+	}
+	lanes := map[trackKey][]int64{} // (pid, stream, channel) → end of each lane
+	type namedKey struct {
+		pid kineto.ID
+		tid int64
+	}
+	named := map[namedKey]bool{}
+	pidTexts := map[kineto.ID][]byte{}
 	for _, pc := range all {
-		key := [3]string{pc.pid.String(), strconv.FormatInt(pc.stream, 10), strconv.Itoa(pc.ev.Channel)}
+		key := trackKey{pc.pid, pc.stream, pc.ch.channel}
 		ends := lanes[key]
 		lane := -1
 		for i, end := range ends {
@@ -676,12 +693,15 @@ func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 		}
 		ends[lane] = pc.end
 		lanes[key] = ends
-		tid := gpuTrackBase + (pc.stream%1000000)*1024 + int64(lane%8)*128 + int64(pc.ev.Channel%128)
-		pidText := r.pidText(tl, pc.pid)
-		tk := [2]string{string(pidText), strconv.FormatInt(tid, 10)}
-		if !named[tk] {
-			named[tk] = true
-			name := "stream " + strconv.FormatInt(pc.stream, 10) + " NCCL ch " + strconv.Itoa(pc.ev.Channel)
+		tid := gpuTrackBase + (pc.stream%1000000)*1024 + int64(lane%8)*128 + int64(pc.ch.channel%128)
+		pidText, ok := pidTexts[pc.pid]
+		if !ok {
+			pidText = r.pidText(tl, pc.pid)
+			pidTexts[pc.pid] = pidText
+		}
+		if nk := (namedKey{pc.pid, tid}); !named[nk] {
+			named[nk] = true
+			name := "stream " + strconv.FormatInt(pc.stream, 10) + " NCCL ch " + strconv.Itoa(pc.ch.channel)
 			if lane > 0 {
 				name += " lane " + strconv.Itoa(lane)
 			}
@@ -689,16 +709,20 @@ func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 			m.raw("args", newObj(nil).str("name", name).done())
 			e.event(m.done())
 			s := newObj(nil).str("ph", "M").str("name", "thread_sort_index").raw("pid", pidText).int("tid", tid)
-			s.raw("args", newObj(nil).int("sort_index", pc.stream*1000+int64(pc.ev.Channel)*8+int64(lane)+1).done())
+			s.raw("args", newObj(nil).int("sort_index", pc.stream*1000+int64(pc.ch.channel)*8+int64(lane)+1).done())
 			e.event(s.done())
 		}
 		// 64-bit clock values as decimal strings, as the plugin writes them: a double would
-		// lose their low bits.
-		args := newObj(nil).int("channel", int64(pc.ev.Channel)).str("op", hexHandle(pc.ev.Op)).
-			str("gpu_start_ns", strconv.FormatInt(pc.ev.GPUStart, 10)).str("gpu_stop_ns", strconv.FormatInt(pc.ev.GPUStop, 10)).
+		// lose their low bits. (Built in the emitter's buffers: one slice per channel.)
+		args := newObj(e.buf[:0]).int("channel", int64(pc.ch.channel)).str("op", hexHandle(pc.ch.op)).
+			str("gpu_start_ns", strconv.FormatInt(pc.ch.gpuStart, 10)).str("gpu_stop_ns", strconv.FormatInt(pc.ch.gpuStop, 10)).
 			str("gpu_offset_ns", strconv.FormatInt(r.gpu.offset, 10)).str("placed_by", "ncclmerge (median offset over linked kernels)")
-		x := newObj(nil).str("ph", "X").str("cat", "nccl_gpu").str("name", pc.ev.Name).raw("pid", pidText).
-			int("tid", tid).raw("ts", e.ts(nil, pc.start)).micros("dur", traceevent.PerfettoDur(pc.start-e.base, pc.end-pc.start)).raw("args", args.done())
-		e.event(x.done())
+		e.buf = args.done()
+		x := newObj(e.out[:0]).str("ph", "X").str("cat", "nccl_gpu").str("name", pc.ch.name).raw("pid", pidText).
+			int("tid", tid).key("ts")
+		x.b = e.ts(x.b, pc.start)
+		x.micros("dur", traceevent.PerfettoDur(pc.start-e.base, pc.end-pc.start)).raw("args", e.buf)
+		e.out = x.done()
+		e.event(e.out)
 	}
 }

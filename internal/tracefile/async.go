@@ -25,7 +25,7 @@ type asyncWriter struct {
 	err  error
 }
 
-const asyncBuf = 4 << 20
+const asyncBuf = 1 << 20
 
 func newAsyncWriter(w io.Writer) *asyncWriter {
 	a := &asyncWriter{w: w, full: make(chan chunk, 4), free: make(chan []byte, 3)}
