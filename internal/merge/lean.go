@@ -31,6 +31,13 @@ func channelOf(e *ptrace.Event) channelRec {
 	return channelRec{id: e.ID, op: op, gpuStart: e.GPUStart, gpuStop: e.GPUStop, channel: e.Channel, name: e.Name}
 }
 
+// groupRec is a Group slice (ncclGroupLaunch): the interval on its thread that holds the
+// enqueues of the operations it launches.
+type groupRec struct {
+	id                   uint64
+	pid, tid, start, end int64 // start, end: Unix ns
+}
+
 // flowRec is one flow event of a plugin trace.
 type flowRec struct {
 	key   flowKey
@@ -41,6 +48,7 @@ type flowRec struct {
 type leanPlugin struct {
 	proxies  []proxyRec
 	channels []channelRec
+	groups   []groupRec
 	flows    []flowRec
 	keys     *flowKeys
 	// realThreads are the real (pid, tid) that dropped slices were on (normally none:
@@ -71,6 +79,13 @@ func readLean(path string) (*ptrace.Trace, *leanPlugin, error) {
 		case e.IsSlice() && e.Kind == ptrace.KernelCh:
 			lp.channels = append(lp.channels, channelOf(e))
 			return true
+		case e.IsSlice() && e.Kind == ptrace.Group && !e.Pid.IsStr && !e.Tid.IsStr:
+			// Times relative to the base until the read is done (see below).
+			lp.groups = append(lp.groups, groupRec{e.ID, e.Pid.Num, e.Tid.Num, e.Start, e.End})
+			if isRealTid(e.Tid.Num) {
+				lp.realThreads[[2]int64{e.Pid.Num, e.Tid.Num}] = true
+			}
+			return true
 		case e.IsSlice() && (counted(e.Kind) || e.Kind == ptrace.GroupAPI):
 			// A GroupApi is only ever looked up by its handle, as its calls' parent.
 			if e.Kind != ptrace.GroupAPI {
@@ -87,6 +102,12 @@ func readLean(path string) (*ptrace.Trace, *leanPlugin, error) {
 		}
 		return false
 	})
+	if err == nil {
+		for i := range lp.groups {
+			lp.groups[i].start += t.Base
+			lp.groups[i].end += t.Base
+		}
+	}
 	if err == nil && t.Unanchored {
 		// NCCL's example plugin is parsed whole (it is small): take the records from it.
 		for i := range t.Events {
@@ -128,6 +149,13 @@ func (lp *leanPlugin) countProxies() (map[uint64]proxyCounts, int) {
 			dups++
 		} else if c.id != 0 {
 			parentOf[c.id] = c.op
+		}
+	}
+	for _, g := range lp.groups {
+		if _, ok := parentOf[g.id]; ok && g.id != 0 {
+			dups++
+		} else if g.id != 0 {
+			parentOf[g.id] = 0
 		}
 	}
 	dups += lp.dupGroupAPIs

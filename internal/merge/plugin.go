@@ -116,9 +116,10 @@ func newPluginIndex(t *ptrace.Trace, lp *leanPlugin) *pluginIndex {
 // without one (a foreign trace), to its API parent's group; else it stands alone.
 func (x *pluginIndex) buildGroups() {
 	type gkey struct {
-		group uint64
-		comm  uint64
-		alone *ptrace.Event
+		group      uint64
+		comm       uint64
+		aloneGroup *groupRec     // a Group slice without a handle
+		aloneOp    *ptrace.Event // an operation in no group
 	}
 	containers := x.groupSlices()
 	byKey := map[gkey]*opGroup{}
@@ -133,14 +134,14 @@ func (x *pluginIndex) buildGroups() {
 		case e.Group != 0:
 			k.group = e.Group
 		case g != nil:
-			k.group = g.ID
+			k.group = g.id
 			if k.group == 0 {
-				k.alone = g
+				k.aloneGroup = g
 			}
 		case o.api != nil && o.api.Parent != 0:
 			k.group = o.api.Parent
 		default:
-			k.alone = e
+			k.aloneOp = e
 		}
 		grp := byKey[k]
 		if grp == nil {
@@ -213,29 +214,30 @@ func kernelFuncOf(ops []*op) string {
 }
 
 // groupIndex finds the Group slice containing an event on its thread.
-type groupIndex map[[2]int64][]*ptrace.Event
+type groupIndex map[[2]int64][]*groupRec
 
 func (x *pluginIndex) groupSlices() groupIndex {
 	gi := groupIndex{}
-	for i := range x.t.Events {
-		e := &x.t.Events[i]
-		if e.IsSlice() && e.Kind == ptrace.Group && !x.t.Unanchored {
-			k := [2]int64{e.Pid.Num, e.Tid.Num}
-			gi[k] = append(gi[k], e)
-		}
+	if x.t.Unanchored {
+		return gi // the example plugin's threads are not real
+	}
+	for i := range x.lean.groups {
+		g := &x.lean.groups[i]
+		k := [2]int64{g.pid, g.tid}
+		gi[k] = append(gi[k], g)
 	}
 	for _, l := range gi {
-		sort.Slice(l, func(i, j int) bool { return l[i].Start < l[j].Start })
+		sort.Slice(l, func(i, j int) bool { return l[i].start < l[j].start })
 	}
 	return gi
 }
 
-func (gi groupIndex) find(e *ptrace.Event) *ptrace.Event {
+func (gi groupIndex) find(e *ptrace.Event) *groupRec {
 	l := gi[[2]int64{e.Pid.Num, e.Tid.Num}]
-	i := sort.Search(len(l), func(i int) bool { return l[i].Start > e.Start }) - 1
+	i := sort.Search(len(l), func(i int) bool { return l[i].start > e.Start }) - 1
 	// Group slices on a thread follow one another; look back a few in case of nesting.
 	for k := i; k >= 0 && k > i-4; k-- {
-		if l[k].Start <= e.Start && e.End <= l[k].End {
+		if l[k].start <= e.Start && e.End <= l[k].end {
 			return l[k]
 		}
 	}
