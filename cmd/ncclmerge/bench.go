@@ -175,15 +175,19 @@ func runBenchShapes(tmp string, sources []string, size int64, withHTA bool, pyth
 		all.Shapes = append(all.Shapes, rep.Shapes...)
 		all.InputBytes += rep.InputBytes
 	}
-	worst := 0
+	slow, big := 0, 0
 	for i, s := range all.Shapes {
-		if s.MBps < all.Shapes[worst].MBps {
-			worst = i
+		if s.MBps < all.Shapes[slow].MBps {
+			slow = i
+		}
+		if s.RSSRatio > all.Shapes[big].RSSRatio {
+			big = i
 		}
 	}
 	if len(all.Shapes) > 0 {
-		w := all.Shapes[worst]
-		all.Summary = fmt.Sprintf("worst shape: %s, %.0f MB/s of total input, peak RSS %.2f× the total input", w.Shape, w.MBps, w.RSSRatio)
+		w, m := all.Shapes[slow], all.Shapes[big]
+		all.Summary = fmt.Sprintf("slowest shape: %s, %.0f MB/s of total input; most memory: %s, peak RSS %.2f× the total input",
+			w.Shape, w.MBps, m.Shape, m.RSSRatio)
 	}
 	return all, nil
 }
