@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ncclprof/ncclprof/internal/ptrace"
 	"github.com/ncclprof/ncclprof/internal/synth"
 )
 
@@ -82,4 +83,41 @@ func TestHTASeesKinetoPartUnchanged(t *testing.T) {
 func lastLines(s string, n int) string {
 	l := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(l[max(0, len(l)-n):], "\n")
+}
+
+// What `ncclmerge demo` does, without the C test host: a synthesized job's plugin traces, the
+// Kineto traces the demo derives from them, merged per rank, load in HTA with pandas 3 (the
+// demo's traces had correlation ids 1…20: HTA put them in an int8 column and failed writing
+// the merged trace's row numbers into it, "Invalid value … for dtype 'int8'").
+func TestHTALoadsMergedDemoJob(t *testing.T) {
+	dir := t.TempDir()
+	job := synth.DefaultJob(2, 40)
+	job.Detail = true // API calls and launches, as the test host writes them
+	paths, err := synth.Job(filepath.Join(dir, "nccl"), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, out := filepath.Join(dir, "in"), filepath.Join(dir, "out")
+	os.MkdirAll(in, 0o755)
+	var ks []string
+	for rank, p := range paths {
+		pt, err := ptrace.Read(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := synth.KinetoFromPlugin(pt, synth.KinetoOptions{Rank: rank, WorldSize: len(paths)})
+		k := filepath.Join(in, fmt.Sprintf("rank%d.pt.trace.json", rank))
+		if err := os.WriteFile(k, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ks = append(ks, k)
+	}
+	if _, err := Run(ks, paths, out+"/", Options{}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(htaPython(t, 3), "testdata/hta_compare.py", in, out)
+	outb, err := cmd.CombinedOutput()
+	if err != nil || strings.Count(string(outb), " SAME") != 6 {
+		t.Fatalf("HTA with pandas 3 on the merged demo job (%v):\n%s", err, lastLines(string(outb), 15))
+	}
 }
