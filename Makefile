@@ -31,7 +31,7 @@ GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(
 WARN     := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN)
 
-.PHONY: all test test-go test-python bench demo clean sanitize soak otelcol prometheus wheel
+.PHONY: all test test-go test-python bench demo clean sanitize soak otelcol prometheus wheel hta
 
 all: $(PLUGIN) $(HOST) $(EMPTY) $(MERGE) $(RECORDER) $(RECORDER_VARIANTS)
 
@@ -102,7 +102,12 @@ prometheus:
 
 test: test-go test-python
 
-test-go: all sanitize otelcol prometheus
+# HTA (HolisticTraceAnalysis 0.5.0) with pandas 2 and with pandas 3, made once under build/ by
+# tools/hta/venv.sh: the merge's per-rank output must load in both (internal/merge hta_test.go).
+hta:
+	@PYTHON=$(PYTHON) tools/hta/venv.sh $(BUILD)
+
+test-go: all sanitize otelcol prometheus hta
 	NCCLPROF_FUZZ_SECONDS=$(FUZZ_SECONDS) $(GO) test -count=1 -p 1 -timeout 30m ./...
 
 # The Python package, built from this checkout and installed into build/py (made once by
@@ -134,7 +139,15 @@ wheel:
 	@rm -rf python/build python/ncclprof.egg-info
 	@ls -1 $(BUILD)/wheel/*.whl
 
-bench: all
+# The real traces the tests use, one shape each (relative µs, absolute µs with SendRecv,
+# sampled absolute µs, driver-API launches, CPU only), and the shapes internal/synth makes
+# (one NCCL kernel per 10 kernels, per 200, profile_memory, ROCm, absolute µs, ns).
+BENCH_TRACES := $(addprefix ../shared/traces/kineto/,nccl_parser_config_nccl_data.json.gz \
+  negative_queue_length_values_check_rank0.json.gz trace_filter_sampled_rank-0.json.gz \
+  triton_example_triton_example.json.gz cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz) \
+  synth:nccl-heavy synth:kernel-heavy synth:memory synth:rocm synth:absolute-us synth:ns
+
+bench: all hta
 	@echo "== plugin callback cost (testhost bench, median of 7 runs) =="
 	@rm -rf $(BUILD)/bench-out
 	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out NCCLPROF_BENCH_TRACE_DIR=$(BUILD)/bench-out/trace \
@@ -146,10 +159,8 @@ bench: all
 	@tools/bench/drain.sh $(HOST) $(PLUGIN) $(BUILD)/bench-drain
 	@echo "== callback cost while something is broken (ncclprof, every event type, 1 thread) =="
 	@tools/bench/faults.sh $(HOST) $(PLUGIN) $(EMPTY) $(BUILD)/bench-faults 7
-	@echo "== ncclmerge on a 1 GiB Kineto trace: plain read, merge, HTA's parser =="
-	@if python3 -c 'import hta' 2>/dev/null; then $(MERGE) bench --size 1GiB; else \
-	  echo "(HTA not installed: pip install HolisticTraceAnalysis psutil  to compare with it)"; \
-	  $(MERGE) bench --size 1GiB --hta=false; fi
+	@echo "== ncclmerge per trace shape (512 MiB each): plain read, merge, HTA's parser =="
+	$(MERGE) bench --size 512MiB --python $(BUILD)/hta-pandas3/bin/python $(foreach t,$(BENCH_TRACES),--source $(t))
 	@echo "== ncclmerge hang over 1024 ranks' in-flight dumps (absent, gpu, link), 8 and 32 channels =="
 	$(MERGE) bench --what hang --ranks 1024 --testhost $(HOST)
 	$(MERGE) bench --what hang --ranks 1024 --channels 32 --testhost $(HOST)
