@@ -14,21 +14,27 @@ VERSION := 0.1.0
 PLUGIN  := $(BUILD)/libnccl-profiler-ncclprof.so
 HOST    := $(BUILD)/ncclprof-testhost
 EMPTY   := $(BUILD)/libnccl-profiler-empty.so
+# A plugin that logs every call it gets (NCCLPROF_CHAIN tests), and variants exporting one
+# ABI version each or a broken table.
+RECORDER := $(BUILD)/libnccl-profiler-recorder.so
+RECORDER_VARIANTS := $(foreach v,1 2 3 4 5 6,$(BUILD)/recorder/librecorder-v$(v).so) \
+                     $(BUILD)/recorder/librecorder-badtable.so
 MERGE   := $(BUILD)/ncclmerge
 
-CORE_SRC := plugin/core.c plugin/adapters.c plugin/control.c
-CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h
-HOST_SRC := testhost/main.c testhost/emit.c testhost/world.c testhost/scenarios.c \
-            testhost/fuzz.c testhost/bench.c testhost/soak.c testhost/skew.c testhost/job.c
-HOST_HDR := testhost/emit.h testhost/world.h testhost/scenarios.h plugin/abi.h plugin/core.h
+CORE_SRC := plugin/core.c plugin/adapters.c plugin/control.c plugin/chain.c
+CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h plugin/chain.h
+HOST_SRC := testhost/main.c testhost/emit.c testhost/calllog.c testhost/world.c testhost/scenarios.c \
+            testhost/fuzz.c testhost/bench.c testhost/soak.c testhost/skew.c testhost/hang.c \
+            testhost/drainbench.c testhost/job.c
+HOST_HDR := testhost/emit.h testhost/calllog.h testhost/world.h testhost/scenarios.h plugin/abi.h plugin/core.h
 GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(wildcard go.sum)
 
 WARN     := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN)
 
-.PHONY: all test test-go test-python deps gocheck bench demo clean sanitize soak otelcol wheel
+.PHONY: all test test-go test-python deps gocheck bench demo clean sanitize soak otelcol prometheus wheel hta
 
-all: $(PLUGIN) $(HOST) $(EMPTY) $(MERGE)
+all: $(PLUGIN) $(HOST) $(EMPTY) $(MERGE) $(RECORDER) $(RECORDER_VARIANTS)
 
 # Every Go build first checks that the Go on PATH can build this module (go.mod: go 1.26), and
 # says in one line what to do where it cannot (GOTOOLCHAIN=local with an older Go).
@@ -51,6 +57,18 @@ $(HOST): $(HOST_SRC) $(HOST_HDR)
 $(EMPTY): testhost/empty.c plugin/abi.h
 	@mkdir -p $(BUILD)
 	$(CC) -std=gnu11 -O2 -fPIC -shared $(WARN) -o $@ $<
+
+REC_SRC := testhost/recorder.c testhost/calllog.c
+REC_DEPS := $(REC_SRC) testhost/calllog.h plugin/abi.h
+$(RECORDER): $(REC_DEPS)
+	@mkdir -p $(BUILD)
+	$(CC) -std=gnu11 -O2 -fPIC -shared $(WARN) -o $@ $(REC_SRC) -lpthread
+$(BUILD)/recorder/librecorder-v%.so: $(REC_DEPS)
+	@mkdir -p $(BUILD)/recorder
+	$(CC) -std=gnu11 -O2 -fPIC -shared $(WARN) -Wno-unused-function -DREC_ONLY=$* -o $@ $(REC_SRC) -lpthread
+$(BUILD)/recorder/librecorder-badtable.so: $(REC_DEPS)
+	@mkdir -p $(BUILD)/recorder
+	$(CC) -std=gnu11 -O2 -fPIC -shared $(WARN) -Wno-unused-function -DREC_BAD_TABLE -o $@ $(REC_SRC) -lpthread
 
 # Sanitizer builds: the C core with the C drainer (no Go runtime), and a host built the same.
 SAN_SRC := $(CORE_SRC) testhost/cdrain.c
@@ -82,8 +100,14 @@ FUZZ_SECONDS ?= 4
 otelcol:
 	@tools/otelcol/build.sh >/dev/null
 
-# What the tests need beyond Go, gcc and make (Chromium, speedscope, the collector), installed
-# where missing; see tools/deps.sh.
+# Prometheus 3.x for the metrics example's test (internal/telemetry TestPrometheusExample), built
+# once from the module proxy (pinned in tools/prometheus/build.sh), cached like the collector.
+# The test also runs Debian's Prometheus 2.x, which tools/deps.sh installs (apt-get install prometheus).
+prometheus:
+	@tools/prometheus/build.sh >/dev/null
+
+# What the tests need beyond Go, gcc and make (Chromium, speedscope, Debian's Prometheus, the
+# collector), installed where missing; see tools/deps.sh.
 deps:
 	@GO="$(GO)" PYTHON="$(PYTHON)" tools/deps.sh
 
@@ -95,18 +119,34 @@ test: deps
 	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed (each failure is reported above)" >&2; exit 1; fi; \
 	echo "make test: every test passed"
 
-test-go: all sanitize otelcol
+# HTA (HolisticTraceAnalysis 0.5.0) with pandas 2 and with pandas 3, made once under build/ by
+# tools/hta/venv.sh: the merge's per-rank output must load in both (internal/merge hta_test.go).
+hta:
+	@PYTHON=$(PYTHON) tools/hta/venv.sh $(BUILD)
+
+test-go: all sanitize otelcol prometheus hta
 	NCCLPROF_FUZZ_SECONDS=$(FUZZ_SECONDS) $(GO) test -count=1 -p 1 -timeout 30m ./...
 
 # The Python package, built from this checkout and installed into build/py (made once by
-# tools/python/venv.sh, with torch when the disk has room), then its tests.
+# tools/python/venv.sh, with the newest torch when the disk has room), then its tests; then
+# the torch tests again in build/py-torch<v>, with the oldest torch the package supports
+# (docs/python.md#torch-versions).
 PYTHON ?= python3
 PYENV  := $(BUILD)/py
+TORCH_OLDEST := 2.7.0
+PYENV_OLDEST := $(BUILD)/py-torch$(basename $(TORCH_OLDEST))
+PYWHEEL := $(BUILD)/pywheel
 test-python: all
 	@PYTHON=$(PYTHON) tools/python/venv.sh $(PYENV)
-	$(PYENV)/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps ./python
+	@PYTHON=$(PYTHON) tools/python/venv.sh $(PYENV_OLDEST) torch==$(TORCH_OLDEST)
+	@rm -rf $(PYWHEEL)
+	$(PYENV)/bin/pip wheel -q --disable-pip-version-check --no-deps --wheel-dir $(PYWHEEL) ./python
 	@rm -rf python/build python/ncclprof.egg-info
+	for env in $(PYENV) $(PYENV_OLDEST); do \
+	  $$env/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps $(PYWHEEL)/*.whl || exit 1; done
 	NCCLPROF_TEST_NO_TORCH="$$(cat $(PYENV)/no-torch 2>/dev/null)" $(PYENV)/bin/python -m pytest -q python/tests
+	NCCLPROF_TEST_NO_TORCH="$$(cat $(PYENV_OLDEST)/no-torch 2>/dev/null)" $(PYENV_OLDEST)/bin/python -m pytest -q \
+	  python/tests/test_torch.py python/tests/test_torch_dropin.py
 
 # A platform wheel (linux x86_64 or aarch64, glibc) that installs without Go.
 # Cross: make wheel GOARCH=arm64 CC=aarch64-linux-gnu-gcc
@@ -116,18 +156,31 @@ wheel:
 	@rm -rf python/build python/ncclprof.egg-info
 	@ls -1 $(BUILD)/wheel/*.whl
 
-bench: all
+# The real traces the tests use, one shape each (relative µs, absolute µs with SendRecv,
+# sampled absolute µs, driver-API launches, CPU only), and the shapes internal/synth makes
+# (one NCCL kernel per 10 kernels, per 200, profile_memory, ROCm, absolute µs, ns).
+BENCH_TRACES := $(addprefix testdata/kineto/,nccl_parser_config_nccl_data.json.gz \
+  negative_queue_length_values_check_rank0.json.gz trace_filter_sampled_rank-0.json.gz \
+  triton_example_triton_example.json.gz cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz) \
+  synth:nccl-heavy synth:kernel-heavy synth:memory synth:rocm synth:absolute-us synth:ns
+
+bench: all hta
 	@echo "== plugin callback cost (testhost bench, median of 7 runs) =="
 	@rm -rf $(BUILD)/bench-out
 	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out NCCLPROF_BENCH_TRACE_DIR=$(BUILD)/bench-out/trace \
 	  $(HOST) --lib $(PLUGIN) --empty-lib $(EMPTY) --reps 7 bench
 	@rm -rf $(BUILD)/bench-out/trace
+	@echo "== the same with the empty plugin chained behind ncclprof (NCCLPROF_CHAIN) =="
+	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out $(HOST) --lib $(PLUGIN) --empty-lib $(EMPTY) --chain $(EMPTY) --reps 7 bench
+	@echo "== the drainer under NCCL's busiest load: paced and unpaced, several shapes (tools/bench/drain.sh) =="
+	@tools/bench/drain.sh $(HOST) $(PLUGIN) $(BUILD)/bench-drain
 	@echo "== callback cost while something is broken (ncclprof, every event type, 1 thread) =="
 	@tools/bench/faults.sh $(HOST) $(PLUGIN) $(EMPTY) $(BUILD)/bench-faults 7
-	@echo "== ncclmerge on a 1 GiB Kineto trace: plain read, merge, HTA's parser =="
-	@if python3 -c 'import hta' 2>/dev/null; then $(MERGE) bench --size 1GiB; else \
-	  echo "(HTA not installed: pip install HolisticTraceAnalysis psutil  to compare with it)"; \
-	  $(MERGE) bench --size 1GiB --hta=false; fi
+	@echo "== ncclmerge per trace shape (512 MiB each): plain read, merge, HTA's parser =="
+	$(MERGE) bench --size 512MiB --python $(BUILD)/hta-pandas3/bin/python $(foreach t,$(BENCH_TRACES),--source $(t))
+	@echo "== ncclmerge hang over 1024 ranks' in-flight dumps (absent, gpu, link), 8 and 32 channels =="
+	$(MERGE) bench --what hang --ranks 1024 --testhost $(HOST)
+	$(MERGE) bench --what hang --ranks 1024 --channels 32 --testhost $(HOST)
 
 # Ten minutes of 64 communicators created and destroyed in cycles at full callback rate; prints
 # a JSON line a second (rss_kib, threads, fds, goroutines must stay flat) and fails if they grow.

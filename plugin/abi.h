@@ -463,6 +463,32 @@ NPABI_TABLE(5, npabi_init_v5_fn, npabi_args_v4_t)
 NPABI_TABLE(6, npabi_init_v5_fn, npabi_args_v4_t)
 #undef NPABI_TABLE
 
+/* ---------------------------------------------------------------- activation rules */
+/* Whether NCCL (2.28+) starts events of type t under activation mask m: its own bit or any
+ * descendant's (doc §2.5: "all the events above the one requested are also captured"). */
+static inline int npabi_mask_wants(int m, uint64_t t) {
+  const int below_coll = NPABI_PROXY_OP | NPABI_PROXY_STEP | NPABI_KERNEL_CH | NPABI_NET_PLUGIN;
+  const int ce = NPABI_CE_COLL | NPABI_CE_SYNC | NPABI_CE_BATCH;
+  switch (t) {
+  case NPABI_GROUP_API: return m & (NPABI_ALL_TYPES & ~NPABI_PROXY_CTRL);
+  case NPABI_COLL_API: return m & (NPABI_COLL_API | NPABI_COLL | below_coll | ce);
+  case NPABI_P2P_API: return m & (NPABI_P2P_API | NPABI_P2P | below_coll);
+  case NPABI_KERNEL_LAUNCH: return m & NPABI_KERNEL_LAUNCH;
+  case NPABI_GROUP: return m & (NPABI_GROUP | NPABI_COLL | NPABI_P2P | below_coll);
+  case NPABI_COLL: return m & (NPABI_COLL | below_coll);
+  case NPABI_P2P: return m & (NPABI_P2P | below_coll);
+  case NPABI_PROXY_OP: return m & (NPABI_PROXY_OP | NPABI_PROXY_STEP | NPABI_NET_PLUGIN);
+  case NPABI_PROXY_STEP: return m & (NPABI_PROXY_STEP | NPABI_NET_PLUGIN);
+  case NPABI_CE_COLL: return m & ce;
+  default: return m & (int)t;
+  }
+}
+
+/* The event types ABI version v has (its descriptor union knows them). */
+static inline uint32_t npabi_types_of(int v) {
+  return v >= 6 ? NPABI_ALL_TYPES : v == 5 ? 0xfff : v >= 3 ? 0xff : 0x3f;
+}
+
 /* ---------------------------------------------------------------- pinned layout (LP64) */
 #define NPABI_AT(T, F, OFF) _Static_assert(offsetof(T, F) == (OFF), #T "." #F " offset")
 #define NPABI_SIZE(T, S) _Static_assert(sizeof(T) == (S), "sizeof " #T)

@@ -15,22 +15,26 @@
  *   - PXN: a ProxyOp whose pid is not ours comes from another process; its context and parent
  *     are that process's pointers and are never dereferenced.
  */
+#include "chain.h"
 #include "hot.h"
 
 np_comm* np_pxn_target(void);
 void np_learn_comm(np_comm* c, uint64_t hash, const char* name, int rank);
 void np_net_start_payload(np_event* ev, const void* data);
+void np_lost_add(np_comm* c, int type, const char* func, const char* dtype, const char* algo,
+                 const char* proto, uint32_t nch, uint64_t count);
+uint64_t np_op_running_total(void* handle, int state, uint64_t total);
 
 /* ------------------------------------------------------------------- v1 enum names */
 
-static const char* const np_func_names[] = {"Broadcast", "Reduce",   "AllGather", "ReduceScatter",
-                                            "AllReduce", "SendRecv", "Send",      "Recv"};
-static const char* const np_dtype_names[] = {
+const char* const np_func_names[8] = {"Broadcast", "Reduce",   "AllGather", "ReduceScatter",
+                                      "AllReduce", "SendRecv", "Send",      "Recv"};
+const char* const np_dtype_names[12] = {
     "ncclInt8",    "ncclUint8",   "ncclInt32",   "ncclUint32",     "ncclInt64",     "ncclUint64",
     "ncclFloat16", "ncclFloat32", "ncclFloat64", "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2"};
-static const char* const np_algo_names[] = {"TREE", "RING",      "COLLNET_DIRECT", "COLLNET_CHAIN",
-                                            "NVLS", "NVLS_TREE", "PAT"};
-static const char* const np_proto_names[] = {"LL", "LL128", "SIMPLE"};
+const char* const np_algo_names[7] = {"TREE", "RING",      "COLLNET_DIRECT", "COLLNET_CHAIN",
+                                      "NVLS", "NVLS_TREE", "PAT"};
+const char* const np_proto_names[3] = {"LL", "LL128", "SIMPLE"};
 static const char np_unknown[] = "Unknown";
 
 #define NP_NAME(table, v) \
@@ -89,7 +93,11 @@ NP_HOT void np_start_coll(void* ctx, int abi, void** eh, uint64_t parent, int ra
                                  uint8_t nwarps, uint64_t parent_group) {
   np_comm* c = np_target(ctx, NP_T_COLL, parent);
   np_pending p;
-  if (!c || !np_begin(c, NP_T_COLL, abi, parent, rank, 0, eh, &p)) return;
+  if (!c) return;
+  if (!np_begin(c, NP_T_COLL, abi, parent, rank, 0, eh, &p)) {
+    if (*eh == (void*)NP_H_DROPPED) np_lost_add(c, NP_T_COLL, func, dtype, algo, proto, nch, count);
+    return;
+  }
   p.ev->u.coll.seq = seq;
   p.ev->u.coll.func = func;
   p.ev->u.coll.count = count;
@@ -108,7 +116,11 @@ NP_HOT void np_start_p2p(void* ctx, int abi, void** eh, uint64_t parent, int ran
                                 uint8_t nch, uint64_t parent_group) {
   np_comm* c = np_target(ctx, NP_T_P2P, parent);
   np_pending p;
-  if (!c || !np_begin(c, NP_T_P2P, abi, parent, rank, 0, eh, &p)) return;
+  if (!c) return;
+  if (!np_begin(c, NP_T_P2P, abi, parent, rank, 0, eh, &p)) {
+    if (*eh == (void*)NP_H_DROPPED) np_lost_add(c, NP_T_P2P, func, dtype, NULL, NULL, nch, count);
+    return;
+  }
   p.ev->u.p2p.func = func;
   p.ev->u.p2p.count = count;
   p.ev->u.p2p.dtype = dtype;
@@ -118,6 +130,37 @@ NP_HOT void np_start_p2p(void* ctx, int abi, void** eh, uint64_t parent, int ran
   np_commit(&p);
 }
 
+/* Enters a callback on communicator c and checks it is live; returns the thread, or NULL
+ * (the handle then says why: dropped for want of a thread slot, disabled). */
+NP_HOT np_thread* np_enter_comm(np_comm* c, void** eh) {
+  np_thread* t = np_enter();
+  if (NP_UNLIKELY(t == NULL)) {
+    np_count(NP_C_DROPPED_THREADS);
+    *eh = (void*)NP_H_DROPPED;
+    return NULL;
+  }
+  uint32_t st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+  if (NP_UNLIKELY(st != NP_COMM_ACTIVE && st != NP_COMM_FINALIZING)) {
+    np_leave(t);
+    *eh = (void*)NP_H_DISABLED;
+    return NULL;
+  }
+  return t;
+}
+
+/* A cell for a ProxyOp or ProxyStep; NULL (counted, handle dropped) when the arena is full. */
+NP_HOT np_cell* np_cell_for(np_comm* c, np_thread* t, int type, void** eh, uint64_t* h) {
+  np_cell* cell = np_cell_claim(c, t, h);
+  if (NP_UNLIKELY(cell == NULL)) {
+    np_count(NP_C_ARENA_FULL);
+    np_count_drop(c, type);
+    *eh = (void*)NP_H_DROPPED;
+  }
+  return cell;
+}
+
+/* A ProxyOp: its progress lives in an arena cell (the handle NCCL gets, which its steps name
+ * as parent), its record in the operation windows (how the drainer links it to its operation). */
 NP_HOT void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t parent, int rank,
                                      pid_t pid, uint8_t channel, int peer, int nsteps, int chunk,
                                      int is_send) {
@@ -131,27 +174,73 @@ NP_HOT void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t parent, in
   } else {
     c = np_target(ctx, NP_T_PROXY_OP, parent);
   }
-  np_pending p;
-  if (!c || !np_begin(c, NP_T_PROXY_OP, abi, parent, rank, flags, eh, &p)) return;
-  p.ev->u.op.t_progress = 0;
-  p.ev->u.op.trans_size = 0;
-  p.ev->u.op.pid = pid;
-  p.ev->u.op.channel = channel;
-  p.ev->u.op.peer = peer;
-  p.ev->u.op.nsteps = nsteps;
-  p.ev->u.op.chunk = chunk;
-  p.ev->u.op.is_send = (uint8_t)(is_send != 0);
-  np_commit(&p);
+  if (!c) return;
+  np_thread* t = np_enter_comm(c, eh);
+  if (!t) return;
+  uint64_t ch, wh = 0, hdr = 0;
+  np_cell* cell = np_cell_for(c, t, NP_T_PROXY_OP, eh, &ch);
+  if (!cell) {
+    np_leave(t);
+    return;
+  }
+  np_event* ev = np_slot_new(c, t, NP_T_PROXY_OP, abi, parent, rank, flags, &wh, &hdr);
+  np_cell_init(cell, t, NP_T_PROXY_OP, abi, parent, rank, ev ? ev->t_start : np_ticks());
+  cell->peer = peer;
+  cell->channel = channel;
+  cell->is_send = (uint8_t)(is_send != 0);
+  memset(&cell->u.op, 0, sizeof cell->u.op);
+  cell->u.op.nsteps = nsteps;
+  cell->u.op.pid = pid;
+  if (ev) {
+    cell->u.op.record = wh;
+    memset(&ev->u.op, 0, sizeof ev->u.op);
+    ev->u.op.arena = ch;
+    ev->u.op.pid = pid;
+    ev->u.op.channel = channel;
+    ev->u.op.peer = peer;
+    ev->u.op.nsteps = nsteps;
+    ev->u.op.chunk = chunk;
+    ev->u.op.is_send = (uint8_t)(is_send != 0);
+    __atomic_store_n(&ev->hdr, hdr, __ATOMIC_RELEASE);
+  } else {
+    np_count_drop(c, NP_T_PROXY_OP); /* its steps still count: the cell has what they need */
+  }
+  *eh = (void*)ch;
+  np_leave(t);
 }
 
+/* A ProxyStep: a cell only. It takes its pair and channel from its ProxyOp's cell now, so its
+ * stop can fold the transfer without looking anything up. */
 NP_HOT void np_start_proxy_step(void* ctx, int abi, void** eh, uint64_t parent, int rank,
                                        int step) {
   np_comm* c = np_target(ctx, NP_T_PROXY_STEP, parent);
-  np_pending p;
-  if (!c || !np_begin(c, NP_T_PROXY_STEP, abi, parent, rank, 0, eh, &p)) return;
-  memset(&p.ev->u.step, 0, sizeof p.ev->u.step);
-  p.ev->u.step.step = step;
-  np_commit(&p);
+  if (!c) return;
+  np_thread* t = np_enter_comm(c, eh);
+  if (!t) return;
+  uint64_t h;
+  np_cell* s = np_cell_for(c, t, NP_T_PROXY_STEP, eh, &h);
+  if (!s) {
+    np_leave(t);
+    return;
+  }
+  np_cell* op = np_h_is_cell(parent) && np_h_comm(parent) == c->idx ? np_cell_of(c, parent) : NULL;
+  np_cell_init(s, t, NP_T_PROXY_STEP, abi, parent, op ? op->rank : rank, np_ticks());
+  memset(&s->u.step, 0, sizeof s->u.step);
+  s->u.step.step = step;
+  if (NP_LIKELY(op != NULL)) {
+    s->peer = op->peer;
+    s->channel = op->channel;
+    s->is_send = op->is_send;
+  } else {
+    s->peer = -1;
+    s->channel = 0;
+    s->is_send = 0;
+    s->sflags = NP_F_NO_OP | (parent == NP_H_DROPPED ? NP_F_PARENT_DROPPED : 0);
+    __atomic_fetch_add(&c->orphan_steps, 1, __ATOMIC_RELAXED);
+    np_count(NP_C_ORPHAN_STEPS);
+  }
+  *eh = (void*)h;
+  np_leave(t);
 }
 
 NP_HOT void np_start_kernel_ch(void* ctx, int abi, void** eh, uint64_t parent,
@@ -185,7 +274,7 @@ static void np_learn(void* ctx, uint64_t hash, const char* name, int rank) {
     np_learn_comm(c, hash, name, rank);
 }
 
-static npabi_result_t np_start_v1(void* ctx, void** eh, npabi_descr_v1_t* d) {
+static npabi_result_t np_own_start_v1(void* ctx, void** eh, npabi_descr_v1_t* d) {
   int type;
   if (!np_admit(eh, d, d ? d->type : 0, &type)) return NPABI_SUCCESS;
   uint64_t parent = (uint64_t)(uintptr_t)d->parentObj;
@@ -222,7 +311,7 @@ static npabi_result_t np_start_v1(void* ctx, void** eh, npabi_descr_v1_t* d) {
 
 /* v2 and v3 differ only in where coll's trailing fields sit and in v3's two new members. */
 #define NP_START_V2_V3(N)                                                                         \
-  static npabi_result_t np_start_v##N(void* ctx, void** eh, npabi_descr_v##N##_t* d) {            \
+  static npabi_result_t np_own_start_v##N(void* ctx, void** eh, npabi_descr_v##N##_t* d) {        \
     int type;                                                                                     \
     if (!np_admit(eh, d, d ? d->type : 0, &type)) return NPABI_SUCCESS;                           \
     uint64_t parent = (uint64_t)(uintptr_t)d->parentObj;                                          \
@@ -269,22 +358,25 @@ NP_START_V2_V3(3)
 
 /* v1–v3 state arguments: ProxyOp states carry cumulative bytes, ProxyCtrl the appended count.
  * A transfer's size reaches its ProxyStep through the op state NCCL records right before the
- * step state, on the same thread: the total is remembered there and handed to that step. */
-static npabi_result_t np_record_v1(void* h, npabi_state_t s, npabi_args_v1_t* a) {
+ * step state, on the same thread: the bytes that state adds to the op's running total are
+ * remembered there and handed to that step as its own size. */
+static npabi_result_t np_own_record_v1(void* h, npabi_state_t s, npabi_args_v1_t* a) {
   if ((s == NPABI_PROXY_STEP_SEND_WAIT || s == NPABI_PROXY_STEP_RECV_FLUSH_WAIT) && a == NULL) {
     np_thread* t = np_tls;
     if (t && t->memo_valid) {
       t->memo_valid = 0;
-      np_state(h, s, t->memo_cum, 0, 2);
+      np_state(h, s, t->memo_size, 0, 1);
       return NPABI_SUCCESS;
     }
   }
   if ((s == NPABI_PROXY_OP_SEND_TRANSMITTED || s == NPABI_PROXY_OP_RECV_RECEIVED) && a) {
+    uint64_t added = np_op_running_total(h, s, a->proxyOp.transSize);
     np_thread* t = np_tls ? np_tls : np_thread_attach();
     if (t) {
-      t->memo_cum = a->proxyOp.transSize;
+      t->memo_size = added;
       t->memo_valid = 1;
     }
+    return NPABI_SUCCESS;
   }
   if (s <= NPABI_PROXY_OP_RECV_DONE)
     np_state(h, s, a ? a->proxyOp.transSize : 0, a ? (uint64_t)a->proxyOp.steps : 0, a != NULL);
@@ -297,7 +389,7 @@ static npabi_result_t np_record_v1(void* h, npabi_state_t s, npabi_args_v1_t* a)
 
 /* ------------------------------------------------------------------- v4 */
 
-static npabi_result_t np_start_v4(void* ctx, void** eh, npabi_descr_v4_t* d) {
+static npabi_result_t np_own_start_v4(void* ctx, void** eh, npabi_descr_v4_t* d) {
   int type;
   if (!np_admit(eh, d, d ? d->type : 0, &type)) return NPABI_SUCCESS;
   uint64_t parent = (uint64_t)(uintptr_t)d->parentObj;
@@ -336,7 +428,7 @@ static npabi_result_t np_start_v4(void* ctx, void** eh, npabi_descr_v4_t* d) {
 
 /* v4+ state arguments: one 8-byte union whose meaning depends on the state. NCCL's v5 adapter
  * passes uninitialised args for states that carry none, so only the listed states read them. */
-static npabi_result_t np_record_v4(void* h, npabi_state_t s, npabi_args_v4_t* a) {
+static npabi_result_t np_own_record_v4(void* h, npabi_state_t s, npabi_args_v4_t* a) {
   switch (s) {
   case NPABI_PROXY_STEP_SEND_WAIT:
   case NPABI_PROXY_STEP_RECV_FLUSH_WAIT:
@@ -433,7 +525,7 @@ NP_HOT void np_start_v5_members(void* ctx, void** eh, int abi, int type,
   }
 }
 
-static npabi_result_t np_start_v5(void* ctx, void** eh, npabi_descr_v5_t* d) {
+static npabi_result_t np_own_start_v5(void* ctx, void** eh, npabi_descr_v5_t* d) {
   int type;
   if (np_admit(eh, d, d ? d->type : 0, &type)) np_start_v5_members(ctx, eh, 5, type, d);
   return NPABI_SUCCESS;
@@ -441,7 +533,7 @@ static npabi_result_t np_start_v5(void* ctx, void** eh, npabi_descr_v5_t* d) {
 
 /* CE events (v6): recorded with their CPU enqueue interval. Their GPU timing would need CUDA
  * events on ceColl.stream; the plugin does not link CUDA, so it is not measured. */
-static npabi_result_t np_start_v6(void* ctx, void** eh, npabi_descr_v6_t* d) {
+static npabi_result_t np_own_start_v6(void* ctx, void** eh, npabi_descr_v6_t* d) {
   int type;
   if (!np_admit(eh, d, d ? d->type : 0, &type)) return NPABI_SUCCESS;
   if (type < NP_T_CE_COLL) {
@@ -478,42 +570,71 @@ static npabi_result_t np_start_v6(void* ctx, void** eh, npabi_descr_v6_t* d) {
   return NPABI_SUCCESS;
 }
 
-/* ------------------------------------------------------------------- init, stop, finalize */
+/* ------------------------------------------------------------------- the exported callbacks */
+/* Each is ncclprof's own, or, once a plugin is chained (NCCLPROF_CHAIN), chain.c's, which calls
+ * ncclprof's own and the chained plugin's. */
 
-static npabi_result_t np_init_v1(void** ctx, int* mask) {
-  if (ctx) *ctx = np_init_comm(1, 0, NULL, 0, 0, 0, NULL, mask);
-  return NPABI_SUCCESS;
+#define NP_CHAINED NP_UNLIKELY(__atomic_load_n(&np_chain_on, __ATOMIC_RELAXED))
+
+#define NP_START(N)                                                                              \
+  static npabi_result_t np_start_v##N(void* ctx, void** eh, npabi_descr_v##N##_t* d) {          \
+    if (NP_CHAINED) return np_chain_start(N, ctx, eh, d, (np_start_fn)np_own_start_v##N);     \
+    return np_own_start_v##N(ctx, eh, d);                                                       \
+  }
+NP_START(1)
+NP_START(2)
+NP_START(3)
+NP_START(4)
+NP_START(5)
+NP_START(6)
+
+static npabi_result_t np_record_v1(void* h, npabi_state_t s, npabi_args_v1_t* a) {
+  if (NP_CHAINED) return np_chain_record(1, h, s, a, (np_record_fn)np_own_record_v1);
+  return np_own_record_v1(h, s, a);
 }
-static npabi_result_t np_init_v2(void** ctx, int* mask) {
-  if (ctx) *ctx = np_init_comm(2, 0, NULL, 0, 0, 0, NULL, mask);
-  return NPABI_SUCCESS;
+static npabi_result_t np_record_v4(void* h, npabi_state_t s, npabi_args_v4_t* a) {
+  if (NP_CHAINED) return np_chain_record(4, h, s, a, (np_record_fn)np_own_record_v4);
+  return np_own_record_v4(h, s, a);
 }
-static npabi_result_t np_init_v3(void** ctx, int* mask) {
-  if (ctx) *ctx = np_init_comm(3, 0, NULL, 0, 0, 0, NULL, mask);
-  return NPABI_SUCCESS;
-}
+
+/* init: ncclprof's communicator first, then the chained plugin's (NCCLPROF_CHAIN is read at the
+ * first init). v1–v3 NCCL passes no communicator details. */
+#define NP_INIT_V1(N)                                                                            \
+  static npabi_result_t np_init_v##N(void** ctx, int* mask) {                                   \
+    if (ctx) *ctx = np_init_comm(N, 0, NULL, 0, 0, 0, NULL, mask);                              \
+    if (ctx) np_chain_init(N, *ctx, 0, NULL, 0, 0, 0, NULL, mask);                              \
+    return NPABI_SUCCESS;                                                                       \
+  }
+NP_INIT_V1(1)
+NP_INIT_V1(2)
+NP_INIT_V1(3)
 static npabi_result_t np_init_v4(void** ctx, int* mask, const char* name, uint64_t hash,
                                  int nnodes, int nranks, int rank, npabi_logger_t log) {
   if (ctx) *ctx = np_init_comm(4, hash, name, nnodes, nranks, rank, log, mask);
+  if (ctx) np_chain_init(4, *ctx, hash, name, nnodes, nranks, rank, log, mask);
   return NPABI_SUCCESS;
 }
-static npabi_result_t np_init_v5(void** ctx, uint64_t id, int* mask, const char* name, int nnodes,
-                                 int nranks, int rank, npabi_logger_t log) {
-  if (ctx) *ctx = np_init_comm(5, id, name, nnodes, nranks, rank, log, mask);
-  return NPABI_SUCCESS;
-}
-static npabi_result_t np_init_v6(void** ctx, uint64_t id, int* mask, const char* name, int nnodes,
-                                 int nranks, int rank, npabi_logger_t log) {
-  if (ctx) *ctx = np_init_comm(6, id, name, nnodes, nranks, rank, log, mask);
-  return NPABI_SUCCESS;
-}
+#define NP_INIT_V5(N)                                                                            \
+  static npabi_result_t np_init_v##N(void** ctx, uint64_t id, int* mask, const char* name,      \
+                                     int nnodes, int nranks, int rank, npabi_logger_t log) {    \
+    if (ctx) *ctx = np_init_comm(N, id, name, nnodes, nranks, rank, log, mask);                 \
+    if (ctx) np_chain_init(N, *ctx, id, name, nnodes, nranks, rank, log, mask);                 \
+    return NPABI_SUCCESS;                                                                       \
+  }
+NP_INIT_V5(5)
+NP_INIT_V5(6)
 
-static npabi_result_t np_stop_cb(void* h) {
+static npabi_result_t np_own_stop(void* h) {
   np_stop(h);
   return NPABI_SUCCESS;
 }
+static npabi_result_t np_stop_cb(void* h) {
+  if (NP_CHAINED) return np_chain_stop(h, np_own_stop);
+  return np_own_stop(h);
+}
 
 static npabi_result_t np_finalize_cb(void* ctx) {
+  if (NP_CHAINED) np_chain_finalize(ctx); /* first: the index may be reused right after */
   np_finalize_comm(ctx);
   return NPABI_SUCCESS;
 }

@@ -84,6 +84,11 @@ static const char* const np_counter_names[NP_C_COUNT] = {
     [NP_C_WINDOWS_SEALED] = "windows_processed",
     [NP_C_SEALED_AT_MAX_GRACE] = "sealed_at_max_grace",
     [NP_C_DROPPED_DETAIL] = "dropped_detail",
+    [NP_C_ARENA_FULL] = "arena_full",
+    [NP_C_XFER_UNKEYED] = "transfers_unkeyed",
+    [NP_C_LOST_OPS] = "lost_operations",
+    [NP_C_LOST_UNKEYED] = "lost_operations_unkeyed",
+    [NP_C_ORPHAN_STEPS] = "orphan_steps",
 };
 static const char* const np_stat_names[NP_S_COUNT] = {
     [NP_S_TRACE_FILES] = "trace_files",
@@ -97,6 +102,8 @@ static const char* const np_stat_names[NP_S_COUNT] = {
     [NP_S_OPS_COMPLETED] = "ops_completed",
     [NP_S_GOROUTINES] = "goroutines",
     [NP_S_GO_HEAP] = "go_heap_bytes",
+    [NP_S_DRAIN_CPU_NS] = "drain_cpu_ns",
+    [NP_S_DRAIN_RECORDS] = "drain_records",
 };
 
 NP_API const char* ncclprof_counter_name(int i) { return i >= 0 && i < NP_C_COUNT ? np_counter_names[i] : NULL; }
@@ -124,6 +131,40 @@ NP_API int ncclprof_flush(int timeout_ms) {
     nanosleep(&ts, NULL);
   }
   return 1;
+}
+
+/* Writes this process's hang dump (ncclprof-hang-<host>-<pid>.json in NCCLPROF_OUTPUT_DIR: what
+ * is in flight inside NCCL now, docs/hang.md) at once, e.g. from a PyTorch timeout handler before
+ * the process is torn down. Waits up to 10 s for the drainer. Returns 0 when written, 1 if it
+ * could not be written or timed out, 2 when the plugin has not started (no communicator), 3 in
+ * a forked child. */
+static uint64_t np_dump_req, np_dump_ack, np_dump_status;
+NP_API int ncclprof_dump_inflight(void) {
+  const long timeout_ms = 10000;
+  if (np_in_child()) return NP_IN_CHILD;
+  if (np_cfg.nslots == 0) return 2;
+  uint64_t want = __atomic_add_fetch(&np_dump_req, 1, __ATOMIC_ACQ_REL);
+  np_kick();
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    if (__atomic_load_n(&np_dump_ack, __ATOMIC_ACQUIRE) >= want)
+      return __atomic_load_n(&np_dump_status, __ATOMIC_ACQUIRE) ? 1 : 0;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >= timeout_ms) return 1;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Drainer side: the dump request to serve (0 if none), and its acknowledgement with status. */
+uint64_t np_dump_pending(void) {
+  uint64_t r = __atomic_load_n(&np_dump_req, __ATOMIC_ACQUIRE);
+  return r > __atomic_load_n(&np_dump_ack, __ATOMIC_ACQUIRE) ? r : 0;
+}
+void np_dump_done(uint64_t req, int failed) {
+  __atomic_store_n(&np_dump_status, (uint64_t)failed, __ATOMIC_RELEASE);
+  __atomic_store_n(&np_dump_ack, req, __ATOMIC_RELEASE);
 }
 
 /* Drainer side: the flush request to serve (0 if none), and its acknowledgement. */
@@ -169,6 +210,9 @@ static void np_copy_str(char* dst, size_t cap, const char* src) {
 }
 
 static void np_trace_request(int on, const char* dir) {
+  /* Detail (whole ProxySteps, NetPlugin, ProxyCtrl) is recorded from this call on; the drainer
+   * turns it off once it has applied a stop (steps that started before it still belong). */
+  if (on) np_set_detail(1);
   uint64_t now = np_now();
   np_ctl_acquire();
   uint64_t i = np_trace_seq % NP_TRACE_REQS;
@@ -205,6 +249,18 @@ NP_API int ncclprof_set_step(const char* label) {
   __atomic_add_fetch(&np_step_seq, 1, __ATOMIC_RELEASE);
   np_ctl_release();
   return 0;
+}
+
+/* Events dropped, per type (order: NP_T_* in core.h, up to n of each): untracked (their
+ * figures are missing) and trace detail the trace could not get. Returns how many types exist. */
+NP_API int ncclprof_dropped(uint64_t* untracked, uint64_t* trace, int n) {
+  uint64_t u[NP_T_COUNT], t[NP_T_COUNT];
+  np_dropped_read(u, t);
+  for (int i = 0; i < n && i < NP_T_COUNT; i++) {
+    if (untracked) untracked[i] = u[i];
+    if (trace) trace[i] = t[i];
+  }
+  return NP_T_COUNT;
 }
 
 /* Copies up to n of the drainer's statistics (order: NP_S_* in core.h); returns how many exist. */

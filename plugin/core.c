@@ -22,6 +22,7 @@
 #include <cpuid.h>
 #endif
 
+#include "chain.h"
 #include "hot.h"
 
 np_comm np_comms[NP_MAX_COMMS] __attribute__((aligned(64)));
@@ -30,6 +31,9 @@ __thread np_thread* np_tls __attribute__((tls_model("initial-exec")));
 int np_clock = NP_CLOCK_MONO;
 int np_fence_mode = 1;
 uint32_t np_record_mask;
+uint32_t np_detail_on;
+uint64_t np_dropped_type[NP_T_COUNT];
+uint64_t np_trace_dropped_type[NP_T_COUNT];
 static int np_mask_from_api; /* ncclprof_set_event_mask was called: its mask stays in force */
 pid_t np_pid;
 np_config np_cfg;
@@ -124,6 +128,12 @@ static uint64_t np_env_u64(const char* name, uint64_t def, uint64_t lo, uint64_t
   return v;
 }
 
+/* Per-communicator memory besides the windows: arena, transfer sums, lost operations. */
+static uint64_t np_fixed_bytes(void) {
+  return (uint64_t)np_cfg.ncells * sizeof(np_cell) + NP_XFER_BUCKETS * sizeof(np_xbucket) +
+         NP_LOST_KEYS * sizeof(np_lost);
+}
+
 static void np_read_config(void) {
   const char* en = getenv("NCCLPROF_ENABLE");
   np_cfg.disabled = en != NULL && (strcmp(en, "0") == 0 || strcasecmp(en, "false") == 0);
@@ -138,13 +148,19 @@ static void np_read_config(void) {
   }
   np_cfg.nwin = (uint32_t)np_env_u64("NCCLPROF_WINDOWS", 4, 2, NP_MAX_WINDOWS);
   np_cfg.nslots = (uint32_t)np_env_u64("NCCLPROF_WINDOW_SLOTS", 4096, 256, NP_MAX_SLOTS);
-  uint64_t bytes = (uint64_t)np_cfg.nwin * np_cfg.nslots * NP_SLOT_BYTES;
-  if (bytes > NP_MAX_COMM_BYTES) {
-    uint32_t fit = (uint32_t)(NP_MAX_COMM_BYTES / NP_SLOT_BYTES / np_cfg.nwin);
+  /* In-flight ProxyOps and ProxySteps: NCCL keeps at most NCCL_STEPS (8) steps in flight per
+   * ProxyOp, so the arena bounds how many ProxyOps can progress at once, not an event rate. */
+  uint64_t cells = np_env_u64("NCCLPROF_INFLIGHT_CELLS", 8192, 256, NP_MAX_CELLS);
+  np_cfg.ncells = 256;
+  while (np_cfg.ncells < cells) np_cfg.ncells <<= 1;
+  /* Both window sets (operation and detail) count against the cap. */
+  uint64_t fixed = np_fixed_bytes(), win = 2ull * np_cfg.nwin * np_cfg.nslots * NP_SLOT_BYTES;
+  if (fixed + win > NP_MAX_COMM_BYTES) {
+    uint32_t fit = (uint32_t)((NP_MAX_COMM_BYTES - fixed) / NP_SLOT_BYTES / np_cfg.nwin / 2);
     np_logf(NPABI_LOG_WARN,
-            "NCCLPROF_WINDOWS x NCCLPROF_WINDOW_SLOTS needs %llu MiB per communicator, over the "
-            "32 MiB cap; using %u slots per window",
-            (unsigned long long)(bytes >> 20), fit);
+            "NCCLPROF_WINDOWS x NCCLPROF_WINDOW_SLOTS needs %llu MiB per communicator (two "
+            "window sets), over the 32 MiB cap; using %u slots per window",
+            (unsigned long long)((fixed + win) >> 20), fit);
     np_cfg.nslots = fit;
   }
   np_cfg.block = np_cfg.nslots >= 4096 ? 16 : 4;
@@ -156,6 +172,9 @@ static void np_read_config(void) {
   np_cfg.grace_max_ns = np_env_u64("NCCLPROF_GRACE_MS", 100, 1, 60000) * 1000000ull;
   np_cfg.grace_min_ns = np_cfg.grace_max_ns < 2000000ull ? np_cfg.grace_max_ns : 2000000ull;
   np_cfg.finalize_wait_ns = np_env_u64("NCCLPROF_FINALIZE_TIMEOUT_MS", 5000, 0, 600000) * 1000000ull;
+  /* A trace of the whole run wants detail from the first event on. */
+  const char* tr = getenv("NCCLPROF_TRACE");
+  if (tr != NULL && strcmp(tr, "1") == 0) __atomic_store_n(&np_detail_on, 1, __ATOMIC_RELEASE);
   /* A mask set through the control API before the first communicator wins over the variable. */
   if (!__atomic_load_n(&np_mask_from_api, __ATOMIC_ACQUIRE)) np_record_mask = np_cfg.mask;
 }
@@ -286,60 +305,116 @@ static uint32_t np_random32(void) {
   return r | 1;
 }
 
-/* Maps a communicator's windows the first time its table entry is used; the memory and the
- * window geometry then stay for the life of the process (config is read once). */
+/* Lays out one window set over `mem`. */
+static void np_wset_init(np_wset* ws, void* mem) {
+  ws->nwin = np_cfg.nwin;
+  ws->nslots = np_cfg.nslots;
+  ws->block = np_cfg.block;
+  ws->trigger = np_cfg.trigger;
+  for (uint32_t w = 0; w < ws->nwin; w++) {
+    ws->win[w].slots = (np_event*)((char*)mem + (size_t)w * ws->nslots * NP_SLOT_BYTES);
+    /* Epochs start at a random value so a value NCCL never got from us (a corrupted or
+     * made-up handle) matches a live window with probability 2^-31, not because small
+     * epochs are common. */
+    __atomic_store_n(&ws->win[w].se, NP_SE(np_random32() & NP_EPOCH_MASK, NP_W_FREE),
+                     __ATOMIC_RELEASE);
+  }
+}
+
+/* Touches the detail windows (a trace wants detail): done by the thread that turns detail on,
+ * so NCCL's threads do not take the page faults. */
+static void np_populate_detail(np_comm* c) {
+  if (c->dmem == NULL || __atomic_load_n(&c->dmem_ready, __ATOMIC_ACQUIRE)) return;
+#ifdef MADV_POPULATE_WRITE
+  if (madvise(c->dmem, c->dmem_bytes, MADV_POPULATE_WRITE) != 0)
+#endif
+  {
+    /* Older kernels: read a byte per page (the pages are zero; a write could race with a
+     * callback that has started using them). The first write then costs a minor fault. */
+    volatile const char* p = (const char*)c->dmem;
+    for (size_t o = 0; o < c->dmem_bytes; o += 4096) (void)p[o];
+  }
+  __atomic_store_n(&c->dmem_ready, 1, __ATOMIC_RELEASE);
+}
+
+/* Maps a communicator's memory the first time its table entry is used; the memory and the
+ * geometry then stay for the life of the process (config is read once). The operation
+ * windows, the arena and the sums are populated now so no callback takes a page fault. */
 static int np_map_comm(np_comm* c, uint32_t idx) {
-  size_t bytes = (size_t)np_cfg.nwin * np_cfg.nslots * NP_SLOT_BYTES;
+  size_t wbytes = (size_t)np_cfg.nwin * np_cfg.nslots * NP_SLOT_BYTES;
+  size_t bytes = wbytes + (size_t)np_fixed_bytes();
   if (c->mem) return 1;
-  /* Populated at init so no callback ever takes a page fault on a fresh slot. */
   void* m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
                  -1, 0);
   if (m == MAP_FAILED) return 0;
+  void* d = mmap(NULL, wbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (d == MAP_FAILED) {
+    munmap(m, bytes);
+    return 0;
+  }
   c->mem = m;
   c->mem_bytes = bytes;
+  c->dmem = d;
+  c->dmem_bytes = wbytes;
   c->idx = idx;
-  c->nwin = np_cfg.nwin;
-  c->nslots = np_cfg.nslots;
-  c->block = np_cfg.block;
-  c->trigger = np_cfg.trigger;
-  c->detail_limit = np_cfg.nslots - np_cfg.nslots / 8;
-  for (uint32_t w = 0; w < c->nwin; w++) {
-    c->win[w].slots = (np_event*)((char*)m + (size_t)w * c->nslots * NP_SLOT_BYTES);
-    /* Epochs start at a random value so a value NCCL never got from us (a corrupted or
-     * made-up handle) matches a live window with probability 2^-32, not because small
-     * epochs are common. */
-    __atomic_store_n(&c->win[w].se, NP_SE(np_random32(), NP_W_FREE), __ATOMIC_RELEASE);
-  }
+  c->ncells = np_cfg.ncells;
+  c->cells = (np_cell*)((char*)m + wbytes);
+  c->xfer = (np_xbucket*)(c->cells + c->ncells);
+  c->lost = (np_lost*)(c->xfer + NP_XFER_BUCKETS);
+  /* Cell generations start random, like window epochs: a made-up handle (a small integer, a
+   * corrupted pointer) then names a live cell with probability 2^-30, not because every
+   * cell's first generation is 0. */
+  for (uint32_t k = 0; k < c->ncells; k++)
+    c->cells[k].gs = (uint64_t)(np_random32() & NP_GEN_MASK) << 1;
+  np_wset_init(&c->set[NP_SET_OP], m);
+  np_wset_init(&c->set[NP_SET_DETAIL], d);
+  if (__atomic_load_n(&np_detail_on, __ATOMIC_ACQUIRE)) np_populate_detail(c);
   return 1;
 }
 
 static int np_quiesce(void);
 
 
-/* Starts a new incarnation of a communicator entry: fresh epochs (handles of the previous one
- * stay stale forever), window 0 filling. Waits first for callbacks that may still be running
- * on the previous incarnation's windows (they re-check the state and bail). */
+/* Starts a new incarnation of a communicator entry: fresh epochs and cell generations
+ * (handles of the previous one stay stale forever), window 0 of each set filling, empty sums.
+ * Waits first for callbacks that may still be running on the previous incarnation (they
+ * re-check the state and bail). */
 static void np_open_comm(np_comm* c) {
   for (int i = 0; i < 50 && !np_quiesce(); i++) {
-  }
-  while (__atomic_exchange_n(&c->rotating, 1, __ATOMIC_ACQUIRE)) {
   }
   __atomic_store_n(&c->dropped, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&c->stale, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&c->late, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->orphan_steps, 0, __ATOMIC_RELAXED);
+  memset(c->dropped_type, 0, sizeof c->dropped_type);
+  memset(c->trace_dropped, 0, sizeof c->trace_dropped);
+  memset(c->xun_n, 0, sizeof c->xun_n);
+  memset(c->xun_bytes, 0, sizeof c->xun_bytes);
   c->incarnation++;
   uint64_t now = np_ticks();
-  for (uint32_t w = 0; w < c->nwin; w++) {
-    np_window* win = &c->win[w];
-    uint32_t ep = NP_SE_EPOCH(win->se) + 1;
-    __atomic_store_n(&win->claimed, 0, __ATOMIC_RELAXED);
-    win->scan_from = 0;
-    __atomic_store_n(&win->open_tsc, now, __ATOMIC_RELAXED);
-    __atomic_store_n(&win->close_tsc, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&win->se, NP_SE(ep, w == 0 ? NP_W_FILLING : NP_W_FREE), __ATOMIC_RELEASE);
+  for (uint32_t set = 0; set < 2; set++) {
+    np_wset* ws = &c->set[set];
+    while (__atomic_exchange_n(&ws->rotating, 1, __ATOMIC_ACQUIRE)) {
+    }
+    for (uint32_t w = 0; w < ws->nwin; w++) {
+      np_window* win = &ws->win[w];
+      uint32_t ep = np_next_epoch(NP_SE_EPOCH(win->se));
+      __atomic_store_n(&win->claimed, 0, __ATOMIC_RELAXED);
+      win->scan_from = 0;
+      __atomic_store_n(&win->open_tsc, now, __ATOMIC_RELAXED);
+      __atomic_store_n(&win->close_tsc, 0, __ATOMIC_RELAXED);
+      __atomic_store_n(&win->se, NP_SE(ep, w == 0 ? NP_W_FILLING : NP_W_FREE), __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&ws->cur, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&ws->rotating, 0, __ATOMIC_RELEASE);
   }
-  __atomic_store_n(&c->cur, 0, __ATOMIC_RELEASE);
-  __atomic_store_n(&c->rotating, 0, __ATOMIC_RELEASE);
+  for (uint32_t i = 0; i < c->ncells; i++) { /* a new generation, free */
+    uint64_t gs = __atomic_load_n(&c->cells[i].gs, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->cells[i].gs, (gs | 1) + 1, __ATOMIC_RELEASE);
+  }
+  __atomic_store_n(&c->cursor, 0, __ATOMIC_RELAXED);
+  memset(c->xfer, 0, NP_XFER_BUCKETS * sizeof(np_xbucket));
+  memset(c->lost, 0, NP_LOST_KEYS * sizeof(np_lost));
 }
 
 static void np_bump_hwm(uint32_t* hwm, uint32_t v) {
@@ -481,16 +556,22 @@ void np_finalize_comm(void* context) {
 
 /* ------------------------------------------------------------------- windows */
 
-/* Moves the communicator from window `from` to a FREE one. If none is free the current window
- * keeps filling (and drops once full) until the drainer gives one back. */
-void np_rotate(np_comm* c, uint32_t from) {
-  if (__atomic_exchange_n(&c->rotating, 1, __ATOMIC_ACQUIRE)) return;
-  np_window* w = &c->win[from];
+static int np_free_windows(np_wset* ws);
+
+/* Moves a communicator's set from window `from` to a FREE one. If none is free the current
+ * window keeps filling (and drops once full) until the drainer gives one back. When fewer than
+ * two windows are left free, the drainer is woken rather than left to its next poll: one
+ * sem_post per window filled, and only when NCCL is outrunning the poll. */
+void np_rotate(np_comm* c, uint32_t set, uint32_t from) {
+  np_wset* ws = &c->set[set];
+  if (__atomic_exchange_n(&ws->rotating, 1, __ATOMIC_ACQUIRE)) return;
+  int wake = 0;
+  np_window* w = &ws->win[from];
   uint64_t se = __atomic_load_n(&w->se, __ATOMIC_ACQUIRE);
-  if (__atomic_load_n(&c->cur, __ATOMIC_ACQUIRE) == from && NP_SE_STATE(se) == NP_W_FILLING) {
-    for (uint32_t k = 1; k < c->nwin; k++) {
-      uint32_t n = (from + k) % c->nwin;
-      np_window* nw = &c->win[n];
+  if (__atomic_load_n(&ws->cur, __ATOMIC_ACQUIRE) == from && NP_SE_STATE(se) == NP_W_FILLING) {
+    for (uint32_t k = 1; k < ws->nwin; k++) {
+      uint32_t n = (from + k) % ws->nwin;
+      np_window* nw = &ws->win[n];
       uint64_t nse = __atomic_load_n(&nw->se, __ATOMIC_ACQUIRE);
       if (NP_SE_STATE(nse) != NP_W_FREE) continue;
       uint64_t now = np_ticks();
@@ -498,11 +579,13 @@ void np_rotate(np_comm* c, uint32_t from) {
       __atomic_store_n(&nw->se, NP_SE(NP_SE_EPOCH(nse), NP_W_FILLING), __ATOMIC_RELEASE);
       __atomic_store_n(&w->close_tsc, now, __ATOMIC_RELAXED);
       __atomic_store_n(&w->se, NP_SE(NP_SE_EPOCH(se), NP_W_CLOSING), __ATOMIC_RELEASE);
-      __atomic_store_n(&c->cur, n, __ATOMIC_RELEASE);
+      __atomic_store_n(&ws->cur, n, __ATOMIC_RELEASE);
+      wake = np_free_windows(ws) < 2;
       break;
     }
   }
-  __atomic_store_n(&c->rotating, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&ws->rotating, 0, __ATOMIC_RELEASE);
+  if (wake) np_kick();
 }
 
 static int np_step_cell(int state) {
@@ -518,18 +601,14 @@ static int np_step_cell(int state) {
 }
 
 void np_late(np_comm* c, np_thread* t, uint64_t h, uint32_t state, uint64_t a0, uint64_t a1,
-             int has_args) {
+             int has_args, const np_cell* opfin) {
   uint32_t wi, s, ep;
-  /* A late stop or state is as detailed as its event: the event's slot is still readable while
-   * its window is SEALED (we are inside the active section, so it is not recycled under us);
-   * past that, a step state tells. */
-  np_event* old = np_slot_of(c, h, 1);
-  int detail = old ? np_is_detail_type(np_ev_type(old))
-                   : state != NP_LATE_STOP && np_step_cell((int)state) >= 0;
-  np_event* ev = np_claim(c, t, detail, &wi, &s, &ep);
-  if (ev == NULL) {
-    __atomic_fetch_add(&c->dropped, 1, __ATOMIC_RELAXED);
-    np_count(detail ? NP_C_DROPPED_DETAIL : NP_C_DROPPED_FULL);
+  /* A late record goes to its event's set: a ProxyOp's (a cell handle) is an operation. */
+  uint32_t set = np_h_is_cell(h) ? NP_SET_OP : np_h_set(h);
+  np_event* ev = np_claim(c, t, set, &wi, &s, &ep);
+  if (ev == NULL) { /* a lost stop: its operation ends up incomplete (or its trace slice) */
+    if (set == NP_SET_OP) np_count_drop(c, NP_T_LATE);
+    else np_count_trace_drop(c, NP_T_LATE);
     return;
   }
   ev->parent = 0;
@@ -545,6 +624,7 @@ void np_late(np_comm* c, np_thread* t, uint64_t h, uint32_t state, uint64_t a0, 
   ev->u.late.arg0 = a0;
   ev->u.late.arg1 = a1;
   ev->u.late.has_args = (uint8_t)has_args;
+  if (opfin) ev->u.late.prog = opfin->u.op.prog;
   ev->done = 1;
   __atomic_store_n(&ev->hdr, (uint64_t)ep | ((uint64_t)NP_T_LATE << 32), __ATOMIC_RELEASE);
   __atomic_fetch_add(&c->late, 1, __ATOMIC_RELAXED);
@@ -566,28 +646,6 @@ void np_apply_state(np_event* ev, int state, uint64_t a0, uint64_t a1, int has_a
   (void)a1;
   ev->nstates++;
   switch (np_ev_type(ev)) {
-  case NP_T_PROXY_STEP: {
-    int cell = np_step_cell(state);
-    if (cell < 0) break;
-    if (cell == NP_ST_SEND_PEER_WAIT) ev->u.step.npeerwait++;
-    if (ev->u.step.t_state[cell] == 0) ev->u.step.t_state[cell] = now;
-    if ((cell == NP_ST_SEND_WAIT || cell == NP_ST_RECV_FLUSH_WAIT) && has_args) {
-      ev->u.step.trans_size = a0;
-      if (has_args == 2) ev->sflags |= NP_F_CUMULATIVE;
-    }
-    return;
-  }
-  case NP_T_PROXY_OP:
-    if (state == NPABI_PROXY_OP_IN_PROGRESS) {
-      if (ev->u.op.t_progress == 0) ev->u.op.t_progress = now;
-      return;
-    }
-    if (state >= NPABI_PROXY_OP_SEND_POSTED && state <= NPABI_PROXY_OP_RECV_DONE) {
-      if (ev->u.op.t_progress == 0) ev->u.op.t_progress = now;
-      if (has_args && a0 > ev->u.op.trans_size) ev->u.op.trans_size = a0;
-      return;
-    }
-    break;
   case NP_T_PROXY_CTRL:
     if (state < NPABI_PROXY_CTRL_IDLE || state > NPABI_PROXY_CTRL_APPEND_END) break;
     if (ev->u.ctrl.t_first == 0) {
@@ -624,6 +682,155 @@ void np_apply_state(np_event* ev, int state, uint64_t a0, uint64_t a1, int has_a
 }
 
 void np_net_start_payload(np_event* ev, const void* data) { np_copy_net_payload(ev, data); }
+
+/* ------------------------------------------------------------------- arena events */
+
+/* A state of a ProxyOp or ProxyStep in flight (the inline path takes most step states). */
+void np_cell_state(np_cell* cell, int state, uint64_t a0, int has_args, uint64_t now) {
+  cell->nstates++;
+  if (cell->type == NP_T_PROXY_STEP) {
+    int k = np_step_cell(state);
+    if (k >= 0) {
+      if (k == NP_ST_SEND_PEER_WAIT) cell->u.step.npeerwait++;
+      if (cell->u.step.t_state[k] == 0) cell->u.step.t_state[k] = now;
+      if ((k == NP_ST_SEND_WAIT || k == NP_ST_RECV_FLUSH_WAIT) && has_args)
+        cell->u.step.trans_size = a0;
+      cell->last_state = state;
+      cell->t_last = now;
+      return;
+    }
+  } else if (state == NPABI_PROXY_OP_IN_PROGRESS ||
+             (state >= NPABI_PROXY_OP_SEND_POSTED && state <= NPABI_PROXY_OP_RECV_DONE)) {
+    np_op_progress* pg = &cell->u.op.prog;
+    if (pg->t_progress == 0) pg->t_progress = now;
+    if (has_args && a0 > pg->trans_size) pg->trans_size = a0; /* v1–v3 total */
+    cell->last_state = state;
+    cell->t_last = now;
+    return;
+  }
+  np_count(NP_C_UNKNOWN_STATE);
+}
+
+/* v1–v3: a ProxyOp state carrying the op's running total; returns the bytes it adds (the
+ * transfer the step state that follows on this thread is about), or 0 if unknown. */
+uint64_t np_op_running_total(void* handle, int state, uint64_t total) {
+  uint64_t h = (uint64_t)(uintptr_t)handle, added = 0;
+  if (np_is_sentinel(h)) return 0;
+  if (!np_h_is_cell(h)) { /* not a ProxyOp of ours: let the general path judge it */
+    np_state(handle, state, total, 0, 1);
+    return 0;
+  }
+  np_thread* t = np_enter();
+  if (t == NULL) return 0;
+  np_comm* c = np_handle_comm(h);
+  np_cell* cell = c ? np_cell_of(c, h) : NULL;
+  if (cell != NULL && cell->type == NP_T_PROXY_OP) {
+    uint64_t had = cell->u.op.prog.trans_size;
+    added = total > had ? total - had : 0;
+    np_cell_state(cell, state, total, 1, np_ticks());
+  } else if (c != NULL) {
+    np_count(NP_C_STALE_HANDLE);
+  }
+  np_leave(t);
+  return added;
+}
+
+/* A ProxyStep recorded whole into the detail windows (a trace wants it). */
+static void np_step_record(np_comm* c, np_thread* t, const np_cell* s, uint64_t h, uint64_t now) {
+  uint32_t wi, slot, ep;
+  np_event* ev = np_claim(c, t, NP_SET_DETAIL, &wi, &slot, &ep);
+  if (ev == NULL) {
+    np_count_trace_drop(c, NP_T_PROXY_STEP);
+    return;
+  }
+  ev->parent = s->parent;
+  ev->t_start = s->t_start;
+  ev->t_stop = now;
+  ev->tid = s->tid;
+  ev->rank = s->rank;
+  ev->nstates = s->nstates;
+  ev->sflags = s->sflags;
+  memset(&ev->u.step, 0, sizeof ev->u.step);
+  memcpy(ev->u.step.t_state, s->u.step.t_state, sizeof ev->u.step.t_state);
+  ev->u.step.trans_size = s->u.step.trans_size;
+  ev->u.step.cell = h;
+  ev->u.step.step = s->u.step.step;
+  ev->u.step.npeerwait = s->u.step.npeerwait;
+  ev->done = 1;
+  __atomic_store_n(&ev->hdr, (uint64_t)ep | ((uint64_t)NP_T_PROXY_STEP << 32) |
+                                 ((uint64_t)s->abi << 40) | ((uint64_t)s->sflags << 48),
+                   __ATOMIC_RELEASE);
+}
+
+/* A ProxyOp stopped: its record in the operation windows gets the stop and what the cell
+ * gathered, in place while its window accepts writes, else as a late record. */
+static void np_op_finish(np_comm* c, np_thread* t, const np_cell* op, uint64_t h, uint64_t now) {
+  uint64_t rec = op->u.op.record;
+  if (rec == 0) return; /* it got no slot (counted when it started) */
+  np_event* ev = np_slot_of(c, rec, 0);
+  if (ev == NULL || np_ev_type(ev) != NP_T_PROXY_OP) {
+    np_late(c, t, h, NP_LATE_STOP, 0, 0, 0, op);
+    return;
+  }
+  ev->u.op.prog = op->u.op.prog;
+  ev->nstates = op->nstates;
+  ev->t_stop = now;
+  __atomic_store_n(&ev->done, 1, __ATOMIC_RELEASE);
+}
+
+/* stopEvent of a ProxyOp or ProxyStep: fold, record where wanted, free the cell. */
+void np_cell_stop(np_comm* c, np_thread* t, np_cell* cell, uint64_t h, uint64_t now) {
+  if (cell->type == NP_T_PROXY_STEP) {
+    np_cell* op = np_h_is_cell(cell->parent) && np_h_comm(cell->parent) == c->idx
+                      ? np_cell_of(c, cell->parent) : NULL;
+    if (cell->sflags & NP_F_NO_OP) op = NULL; /* no pair or channel to fold into */
+    else np_step_fold(c, t, cell, op, now);
+    if (__atomic_load_n(&np_detail_on, __ATOMIC_RELAXED)) np_step_record(c, t, cell, h, now);
+  } else {
+    np_op_finish(c, t, cell, h, now);
+  }
+  np_cell_free(cell);
+}
+
+/* A Coll or P2p that found no slot: its count goes into the lost-operation table, keyed like
+ * an operation, so counts and bytes stay exact (only its timings are missing). */
+void np_lost_add(np_comm* c, int type, const char* func, const char* dtype, const char* algo,
+                 const char* proto, uint32_t nch, uint64_t count) {
+  uint64_t tag = ((uint64_t)(uintptr_t)func * 31 + (uint64_t)(uintptr_t)dtype) * 31 +
+                 (uint64_t)(uintptr_t)algo;
+  tag = ((tag * 31 + (uint64_t)(uintptr_t)proto) * 31 + nch) * 31 + (uint64_t)type;
+  tag = (tag * 0x9E3779B97F4A7C15ull) | 1;
+  np_count(NP_C_LOST_OPS);
+  for (uint32_t k = 0; k < NP_LOST_KEYS; k++) {
+    np_lost* e = &c->lost[(tag + k) % NP_LOST_KEYS];
+    uint64_t cur = __atomic_load_n(&e->tag, __ATOMIC_ACQUIRE);
+    if (cur == 0) {
+      uint64_t zero = 0;
+      if (__atomic_compare_exchange_n(&e->tag, &zero, tag, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        e->func = func;
+        e->dtype = dtype;
+        e->algo = algo;
+        e->proto = proto;
+        e->type = (uint32_t)type;
+        e->nchannels = nch;
+        __atomic_store_n(&e->sum_count, count, __ATOMIC_RELAXED);
+        __atomic_store_n(&e->n, 1, __ATOMIC_RELEASE); /* publishes the fields */
+        return;
+      }
+      cur = zero;
+    }
+    /* Another thread may still be writing the fields of an entry it just claimed: only a
+     * published entry (n > 0) is compared, and a duplicate entry for one key is harmless. */
+    if (cur == tag && __atomic_load_n(&e->n, __ATOMIC_ACQUIRE) > 0 && e->func == func &&
+        e->dtype == dtype && e->algo == algo && e->proto == proto && e->nchannels == nch &&
+        e->type == (uint32_t)type) {
+      __atomic_fetch_add(&e->sum_count, count, __ATOMIC_RELAXED);
+      __atomic_fetch_add(&e->n, 1, __ATOMIC_RELEASE);
+      return;
+    }
+  }
+  np_count(NP_C_LOST_UNKEYED);
+}
 
 /* ------------------------------------------------------------------- drainer */
 
@@ -704,15 +911,15 @@ static int np_quiesce(void) {
   return 1;
 }
 
-/* CLOSING and SEALED windows of a communicator in the order they were closed. */
-static int np_closed_in_order(np_comm* c, uint32_t* order) {
+/* CLOSING and SEALED windows of a set in the order they were closed. */
+static int np_closed_in_order(np_wset* ws, uint32_t* order) {
   int n = 0;
-  for (uint32_t k = 0; k < c->nwin; k++) {
-    uint32_t st = NP_SE_STATE(__atomic_load_n(&c->win[k].se, __ATOMIC_ACQUIRE));
+  for (uint32_t k = 0; k < ws->nwin; k++) {
+    uint32_t st = NP_SE_STATE(__atomic_load_n(&ws->win[k].se, __ATOMIC_ACQUIRE));
     if (st != NP_W_CLOSING && st != NP_W_SEALED) continue;
     int j = n++;
-    while (j > 0 && __atomic_load_n(&c->win[order[j - 1]].close_tsc, __ATOMIC_RELAXED) >
-                        __atomic_load_n(&c->win[k].close_tsc, __ATOMIC_RELAXED)) {
+    while (j > 0 && __atomic_load_n(&ws->win[order[j - 1]].close_tsc, __ATOMIC_RELAXED) >
+                        __atomic_load_n(&ws->win[k].close_tsc, __ATOMIC_RELAXED)) {
       order[j] = order[j - 1];
       j--;
     }
@@ -721,51 +928,54 @@ static int np_closed_in_order(np_comm* c, uint32_t* order) {
   return n;
 }
 
-static int np_free_windows(np_comm* c) {
+static int np_free_windows(np_wset* ws) {
   int n = 0;
-  for (uint32_t k = 0; k < c->nwin; k++)
-    n += NP_SE_STATE(__atomic_load_n(&c->win[k].se, __ATOMIC_ACQUIRE)) == NP_W_FREE;
+  for (uint32_t k = 0; k < ws->nwin; k++)
+    n += NP_SE_STATE(__atomic_load_n(&ws->win[k].se, __ATOMIC_ACQUIRE)) == NP_W_FREE;
   return n;
 }
 
-/* Seals a communicator's closed windows oldest first, so a window is never processed before an
- * older one that may hold its events' parents. The oldest is sealed without waiting when fewer
- * than two windows are free, so a burst never waits behind a grace period and drops. */
-static int np_poll_comm(np_comm* c, uint32_t i, int fin, uint64_t now, np_ready* out, int max) {
+/* Seals a set's closed windows oldest first, so a window is never processed before an older
+ * one that may hold its events' parents. The oldest is sealed without waiting when fewer than
+ * two windows are free, so a burst never waits behind a grace period and drops. */
+static int np_poll_set(np_comm* c, uint32_t i, uint32_t set, int fin, uint64_t now,
+                       np_ready* out, int max) {
+  np_wset* ws = &c->set[set];
   uint64_t gmin = np_ns_to_ticks(np_cfg.grace_min_ns), gmax = np_ns_to_ticks(np_cfg.grace_max_ns);
-  uint32_t cur = __atomic_load_n(&c->cur, __ATOMIC_ACQUIRE);
-  np_window* cw = &c->win[cur];
+  uint32_t cur = __atomic_load_n(&ws->cur, __ATOMIC_ACQUIRE);
+  np_window* cw = &ws->win[cur];
   if (__atomic_load_n(&cw->claimed, __ATOMIC_RELAXED) > 0 &&
       (fin || now - __atomic_load_n(&cw->open_tsc, __ATOMIC_RELAXED) >=
                   np_ns_to_ticks(np_cfg.window_ns)))
-    np_rotate(c, cur);
+    np_rotate(c, set, cur);
   uint32_t order[NP_MAX_WINDOWS];
-  int nclosed = np_closed_in_order(c, order), n = 0;
-  int pressure = np_free_windows(c) < 2;
+  int nclosed = np_closed_in_order(ws, order), n = 0;
+  int pressure = np_free_windows(ws) < 2;
   for (int j = 0; j < nclosed && n < max; j++) {
-    np_window* w = &c->win[order[j]];
+    np_window* w = &ws->win[order[j]];
     uint64_t se = __atomic_load_n(&w->se, __ATOMIC_ACQUIRE);
     uint32_t ep = NP_SE_EPOCH(se);
     if (NP_SE_STATE(se) == NP_W_CLOSING) {
       uint64_t age = now - __atomic_load_n(&w->close_tsc, __ATOMIC_RELAXED);
       int early = fin || (pressure && j == 0);
       int at_max = age >= gmax;
-      if (!early && !at_max && (age < gmin || np_has_open(w, ep, c->nslots))) break;
-      if (at_max && !early && np_has_open(w, ep, c->nslots)) np_count(NP_C_SEALED_AT_MAX_GRACE);
+      if (!early && !at_max && (age < gmin || np_has_open(w, ep, ws->nslots))) break;
+      if (at_max && !early && np_has_open(w, ep, ws->nslots)) np_count(NP_C_SEALED_AT_MAX_GRACE);
       __atomic_store_n(&w->se, NP_SE(ep, NP_W_SEALED), __ATOMIC_SEQ_CST);
     }
     uint32_t claimed = __atomic_load_n(&w->claimed, __ATOMIC_ACQUIRE);
     out[n].comm = i;
+    out[n].set = set;
     out[n].win = order[j];
     out[n].epoch = ep;
-    out[n].claimed = claimed < c->nslots ? claimed : c->nslots;
+    out[n].claimed = claimed < ws->nslots ? claimed : ws->nslots;
     out[n].open_tsc = __atomic_load_n(&w->open_tsc, __ATOMIC_RELAXED);
     n++;
   }
   return n;
 }
 
-int np_poll(np_ready* out, int max, int flush) {
+int np_poll(np_ready* out, int max, int flush, int set_mask) {
   uint64_t now = np_ticks();
   int n = 0;
   uint32_t hwm = __atomic_load_n(&np_comms_hwm, __ATOMIC_ACQUIRE);
@@ -781,15 +991,26 @@ int np_poll(np_ready* out, int max, int flush) {
     uint32_t st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
     if (st != NP_COMM_ACTIVE && st != NP_COMM_FINALIZING && st != NP_COMM_ABANDONED) continue;
     int fin = flush || st != NP_COMM_ACTIVE || (i == NP_PXN_COMM && finalizing);
-    n += np_poll_comm(c, i, fin, now, out + n, max - n);
+    for (uint32_t set = 0; set < 2 && n < max; set++)
+      if (set_mask & (1 << set)) n += np_poll_set(c, i, set, fin, now, out + n, max - n);
   }
   if (n > 0 && !np_quiesce()) return 0; /* sealed windows stay SEALED: retried next poll */
   return n;
 }
 
+/* A ProxyOp's progress in the flat record the drainer reads. */
+static void np_export_progress(np_record* o, const np_op_progress* p) {
+  o->t_aux = p->t_progress;
+  o->bytes_aux = p->trans_size;
+  o->x_bytes = p->x_bytes;
+  o->x_time = p->x_time;
+  o->x_n = p->x_n;
+  o->steps_done = p->steps_done;
+}
+
 int np_export(const np_ready* r, np_record* out, int max) {
   np_comm* c = &np_comms[r->comm];
-  np_window* w = &c->win[r->win];
+  np_window* w = &c->set[r->set].win[r->win];
   int n = 0;
   for (uint32_t i = 0; i < r->claimed && n < max; i++) {
     const np_event* ev = &w->slots[i];
@@ -800,7 +1021,7 @@ int np_export(const np_ready* r, np_record* out, int max) {
     o->type = (uint8_t)(hdr >> 32);
     o->abi = (uint8_t)(hdr >> 40);
     o->flags = (uint16_t)((hdr >> 48) | ev->sflags | (ev->done ? 0 : NP_F_OPEN));
-    o->handle = np_handle(r->comm, r->win, i, r->epoch);
+    o->handle = np_handle(r->comm, r->set, r->win, i, r->epoch);
     o->parent = ev->parent;
     o->t_start = ev->t_start;
     o->t_stop = ev->t_stop;
@@ -829,8 +1050,8 @@ int np_export(const np_ready* r, np_record* out, int max) {
       o->nchannels = ev->u.p2p.nchannels;
       break;
     case NP_T_PROXY_OP:
-      o->t_aux = ev->u.op.t_progress;
-      o->bytes_aux = ev->u.op.trans_size;
+      o->handle = ev->u.op.arena; /* NCCL's handle: its steps' parent, its late stop's target */
+      np_export_progress(o, &ev->u.op.prog);
       o->pid = ev->u.op.pid;
       o->peer = ev->u.op.peer;
       o->nsteps = ev->u.op.nsteps;
@@ -839,6 +1060,7 @@ int np_export(const np_ready* r, np_record* out, int max) {
       o->is_send = ev->u.op.is_send;
       break;
     case NP_T_PROXY_STEP:
+      o->handle = ev->u.step.cell;
       memcpy(o->t_state, ev->u.step.t_state, sizeof o->t_state);
       o->bytes_aux = ev->u.step.trans_size;
       o->step = ev->u.step.step;
@@ -906,6 +1128,7 @@ int np_export(const np_ready* r, np_record* out, int max) {
       o->late_arg0 = ev->u.late.arg0;
       o->late_arg1 = ev->u.late.arg1;
       o->late_has_args = ev->u.late.has_args;
+      np_export_progress(o, &ev->u.late.prog); /* a ProxyOp's stop: what its cell gathered */
       break;
     }
   }
@@ -914,10 +1137,10 @@ int np_export(const np_ready* r, np_record* out, int max) {
 }
 
 void np_release(const np_ready* r) {
-  np_window* w = &np_comms[r->comm].win[r->win];
+  np_window* w = &np_comms[r->comm].set[r->set].win[r->win];
   w->scan_from = 0;
   __atomic_store_n(&w->claimed, 0, __ATOMIC_RELAXED);
-  __atomic_store_n(&w->se, NP_SE(r->epoch + 1, NP_W_FREE), __ATOMIC_RELEASE);
+  __atomic_store_n(&w->se, NP_SE(np_next_epoch(r->epoch), NP_W_FREE), __ATOMIC_RELEASE);
   __atomic_fetch_add(&np_counters[NP_C_WINDOWS_SEALED], 1, __ATOMIC_RELAXED);
 }
 
@@ -925,6 +1148,7 @@ int np_comm_get(uint32_t i, np_comm_info* o) {
   if (i >= NP_MAX_COMMS || i >= __atomic_load_n(&np_comms_hwm, __ATOMIC_ACQUIRE)) return 0;
   np_comm* c = &np_comms[i];
   memset(o, 0, sizeof *o);
+  o->read_tsc = np_ticks(); /* before the windows are looked at: see np_comm_info */
   uint32_t st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
   if (st != NP_COMM_ACTIVE && st != NP_COMM_FINALIZING && st != NP_COMM_ABANDONED) {
     o->state = NP_COMM_UNUSED; /* being set up or torn down: nothing to read yet */
@@ -938,22 +1162,158 @@ int np_comm_get(uint32_t i, np_comm_info* o) {
     memcpy(o->name, c->name, sizeof o->name);
   }
   o->dropped = __atomic_load_n(&c->dropped, __ATOMIC_RELAXED);
+  for (int k = 0; k < NP_T_COUNT; k++) {
+    o->dropped_type[k] = __atomic_load_n(&c->dropped_type[k], __ATOMIC_RELAXED);
+    o->trace_dropped[k] = __atomic_load_n(&c->trace_dropped[k], __ATOMIC_RELAXED);
+  }
+  o->ncells = (int32_t)c->ncells;
   o->stale = __atomic_load_n(&c->stale, __ATOMIC_RELAXED);
   o->late = __atomic_load_n(&c->late, __ATOMIC_RELAXED);
+  o->orphan_steps = __atomic_load_n(&c->orphan_steps, __ATOMIC_RELAXED);
   o->name[sizeof o->name - 1] = 0;
   o->nranks = c->nranks;
   o->nnodes = c->nnodes;
   o->abi = c->abi;
-  o->nwin = (int32_t)c->nwin;
-  o->nslots = (int32_t)c->nslots;
-  for (uint32_t k = 0; k < c->nwin; k++) {
-    uint64_t se = __atomic_load_n(&c->win[k].se, __ATOMIC_ACQUIRE);
-    uint32_t st = NP_SE_STATE(se);
-    if (st == NP_W_CLOSING || st == NP_W_SEALED ||
-        (st == NP_W_FILLING && __atomic_load_n(&c->win[k].claimed, __ATOMIC_RELAXED) > 0))
-      o->open_windows++;
+  o->nwin = (int32_t)c->set[NP_SET_OP].nwin;
+  o->nslots = (int32_t)c->set[NP_SET_OP].nslots;
+  for (uint32_t set = 0; set < 2; set++) {
+    np_wset* ws = &c->set[set];
+    for (uint32_t k = 0; k < ws->nwin; k++) {
+      uint64_t se = __atomic_load_n(&ws->win[k].se, __ATOMIC_ACQUIRE);
+      uint32_t st = NP_SE_STATE(se);
+      if (st == NP_W_CLOSING || st == NP_W_SEALED ||
+          (st == NP_W_FILLING && __atomic_load_n(&ws->win[k].claimed, __ATOMIC_RELAXED) > 0)) {
+        o->open_windows++;
+        uint64_t opened = __atomic_load_n(&ws->win[k].open_tsc, __ATOMIC_RELAXED);
+        if (set == NP_SET_OP && opened < o->read_tsc) o->read_tsc = opened;
+      }
+    }
   }
   return 1;
+}
+
+/* ------------------------------------------------------------------- sums and arena, read */
+
+/* A communicator entry whose memory may be read (it was mapped; its data may be stale). */
+static np_comm* np_comm_mapped(uint32_t i) {
+  if (i >= NP_MAX_COMMS || i >= __atomic_load_n(&np_comms_hwm, __ATOMIC_ACQUIRE)) return NULL;
+  np_comm* c = &np_comms[i];
+  return c->mem ? c : NULL;
+}
+
+static int32_t np_sext24(uint64_t v) { return (int32_t)((uint32_t)(v & 0xffffff) << 8) >> 8; }
+
+int np_xfer_read(uint32_t i, np_xfer* out, int max) {
+  np_comm* c = np_comm_mapped(i);
+  if (c == NULL) return 0;
+  int n = 0;
+  for (uint32_t k = 0; k < NP_XFER_BUCKETS; k++) {
+    np_xbucket* b = &c->xfer[k];
+    uint64_t cnt = __atomic_load_n(&b->n, __ATOMIC_ACQUIRE); /* the fields it covers are in */
+    if (cnt == 0) continue;
+    if (n == max) return -1;
+    uint64_t key = __atomic_load_n(&b->key, __ATOMIC_RELAXED);
+    np_xfer* o = &out[n++];
+    o->kind = (uint32_t)(key >> 60);
+    o->writer = (uint32_t)(key >> 48) & 0xfff;
+    o->rank = np_sext24(key >> 24);
+    o->id = np_sext24(key);
+    o->size = __atomic_load_n(&b->size, __ATOMIC_RELAXED);
+    o->n = cnt;
+    o->bytes = __atomic_load_n(&b->bytes, __ATOMIC_RELAXED);
+    o->sum_t = __atomic_load_n(&b->sum_t, __ATOMIC_RELAXED);
+    o->t_min = __atomic_load_n(&b->t_min, __ATOMIC_RELAXED);
+    o->t_max = __atomic_load_n(&b->t_max, __ATOMIC_RELAXED);
+    uint64_t t2 = __atomic_load_n(&b->sum_t2, __ATOMIC_RELAXED);
+    memcpy(&o->sum_t2, &t2, sizeof t2);
+  }
+  return n;
+}
+
+void np_xfer_unkeyed(uint32_t i, uint64_t n[4], uint64_t bytes[4]) {
+  np_comm* c = np_comm_mapped(i);
+  for (int k = 0; k < 4; k++) {
+    n[k] = c ? __atomic_load_n(&c->xun_n[k], __ATOMIC_RELAXED) : 0;
+    bytes[k] = c ? __atomic_load_n(&c->xun_bytes[k], __ATOMIC_RELAXED) : 0;
+  }
+}
+
+int np_lost_read(uint32_t i, np_lost_op* out, int max) {
+  np_comm* c = np_comm_mapped(i);
+  if (c == NULL) return 0;
+  int n = 0;
+  for (uint32_t k = 0; k < NP_LOST_KEYS && n < max; k++) {
+    np_lost* e = &c->lost[k];
+    uint64_t cnt = __atomic_load_n(&e->n, __ATOMIC_ACQUIRE);
+    if (cnt == 0) continue;
+    out[n].func = e->func;
+    out[n].dtype = e->dtype;
+    out[n].algo = e->algo;
+    out[n].proto = e->proto;
+    out[n].type = e->type;
+    out[n].nchannels = e->nchannels;
+    out[n].n = cnt;
+    out[n].sum_count = __atomic_load_n(&e->sum_count, __ATOMIC_RELAXED);
+    n++;
+  }
+  return n;
+}
+
+/* Reads cells while NCCL's threads write them: a cell is copied only if its generation is the
+ * same before and after, so a copy is of one event (its fields may be a moment apart, which a
+ * hang dump, where nothing moves, does not notice). */
+int np_arena_scan(uint32_t i, np_open_cell* out, int max) {
+  np_comm* c = np_comm_mapped(i);
+  if (c == NULL) return 0;
+  int n = 0;
+  for (uint32_t k = 0; k < c->ncells && n < max; k++) {
+    np_cell* cell = &c->cells[k];
+    uint64_t gs = __atomic_load_n(&cell->gs, __ATOMIC_ACQUIRE);
+    if (!(gs & 1)) continue;
+    np_open_cell* o = &out[n];
+    memset(o, 0, sizeof *o);
+    o->handle = np_ahandle(i, k, (uint32_t)(gs >> 1));
+    o->parent = cell->parent;
+    o->t_start = cell->t_start;
+    o->t_last = cell->t_last;
+    o->type = cell->type;
+    o->tid = cell->tid;
+    o->rank = cell->rank;
+    o->peer = cell->peer;
+    o->channel = cell->channel;
+    o->is_send = cell->is_send;
+    o->last_state = cell->last_state;
+    if (cell->type == NP_T_PROXY_STEP) {
+      memcpy(o->t_state, cell->u.step.t_state, sizeof o->t_state);
+      o->step = cell->u.step.step;
+    } else {
+      o->nsteps = cell->u.op.nsteps;
+      o->steps_done = (int32_t)cell->u.op.prog.steps_done;
+    }
+#if !defined(NP_TSAN)
+    __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the field reads above happen before the check */
+#endif
+    if (__atomic_load_n(&cell->gs, __ATOMIC_ACQUIRE) == gs && o->t_start != 0) n++;
+  }
+  return n;
+}
+
+void np_set_detail(int on) {
+  if (on) {
+    uint32_t hwm = __atomic_load_n(&np_comms_hwm, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < hwm; i++)
+      if (np_comms[i].mem) np_populate_detail(&np_comms[i]);
+  }
+  __atomic_store_n(&np_detail_on, on ? 1u : 0u, __ATOMIC_RELEASE);
+}
+
+int np_detail(void) { return (int)__atomic_load_n(&np_detail_on, __ATOMIC_ACQUIRE); }
+
+void np_dropped_read(uint64_t* untracked, uint64_t* trace) {
+  for (int k = 0; k < NP_T_COUNT; k++) {
+    untracked[k] = __atomic_load_n(&np_dropped_type[k], __ATOMIC_RELAXED);
+    trace[k] = __atomic_load_n(&np_trace_dropped_type[k], __ATOMIC_RELAXED);
+  }
 }
 
 void np_comm_drained(uint32_t i) {
@@ -980,7 +1340,8 @@ int np_set_mask(uint32_t mask) {
   __atomic_store_n(&np_record_mask, mask & NPABI_ALL_TYPES, __ATOMIC_RELEASE);
   __atomic_store_n(&np_mask_from_api, 1, __ATOMIC_RELEASE);
   if (p == NULL) return 0;
-  __atomic_store_n(p, (int)(mask & NPABI_ALL_TYPES), __ATOMIC_RELEASE);
+  /* NCCL's mask also carries what a chained plugin asked for (chain.c). */
+  __atomic_store_n(p, (int)((mask & NPABI_ALL_TYPES) | np_chain_nccl_mask()), __ATOMIC_RELEASE);
   return 1;
 }
 

@@ -1,35 +1,60 @@
 /*
- * core.h — the plugin's hot path: per-communicator event windows and the one internal event
- * record every ABI version is turned into.
+ * core.h — the plugin's hot path: per-communicator storage for events and the one internal
+ * event record every ABI version is turned into.
  *
  * Threads and roles
  *   - NCCL's threads (user, proxy progress, CUDA host callbacks, net plugin) call the adapters,
  *     which call np_start / np_stop / np_record. These never lock, allocate, block or make a
  *     system call (except gettid once per thread, the first time it calls).
  *   - One drainer (the plugin's Go goroutine; a C thread in the sanitizer build) calls np_poll,
- *     np_export and np_release to take closed windows, read them and give them back.
+ *     np_export and np_release to take closed windows, read them and give them back, and reads
+ *     the transfer sums and the in-flight arena (np_xfer_read, np_arena_scan).
  *
- * Memory: a communicator owns `nwin` windows of `nslots` fixed 128-byte slots, mapped and
- * touched once at init, then reused for the life of the process. Nothing grows after init.
+ * Where an event lives, by what it is for (so a flood of detail never costs an operation):
+ *   - Operation events (Group, Coll, P2p, the API events, KernelLaunch, KernelCh, CE events) are
+ *     records in the communicator's OPERATION windows, filled in place as they start, change
+ *     state and stop. Only operation events go there, so they come at the rate NCCL issues
+ *     operations, a small fraction of what the drainer reads per second.
+ *   - ProxyOps and ProxySteps live, while in flight, in the communicator's ARENA: a fixed pool
+ *     of cells, each claimed at start and freed at stop, so its size bounds what is in flight,
+ *     not a rate. A ProxyStep's stop folds its transfer into the communicator's TRANSFER SUMS
+ *     (per rank pair, channel and size: count, bytes, Σtime, Σtime², min and max) and into its
+ *     ProxyOp's cell; the metrics and fits need nothing else, so steps never reach the drainer
+ *     unless a trace wants them. A ProxyOp also has a record in the operation windows (written
+ *     at start, completed at stop with its progress), which is how the drainer links it to its
+ *     operation.
+ *   - Detail events (ProxySteps copied whole at their stop, NetPlugin, ProxyCtrl) are recorded
+ *     only while a trace window is open (np_detail_on), into the communicator's DETAIL windows.
+ *     Those may overflow under a flood: dropped, counted per type, and the trace says so.
+ *   - A Coll or P2p that finds no slot (the operation windows full) is not lost: its count is
+ *     folded into the communicator's lost-operation table (np_lost_read), so operation counts
+ *     and bytes stay exact by construction; only its timings are missing (and counted).
  *
- * Handles: what startEvent returns is not a pointer but an encoded value
- *   bit 0 = 1 | epoch (32) | slot (18) | window (3) | comm (10)
- * so a handle NCCL passes back (as eHandle or as a child's parentObj) is checked against the
- * window's current epoch without dereferencing anything. A stale handle (its window recycled:
- * CUDA-graph replay, stop after finalize) is detected rather than corrupting another event.
- * Handles with bit 0 clear are sentinels (dropped, not recorded) that every callback accepts.
+ * Memory: a communicator owns 2 sets of `nwin` windows of `nslots` fixed 128-byte slots, an
+ * arena of `ncells` 128-byte cells and a table of transfer sums, mapped once at init (the
+ * detail windows are touched only when a trace first wants them), then reused for the life of
+ * the process. Nothing grows after init.
+ *
+ * Handles: what startEvent returns is not a pointer but an encoded value, checked against the
+ * current epoch (window) or generation (arena cell) without dereferencing anything:
+ *   window record: bit 0 = 1 | bit 1 = 0 | epoch (31) | slot (17) | set (1) | window (3) | comm (10)
+ *   arena cell:    bit 0 = 1 | bit 1 = 1 | generation (30) | cell (22)               | comm (10)
+ * A stale handle (its window recycled or its cell freed: CUDA-graph replay, stop after
+ * finalize) is detected rather than corrupting another event. Handles with bit 0 clear are
+ * sentinels (dropped, not recorded) that every callback accepts.
  *
  * Window life cycle (one 64-bit word holds epoch and state, so both are read at once):
  *   FREE → FILLING → CLOSING → SEALED → FREE (epoch + 1)
  *   FILLING:  current window; new events claim slots here.
  *   CLOSING:  rotated out (count or time trigger) but its events may still stop, record
  *             states, and receive children (parent-aware routing keeps a collective and its
- *             ProxyOps/ProxySteps together). The drainer seals it once nothing in it is open
- *             (after a short minimum grace) or after the maximum grace, whichever is first,
- *             so an operation that never gets children or never stops cannot hold it.
+ *             ProxyOps together). The drainer seals it once nothing in it is open (after a
+ *             short minimum grace) or after the maximum grace, whichever is first, so an
+ *             operation that never gets children or never stops cannot hold it.
  *   SEALED:   no writer can touch it (np_poll waited for quiescence); the drainer reads it.
  * A stop or state that arrives after its window was sealed is written as a small LATE record
- * into the communicator's current window; the drainer applies it to the event it carried over.
+ * into the communicator's current window of the same set; the drainer applies it to the event
+ * it carried over.
  */
 #ifndef NCCLPROF_CORE_H
 #define NCCLPROF_CORE_H
@@ -40,7 +65,12 @@
 
 #define NP_MAX_COMMS 1024 /* 10 handle bits; comm 0 holds PXN events of other processes */
 #define NP_MAX_WINDOWS 8  /* 3 handle bits */
-#define NP_MAX_SLOTS (1u << 18)
+#define NP_MAX_SLOTS (1u << 17) /* 17 handle bits */
+#define NP_MAX_CELLS (1u << 16) /* arena cells per communicator (22 handle bits available) */
+#define NP_XFER_BUCKETS 4096    /* transfer sums per communicator (a power of two) */
+#define NP_LOST_KEYS 64         /* operation keys of the lost-operation table */
+#define NP_SET_OP 0             /* window sets */
+#define NP_SET_DETAIL 1
 #define NP_SLOT_BYTES 128
 #define NP_MAX_THREADS 4096
 #define NP_MAX_COMM_BYTES (32u << 20) /* hard cap on a communicator's window memory */
@@ -68,7 +98,7 @@ enum {
   NP_F_AFTER_STOP = 1 << 4,     /* a state arrived after stop (ignored) */
   NP_F_OPEN = 1 << 5,           /* exported while not yet stopped (np_record only) */
   NP_F_ROUTED = 1 << 6,         /* placed in its parent's CLOSING window */
-  NP_F_CUMULATIVE = 1 << 7,     /* ProxyStep (v1–v3): trans_size is the op's running total */
+  NP_F_NO_OP = 1 << 7,          /* ProxyStep whose ProxyOp was not recorded (no pair, channel) */
 };
 
 /* Sentinel handles: non-NULL, bit 0 clear, accepted and ignored by stop/record. */
@@ -81,6 +111,14 @@ enum {
   NP_ST_SEND_GPU_WAIT = 0, NP_ST_SEND_PEER_WAIT = 1, NP_ST_SEND_WAIT = 2,
   NP_ST_RECV_WAIT = 3, NP_ST_RECV_FLUSH_WAIT = 4, NP_ST_RECV_GPU_WAIT = 5,
 };
+
+/* What a ProxyOp's arena cell gathers while it is in flight, copied into its record at the stop. */
+typedef struct np_op_progress {
+  uint64_t t_progress;      /* first InProgress (v4+) or first posted state (v1–v3) */
+  uint64_t trans_size;      /* v1–v3: cumulative bytes from the op states */
+  uint64_t x_bytes, x_time; /* its send steps' transfers: bytes, Σ ticks (stop − SendWait) */
+  uint32_t x_n, steps_done; /* transfers; steps stopped */
+} np_op_progress;
 
 /* One slot: the internal event record, written by the hot path. 128 bytes, 64-aligned. */
 typedef struct __attribute__((aligned(64))) np_event {
@@ -107,14 +145,15 @@ typedef struct __attribute__((aligned(64))) np_event {
       uint8_t nchannels;
     } p2p;
     struct {
-      uint64_t t_progress; /* first InProgress (v4+) or first posted state (v1–v3) */
-      uint64_t trans_size; /* v1–v3: cumulative bytes from the op states */
+      uint64_t arena;        /* the handle NCCL got: the ProxyOp's cell in the arena */
+      np_op_progress prog;   /* filled from the cell at the stop */
       int32_t pid, peer, nsteps, chunk;
       uint8_t channel, is_send;
     } op;
     struct {
       uint64_t t_state[6]; /* NP_ST_* */
       uint64_t trans_size;
+      uint64_t cell; /* the handle NCCL got (its arena cell): recorded whole at its stop */
       int32_t step;
       uint16_t npeerwait;
     } step;
@@ -164,6 +203,7 @@ typedef struct __attribute__((aligned(64))) np_event {
       uint64_t arg0, arg1;
       uint32_t state;  /* npabi_state_t, or UINT32_MAX for a stop */
       uint8_t has_args; /* 0 none, 1 arg0 is the value, 2 arg0 is a cumulative total */
+      np_op_progress prog; /* a ProxyOp's stop: what its cell gathered (as u.op gets in place) */
     } late;
   } u;
 } np_event;
@@ -172,6 +212,8 @@ _Static_assert(sizeof(np_event) == NP_SLOT_BYTES, "np_event is one 128-byte slot
 /* The flat, union-free form the drainer reads (np_export). Strings are NCCL's static literals. */
 typedef struct np_record {
   uint64_t handle, parent, parent_group, t_start, t_stop;
+  uint64_t x_bytes, x_time; /* ProxyOp: its transfers' bytes and Σ ticks */
+  uint32_t x_n, steps_done; /* ProxyOp: transfers, steps stopped */
   uint64_t seq, count, bytes_aux, stream, ptimer_start, ptimer_stop, t_aux;
   uint64_t t_state[6];
   uint64_t late_target, late_arg0, late_arg1;
@@ -188,9 +230,14 @@ typedef struct np_record {
 /* Communicator description for the drainer. */
 typedef struct np_comm_info {
   uint64_t comm_hash, incarnation;
-  uint64_t dropped, stale, late;
+  uint64_t dropped, stale, late, orphan_steps;
+  uint64_t dropped_type[NP_T_COUNT];  /* not tracked (figures missing), by NP_T_* */
+  uint64_t trace_dropped[NP_T_COUNT]; /* detail records the trace could not get, by NP_T_* */
+  /* Every operation event that started before this tick has been handed over by np_poll:
+   * the oldest operation window not yet given back opened then (or it is now). */
+  uint64_t read_tsc;
   char name[128];
-  int32_t rank, nranks, nnodes, abi, state, nwin, nslots, open_windows;
+  int32_t rank, nranks, nnodes, abi, state, nwin, nslots, open_windows, ncells;
 } np_comm_info;
 
 /* Communicator states (np_comm_info.state). */
@@ -198,19 +245,52 @@ enum { NP_COMM_UNUSED = 0, NP_COMM_ACTIVE = 1, NP_COMM_FINALIZING = 2, NP_COMM_D
 
 /* A window handed to the drainer by np_poll. */
 typedef struct np_ready {
-  uint32_t comm, win, epoch, claimed;
-  uint64_t open_tsc; /* windows of one communicator are handed over oldest first */
+  uint32_t comm, set, win, epoch, claimed;
+  uint64_t open_tsc; /* windows of one communicator and set are handed over oldest first */
 } np_ready;
+
+/* Transfer sums of one (kind, rank, peer or channel, size, writer thread), cumulative since
+ * the communicator started (np_xfer_read). Times in ticks. */
+enum { NP_X_SEND = 1, NP_X_RECV = 2, NP_X_CHANNEL = 3 };
+typedef struct np_xfer {
+  uint32_t kind, writer;
+  int32_t rank, id; /* id: the peer (SEND, RECV) or the channel (CHANNEL) */
+  uint64_t size;    /* bytes of each transfer in this bucket; 0: mixed sizes (see bytes) */
+  uint64_t n, bytes, sum_t, t_min, t_max;
+  double sum_t2;
+} np_xfer;
+
+/* A Coll or P2p that found no slot: counted by key so counts and bytes stay exact. */
+typedef struct np_lost_op {
+  const char *func, *dtype, *algo, *proto;
+  uint32_t type, nchannels;
+  uint64_t n, sum_count;
+} np_lost_op;
+
+/* An event in flight in the arena (np_arena_scan): a ProxyOp or a ProxyStep. */
+typedef struct np_open_cell {
+  uint64_t handle, parent, t_start;
+  uint64_t t_state[6];      /* step: first time in each NP_ST_* state */
+  uint64_t t_last;          /* latest state or step activity */
+  uint32_t type, tid;
+  int32_t rank, peer, step, nsteps, steps_done, last_state;
+  uint8_t channel, is_send;
+} np_open_cell;
 
 /* Process-wide counters, read by the drainer and the control API. Indexes into np_counters.
  * Each has its one name in np_counter_names (control.c), which the trace, the summary, the
  * metrics and Python all read: a counter added here needs a name there (a test fails without). */
 enum {
-  NP_C_EVENTS, NP_C_DROPPED_FULL, NP_C_DROPPED_THREADS, NP_C_NULL_HANDLE, NP_C_STALE_HANDLE,
+  NP_C_EVENTS, NP_C_DROPPED_FULL /* not tracked: per type in np_dropped_read */, NP_C_DROPPED_THREADS, NP_C_NULL_HANDLE, NP_C_STALE_HANDLE,
   NP_C_BAD_HANDLE, NP_C_NULL_DESCR, NP_C_UNKNOWN_TYPE, NP_C_UNKNOWN_STATE, NP_C_STOP_TWICE,
   NP_C_AFTER_STOP, NP_C_FOREIGN_EVENT, NP_C_FOREIGN_CONTEXT, NP_C_LATE, NP_C_QUIESCE_TIMEOUT,
   NP_C_INIT_DISABLED, NP_C_NULL_FINALIZE, NP_C_WINDOWS_SEALED, NP_C_SEALED_AT_MAX_GRACE,
-  NP_C_DROPPED_DETAIL, /* detail events refused to keep room for operations (hot.h) */
+  NP_C_DROPPED_DETAIL, /* detail records a trace wanted, detail windows full (trace partial) */
+  NP_C_ARENA_FULL,     /* ProxyOps/ProxySteps not recorded: every arena cell in flight */
+  NP_C_XFER_UNKEYED,   /* transfers counted in a communicator's totals only (sum table full) */
+  NP_C_LOST_OPS,       /* Coll/P2p without a slot, counted in the lost-operation table */
+  NP_C_LOST_UNKEYED,   /* ... not even there (more than NP_LOST_KEYS keys): counts are a floor */
+  NP_C_ORPHAN_STEPS,   /* ProxySteps whose ProxyOp was not recorded: their transfers are not */
   NP_C_COUNT
 };
 
@@ -226,6 +306,8 @@ enum {
   NP_S_TRACE_FILES, NP_S_TRACE_EVENTS, NP_S_TRACE_BYTES, NP_S_TRACE_ERRORS, NP_S_TRACE_SKIPPED,
   NP_S_SUMMARIES, NP_S_METRICS_EXPORTS, NP_S_METRICS_FAILURES, NP_S_OPS_COMPLETED,
   NP_S_GOROUTINES, NP_S_GO_HEAP,
+  NP_S_DRAIN_CPU_NS,  /* CPU time the drainer spent reading and processing windows */
+  NP_S_DRAIN_RECORDS, /* records it read */
   NP_S_COUNT
 };
 
@@ -238,6 +320,7 @@ typedef struct np_config {
   uint64_t window_ns;      /* time trigger (applied by the drainer) */
   uint64_t grace_min_ns, grace_max_ns;
   uint64_t finalize_wait_ns;
+  uint32_t ncells;         /* arena cells per communicator (a power of two) */
   int disabled;            /* NCCLPROF_ENABLE=0 */
 } np_config;
 
@@ -264,10 +347,28 @@ void np_wait(int timeout_ms);
 void np_kick(void);
 /* Rotates windows that hit the time trigger, seals CLOSING windows that are ready, waits for
  * writers to leave them, and lists them in out[] (at most max). Returns how many. With
- * `flush` set, every open window is rotated and sealed now (finalize, explicit flush). */
-int np_poll(np_ready* out, int max, int flush);
+ * `flush` set, every open window is rotated and sealed now (finalize, explicit flush).
+ * set_mask: which sets, 1 << NP_SET_OP and/or 1 << NP_SET_DETAIL (the drainer serves the
+ * operation windows first, so trace detail can never cost an operation). */
+int np_poll(np_ready* out, int max, int flush, int set_mask);
 /* Copies the events of a sealed window into out[] (at most max); returns how many. */
 int np_export(const np_ready* w, np_record* out, int max);
+/* Transfer sums of communicator i (every bucket with transfers); returns how many, or -1 if
+ * out cannot hold them all. */
+int np_xfer_read(uint32_t i, np_xfer* out, int max);
+/* Transfers not in any bucket (the table was full): per kind NP_X_*, count and bytes. */
+void np_xfer_unkeyed(uint32_t i, uint64_t n[4], uint64_t bytes[4]);
+/* The lost-operation table of communicator i; returns how many keys. */
+int np_lost_read(uint32_t i, np_lost_op* out, int max);
+/* ProxyOps and ProxySteps in flight in communicator i's arena (at most max); returns how many. */
+int np_arena_scan(uint32_t i, np_open_cell* out, int max);
+/* Detail recording (whole ProxySteps, NetPlugin, ProxyCtrl into the detail windows): on while
+ * a trace wants it. Turning it on maps the detail windows in first (not on NCCL's threads). */
+void np_set_detail(int on);
+int np_detail(void);
+/* Events dropped in the whole process, by NP_T_* (each holds NP_T_COUNT): not tracked at all,
+ * and detail records a trace wanted but could not get. */
+void np_dropped_read(uint64_t* untracked, uint64_t* trace);
 /* Gives a sealed window back (epoch + 1). */
 void np_release(const np_ready* w);
 /* Communicator table: info for index i; returns 0 when the index was never used. */
@@ -298,18 +399,32 @@ void np_stat_set(int i, uint64_t v);
 /* Flush requests from the control API: the one to serve (0: none), and its completion. */
 uint64_t np_flush_pending(void);
 void np_flush_done(uint64_t req);
+/* Hang-dump requests (ncclprof_dump_inflight): the one to serve, and its completion. */
+uint64_t np_dump_pending(void);
+void np_dump_done(uint64_t req, int failed);
 void np_set_tick_rate(double ticks_per_ns);
 /* Logs through NCCL's logger when one was given (warnings the drainer raises). */
 void np_log(int level, const char* msg);
 
-/* Encoded handle fields. */
-static inline uint64_t np_handle(uint32_t comm, uint32_t win, uint32_t slot, uint32_t epoch) {
-  return 1ull | ((uint64_t)epoch << 1) | ((uint64_t)slot << 33) | ((uint64_t)win << 51) |
+/* Encoded handle fields (layout at the top of this file). Epochs are 31 bits, never 0. */
+#define NP_EPOCH_MASK 0x7fffffffu
+#define NP_GEN_MASK 0x3fffffffu
+static inline uint64_t np_handle(uint32_t comm, uint32_t set, uint32_t win, uint32_t slot,
+                                 uint32_t epoch) {
+  return 1ull | ((uint64_t)(epoch & NP_EPOCH_MASK) << 2) | ((uint64_t)slot << 33) |
+         ((uint64_t)set << 50) | ((uint64_t)win << 51) | ((uint64_t)comm << 54);
+}
+static inline uint64_t np_ahandle(uint32_t comm, uint32_t cell, uint32_t gen) {
+  return 3ull | ((uint64_t)(gen & NP_GEN_MASK) << 2) | ((uint64_t)cell << 32) |
          ((uint64_t)comm << 54);
 }
-static inline uint32_t np_h_epoch(uint64_t h) { return (uint32_t)(h >> 1); }
+static inline int np_h_is_cell(uint64_t h) { return (int)((h >> 1) & 1); }
+static inline uint32_t np_h_epoch(uint64_t h) { return (uint32_t)(h >> 2) & NP_EPOCH_MASK; }
 static inline uint32_t np_h_slot(uint64_t h) { return (uint32_t)(h >> 33) & (NP_MAX_SLOTS - 1); }
+static inline uint32_t np_h_set(uint64_t h) { return (uint32_t)(h >> 50) & 1u; }
 static inline uint32_t np_h_win(uint64_t h) { return (uint32_t)(h >> 51) & 7u; }
 static inline uint32_t np_h_comm(uint64_t h) { return (uint32_t)(h >> 54); }
+static inline uint32_t np_h_gen(uint64_t h) { return (uint32_t)(h >> 2) & NP_GEN_MASK; }
+static inline uint32_t np_h_cell(uint64_t h) { return (uint32_t)(h >> 32) & 0x3fffffu; }
 
 #endif /* NCCLPROF_CORE_H */

@@ -3,7 +3,12 @@ package main
 /*
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
 #include "core.h"
+static long np_gettid(void) { return syscall(SYS_gettid); }
+#include "chain.h"
 static uint64_t np_counter(int i) { return __atomic_load_n(&np_counters[i], __ATOMIC_RELAXED); }
 */
 import "C"
@@ -37,11 +42,49 @@ type drain struct {
 	cpu   *align.CPU
 	recs  []C.np_record
 	batch []event.Record
-	comms map[uint32]aggregate.Comm
-	strs  map[uintptr]string
-	sinks []sink
+	// Transfer sums as read from C (a window's worth of buckets), and as handed on.
+	xfer    []C.np_xfer
+	buckets []aggregate.Bucket
+	comms   map[uint32]aggregate.Comm
+	strs    map[uintptr]string
+	sinks   []sink
 	// warnedDrops: the one warning about dropped events was given.
 	warnedDrops bool
+	// What it did: CPU time spent in passes, records read, operations completed.
+	cpuNs, records, opsDone uint64
+}
+
+// publishStats makes the drainer's work visible through ncclprof_stats.
+func (d *drain) publishStats() {
+	C.np_stat_set(C.NP_S_DRAIN_CPU_NS, C.uint64_t(d.cpuNs))
+	C.np_stat_set(C.NP_S_DRAIN_RECORDS, C.uint64_t(d.records))
+	C.np_stat_set(C.NP_S_OPS_COMPLETED, C.uint64_t(d.opsDone))
+}
+
+// passClock measures the CPU time of one drainer pass: the OS thread's CPU clock, when the
+// goroutine stayed on one thread (the usual case), else the pass's wall time. (Locking the
+// drainer to its thread would make this exact but delays the goroutines it feeds, such as the
+// metrics recorder's worker, whenever it wakes from a cgo call.)
+type passClock struct {
+	tid  C.long
+	cpu  uint64
+	wall time.Time
+}
+
+func startPass() passClock { return passClock{C.np_gettid(), threadCPU(), time.Now()} }
+
+func (p passClock) cpuNs() uint64 {
+	if C.np_gettid() == p.tid {
+		return threadCPU() - p.cpu
+	}
+	return uint64(time.Since(p.wall))
+}
+
+// threadCPU is the calling OS thread's CPU time in ns.
+func threadCPU() uint64 {
+	var ts C.struct_timespec
+	C.clock_gettime(C.CLOCK_THREAD_CPUTIME_ID, &ts)
+	return uint64(ts.tv_sec)*1e9 + uint64(ts.tv_nsec)
 }
 
 // sink receives what the drainer produces. The summary writer is one; metrics and the trace
@@ -68,6 +111,7 @@ func (d *drain) run() {
 	// window-sized Go array cost more than the export itself.
 	n := int(C.np_cfg.nslots)
 	d.recs = unsafe.Slice((*C.np_record)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.np_record{})))), n)
+	d.xfer = unsafe.Slice((*C.np_xfer)(C.calloc(C.NP_XFER_BUCKETS, C.size_t(unsafe.Sizeof(C.np_xfer{})))), C.NP_XFER_BUCKETS)
 	d.sinks = append(d.sinks, newSummaryWriter())
 	metrics := newMetricsSink(d) // OpenTelemetry metrics (plugin/metrics.go)
 	d.cpu = align.NewCPU(tickSampler{}, d.clock.TicksPerNs())
@@ -75,15 +119,20 @@ func (d *drain) run() {
 	// The trace first: the final metrics export then counts the trace writer's last bytes.
 	d.sinks = append(d.sinks, trace, metrics)
 	d.agg.OnOp = func(o *aggregate.Op) {
+		d.opsDone += max(o.Untimed, 1)
 		metrics.op(o)
 		trace.op(o)
 	}
+	dog := newWatchdog(d) // hang dumps (plugin/hang.go)
 	lastAnchor := time.Now()
 	var ready [maxReady]C.np_ready
 	wait := pollInterval
 	for {
 		C.np_wait(C.int(wait / time.Millisecond))
+		pass := startPass()
 		req := uint64(C.np_flush_pending())
+		dumpReq := uint64(C.np_dump_pending())
+		d.agg.KernelRecorded = C.np_get_mask()&C.NPABI_KERNEL_CH != 0
 		d.clock.Refresh()
 		C.np_set_tick_rate(C.double(d.clock.TicksPerNs()))
 		d.mu.Lock()
@@ -91,23 +140,24 @@ func (d *drain) run() {
 		flush := C.int(0)
 		// A flush request, or a trace start/stop: read every window first, so the file being
 		// closed gets the events up to the stop and the new one starts where it should.
-		if ctl := trace.beforeDrain(); req != 0 || ctl {
+		if ctl := trace.beforeDrain(); req != 0 || dumpReq != 0 || ctl {
 			flush = 1
 		}
 		wait = pollInterval
-		for {
-			n := int(C.np_poll(&ready[0], maxReady, flush))
-			for i := 0; i < n; i++ {
-				d.window(&ready[i])
-			}
-			if n > 0 {
-				wait = busyInterval
-			}
-			if n < maxReady {
-				break
-			}
+		if d.serve(&ready, flush) {
+			wait = busyInterval
 		}
+		d.advance()
 		d.finishComms()
+		now := time.Now()
+		if dumpReq != 0 {
+			err := dog.request(now)
+			if err != nil {
+				warnf("hang dump requested but not written: %v", err)
+			}
+			C.np_dump_done(C.uint64_t(dumpReq), C.int(b2i(err != nil)))
+		}
+		dog.tick(now)
 		if time.Since(lastAnchor) >= 100*time.Millisecond {
 			d.cpu.Refresh() // a new TSC↔CLOCK_REALTIME anchor for the trace's timestamps
 			lastAnchor = time.Now()
@@ -116,9 +166,44 @@ func (d *drain) run() {
 		publishRuntime()
 		metrics.tick()
 		d.warnDrops()
+		d.cpuNs += pass.cpuNs()
+		d.publishStats()
+		C.np_chain_report() // failures of a chained plugin (NCCLPROF_CHAIN), said once
 		d.mu.Unlock()
 		if req != 0 {
 			C.np_flush_done(C.uint64_t(req))
+		}
+	}
+}
+
+// serve reads every window that is ready, operation windows first: after each detail window
+// (trace detail, which costs the trace writer's time) the operation windows are served again,
+// so however much detail a trace wants, operation events never wait behind it and drop.
+// Reports whether any window was read.
+func (d *drain) serve(ready *[maxReady]C.np_ready, flush C.int) bool {
+	const op, detail = 1 << C.NP_SET_OP, 1 << C.NP_SET_DETAIL
+	any := false
+	for {
+		d.serveSet(ready, flush, op, &any)
+		n := int(C.np_poll(&ready[0], 1, flush, detail))
+		if n == 0 {
+			return any
+		}
+		d.window(&ready[0])
+		any = true
+	}
+}
+
+// serveSet reads every ready window of the sets in mask.
+func (d *drain) serveSet(ready *[maxReady]C.np_ready, flush C.int, mask C.int, any *bool) {
+	for {
+		n := int(C.np_poll(&ready[0], maxReady, flush, mask))
+		for i := 0; i < n; i++ {
+			d.window(&ready[i])
+		}
+		*any = *any || n > 0
+		if n < maxReady {
+			return
 		}
 	}
 }
@@ -140,6 +225,7 @@ func (d *drain) comm(i uint32) (aggregate.Comm, int, bool) {
 // window reads one sealed window, gives it back, and feeds the records on.
 func (d *drain) window(r *C.np_ready) {
 	n := int(C.np_export(r, &d.recs[0], C.int(len(d.recs))))
+	d.records += uint64(n)
 	d.batch = d.batch[:0]
 	for i := 0; i < n; i++ {
 		d.batch = append(d.batch, d.convert(&d.recs[i]))
@@ -155,6 +241,80 @@ func (d *drain) window(r *C.np_ready) {
 	d.agg.Window(c, d.batch)
 }
 
+// eachComm calls fn for every communicator in use whose current incarnation the drainer has
+// read windows of (the PXN communicator included).
+func (d *drain) eachComm(fn func(i uint32, c aggregate.Comm, info *C.np_comm_info)) {
+	for i := uint32(0); i < C.NP_MAX_COMMS; i++ {
+		var info C.np_comm_info
+		if C.np_comm_get(C.uint32_t(i), &info) == 0 {
+			break
+		}
+		if info.state == C.NP_COMM_UNUSED {
+			continue
+		}
+		if c, ok := d.comms[i]; ok && c.Incarnation == uint64(info.incarnation) {
+			fn(i, c, &info)
+		}
+	}
+}
+
+// advance tells the aggregator, per live communicator, up to when every event has been read,
+// so operations complete QuietNs after their last child whether or not more events come.
+func (d *drain) advance() {
+	d.eachComm(func(_ uint32, c aggregate.Comm, info *C.np_comm_info) {
+		d.agg.Advance(c, event.Ticks(info.read_tsc))
+	})
+}
+
+// syncPlugin hands the aggregator what the plugin keeps outside records for communicator i:
+// its transfer sums (the rank-pair and channel figures), its lost-operation table and what it
+// could not track, per type. Read at metric snapshots and at finalize, not per pass: the sums
+// are cumulative, so reading them more often would only cost time.
+func (d *drain) syncPlugin(i uint32, c aggregate.Comm, info *C.np_comm_info) {
+	n := int(C.np_xfer_read(C.uint32_t(i), &d.xfer[0], C.int(len(d.xfer))))
+	buckets := d.buckets[:0]
+	for k := 0; k < n; k++ {
+		x := &d.xfer[k]
+		buckets = append(buckets, aggregate.Bucket{Kind: int(x.kind), Rank: int(x.rank), ID: int(x.id),
+			Size: uint64(x.size), N: uint64(x.n), Bytes: uint64(x.bytes), SumT: uint64(x.sum_t),
+			TMin: uint64(x.t_min), TMax: uint64(x.t_max), SumT2: float64(x.sum_t2)})
+	}
+	d.buckets = buckets
+	var un aggregate.Unkeyed
+	var un_n, un_b [4]C.uint64_t
+	C.np_xfer_unkeyed(C.uint32_t(i), &un_n[0], &un_b[0])
+	for k := range un.N {
+		un.N[k], un.Bytes[k] = uint64(un_n[k]), uint64(un_b[k])
+	}
+	d.agg.SetTransfers(c, buckets, un)
+	var lost [C.NP_LOST_KEYS]C.np_lost_op
+	m := int(C.np_lost_read(C.uint32_t(i), &lost[0], C.int(len(lost))))
+	ops := make([]aggregate.LostOp, 0, m)
+	for _, l := range lost[:m] {
+		ops = append(ops, aggregate.LostOp{Type: event.Type(l._type), Func: d.str(l._func),
+			Dtype: d.str(l.dtype), Algo: d.str(l.algo), Proto: d.str(l.proto),
+			NChannels: int(l.nchannels), N: uint64(l.n), SumCount: uint64(l.sum_count)})
+	}
+	d.agg.SetLost(c, ops)
+	d.agg.SetDrops(c, byType(&info.dropped_type), byType(&info.trace_dropped), uint64(info.orphan_steps))
+}
+
+func byType(v *[C.NP_T_COUNT]C.uint64_t) map[string]uint64 {
+	var m map[string]uint64
+	for t, n := range v {
+		if n > 0 {
+			if m == nil {
+				m = map[string]uint64{}
+			}
+			m[event.Type(t).String()] = uint64(n)
+		}
+	}
+	return m
+}
+
+// syncAll brings every live communicator's plugin-side figures in (before a metrics snapshot).
+func (d *drain) syncAll() { d.eachComm(d.syncPlugin) }
+
 // finishComms completes communicators NCCL finalized once their last window is processed.
 func (d *drain) finishComms() {
 	for i := uint32(0); i < C.NP_MAX_COMMS; i++ {
@@ -166,10 +326,12 @@ func (d *drain) finishComms() {
 			continue
 		}
 		c, _, _ := d.comm(i)
+		d.syncPlugin(i, c, &info)
 		res := d.agg.Finalize(c)
 		for _, s := range d.sinks {
 			s.finalized(res)
 		}
+		d.publishStats() // before NCCL's destroy returns: what it finished is counted
 		C.np_comm_drained(C.uint32_t(i))
 	}
 }
@@ -204,6 +366,8 @@ func (d *drain) convert(c *C.np_record) event.Record {
 		Graph: c.graph != 0, PID: int32(c.pid), NSteps: int32(c.nsteps), Chunk: int32(c.chunk),
 		Step: int32(c.step), Channel: uint8(c.channel), IsSend: c.is_send != 0,
 		Bytes: uint64(c.bytes_aux), PeerWaits: uint16(c.npeerwait),
+		XferN: uint32(c.x_n), StepsDone: uint32(c.steps_done), XferBytes: uint64(c.x_bytes),
+		XferTime:    uint64(c.x_time),
 		PTimerStart: uint64(c.ptimer_start), PTimerStop: uint64(c.ptimer_stop),
 		Aux: event.Ticks(c.t_aux), NetID: int64(c.net_id), N: int32(c.aux),
 		FirstState: uint8(c.first_state), LastState: uint8(c.last_state),
@@ -211,7 +375,7 @@ func (d *drain) convert(c *C.np_record) event.Record {
 		LateTarget: uint64(c.late_target), LateState: uint32(c.late_state),
 		LateArg0: uint64(c.late_arg0), LateArg1: uint64(c.late_arg1), LateArgs: uint8(c.late_has_args),
 	}
-	if r.Type == event.ProxyOp {
+	if r.Type == event.ProxyOp || r.Type == event.Late { // a late ProxyOp stop carries it too
 		r.Progress = event.Ticks(c.t_aux)
 		r.Aux = 0
 	}

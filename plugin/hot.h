@@ -29,7 +29,12 @@
 enum { NP_W_FREE = 0, NP_W_FILLING = 1, NP_W_CLOSING = 2, NP_W_SEALED = 3 };
 #define NP_SE(epoch, state) (((uint64_t)(epoch) << 8) | (uint64_t)(state))
 #define NP_SE_STATE(se) ((uint32_t)((se) & 0xff))
-#define NP_SE_EPOCH(se) ((uint32_t)((se) >> 8))
+#define NP_SE_EPOCH(se) ((uint32_t)((se) >> 8) & NP_EPOCH_MASK)
+/* The epoch after e: 31 bits, never 0 (a thread's block cache uses 0 for "no block"). */
+static inline uint32_t np_next_epoch(uint32_t e) {
+  uint32_t n = (e + 1) & NP_EPOCH_MASK;
+  return n ? n : 1;
+}
 
 typedef struct np_window {
   uint64_t se;        /* epoch and state; read by every callback, written rarely */
@@ -44,46 +49,124 @@ typedef struct np_window {
 } np_window;
 _Static_assert(sizeof(np_window) == 128, "np_window keeps its claim counter on its own line");
 
-typedef struct np_comm {
-  uint32_t state; /* NP_COMM_* (plus INITIALIZING, ABANDONED below) */
-  uint32_t idx;
+/* One set of windows (operation or detail). */
+typedef struct np_wset {
   uint32_t cur;      /* index of the FILLING window */
   uint32_t rotating; /* rotation in progress */
   uint32_t nwin, nslots, block, trigger;
-  uint64_t comm_hash, incarnation;
-  int32_t rank, nranks, nnodes, abi;
-  uint32_t learned; /* v1–v3: hash/name/rank learned from the first Coll/P2p */
-  uint32_t detail_limit; /* detail events (steps, net, channels, ctrl) claim below this slot */
-  npabi_logger_t log;
-  uint64_t dropped, stale, late;
-  char name[128];
-  void* mem;
-  size_t mem_bytes;
-  uint8_t pad2[40];
+  uint8_t pad[40];
   np_window win[NP_MAX_WINDOWS];
-  uint8_t pad3[2048 - 288 - NP_MAX_WINDOWS * sizeof(np_window)];
+} np_wset;
+_Static_assert(sizeof(np_wset) == 64 + NP_MAX_WINDOWS * 128, "np_wset layout");
+
+/* An arena cell: a ProxyOp or a ProxyStep while it is in flight. `gs` is the generation << 1,
+ * plus 1 while the cell is in use; a handle names the generation it was given, so a stop or
+ * state for a freed (or reused) cell is recognised as stale. */
+typedef struct __attribute__((aligned(64))) np_cell {
+  uint64_t gs;
+  uint64_t parent;  /* ProxyOp: its Coll/P2p (a window handle); ProxyStep: its ProxyOp (a cell) */
+  uint64_t t_start;
+  uint64_t t_last;  /* latest state, or for a ProxyOp its latest step activity */
+  uint32_t tid;
+  int32_t rank;
+  uint8_t type, abi, channel, is_send;
+  int32_t peer;
+  uint16_t nstates, sflags;
+  int32_t last_state; /* npabi_state_t of the latest state, -1 before the first */
+  union {
+    struct {
+      uint64_t t_state[6]; /* NP_ST_* */
+      uint64_t trans_size; /* the transfer's own bytes (v1–v3: from the op's running total) */
+      int32_t step;
+      uint16_t npeerwait;
+    } step;
+    struct {
+      uint64_t record; /* its record in the operation windows (0 if it got no slot) */
+      np_op_progress prog;
+      int32_t nsteps, pid;
+    } op;
+  } u;
+} np_cell;
+_Static_assert(sizeof(np_cell) == 128, "np_cell is 128 bytes");
+
+/* Transfer sums of one key (see np_xfer in core.h). Written by one thread only: the writer is
+ * part of the key, so a bucket is never updated concurrently and needs no atomic
+ * read-modify-write; the drainer reads the running sums. */
+typedef struct np_xbucket {
+  uint64_t key; /* kind << 60 | writer << 48 | rank (24) << 24 | id (24); 0: empty */
+  uint64_t size;
+  uint64_t n, bytes, sum_t, t_min, t_max;
+  uint64_t sum_t2; /* the bits of a double: stored and loaded whole, like the others */
+} np_xbucket;
+_Static_assert(sizeof(np_xbucket) == 64, "np_xbucket is one cache line");
+
+/* One key of the lost-operation table (core.h np_lost_op); tag 0: empty. */
+typedef struct np_lost {
+  uint64_t tag;
+  const char *func, *dtype, *algo, *proto;
+  uint32_t type, nchannels;
+  uint64_t n, sum_count;
+} np_lost;
+_Static_assert(sizeof(np_lost) == 64, "np_lost is one cache line");
+
+/* A communicator's table entry: a union padded to a power of two, so a context's index is a
+ * shift and a foreign pointer is rejected by a mask. */
+typedef union np_comm {
+  struct {
+    uint32_t state; /* NP_COMM_* (plus INITIALIZING, ABANDONED below) */
+    uint32_t idx;
+    uint64_t comm_hash, incarnation;
+    int32_t rank, nranks, nnodes, abi;
+    uint32_t learned; /* v1–v3: hash/name/rank learned from the first Coll/P2p */
+    uint32_t ncells;
+    npabi_logger_t log;
+    uint64_t dropped, stale, late;
+    uint64_t orphan_steps; /* ProxySteps whose ProxyOp was not recorded: not folded */
+    char name[128];
+    void* mem; /* operation windows, arena, transfer sums, lost operations */
+    size_t mem_bytes;
+    void* dmem; /* detail windows: touched only once a trace wants them */
+    size_t dmem_bytes;
+    np_cell* cells;
+    np_xbucket* xfer;
+    np_lost* lost;
+    uint64_t xun_n[4], xun_bytes[4]; /* transfers not in a bucket (table full), by NP_X_* */
+    uint64_t dropped_type[NP_T_COUNT]; /* not tracked: their figures are missing */
+    uint64_t trace_dropped[NP_T_COUNT]; /* recorded for the trace, but it could not get them */
+    uint32_t dmem_ready;
+    uint32_t cursor __attribute__((aligned(64))); /* next arena cell: its own cache line */
+    np_wset set[2] __attribute__((aligned(64))); /* NP_SET_OP, NP_SET_DETAIL */
+  };
+  uint8_t bytes_[4096];
 } np_comm;
-/* A power of two: a context's index is a shift, and a foreign pointer is rejected by a mask. */
-_Static_assert(sizeof(np_comm) == 2048, "np_comm is 2 KiB");
-_Static_assert(offsetof(np_comm, win) == 288, "update pad3 when np_comm's header changes");
+_Static_assert(sizeof(np_comm) == 4096, "np_comm is 4 KiB");
+_Static_assert(offsetof(np_comm, set) - offsetof(np_comm, cursor) >= 64, "cursor has its own line");
 enum { NP_COMM_INITIALIZING = 5, NP_COMM_ABANDONED = 4 };
 
 /* Per-thread state. `active` is odd while the thread is inside a callback; only the owner
- * writes it. The cache remembers the block of slots the thread claimed per communicator. */
+ * writes it. The caches remember the blocks of slots (per communicator and set) and of arena
+ * cells (per communicator) the thread claimed. */
 typedef struct np_tcache {
-  uint32_t comm, win, epoch, next, end, pad; /* epoch 0: no block held */
+  uint32_t comm, set, win, epoch, next, end; /* epoch 0: no block held */
 } np_tcache;
-#define NP_TCACHE 4
+typedef struct np_acache {
+  uint32_t comm, next, end, pad; /* end == next: no block held */
+} np_acache;
+#define NP_TCACHE 8
+#define NP_ACACHE 4
+#define NP_CELL_BLOCK 16
 typedef struct np_thread {
   uint64_t active;
   uint32_t used, tid;
-  uint32_t rr, memo_valid;
+  uint32_t memo_valid, pad;
+  /* v1–v3: the bytes of the transfer whose ProxyOp state NCCL recorded just before the step
+   * state that carries none (the two calls are back to back on this thread). */
+  uint64_t memo_size;
   np_tcache cache[NP_TCACHE];
-  /* v1–v3: the cumulative bytes of the ProxyOp state NCCL recorded just before the step state
-   * that carries none (the two calls are back to back on this thread). */
-  uint64_t memo_cum;
+  np_acache acache[NP_ACACHE];
+  uint8_t pad1[32];
 } np_thread;
-_Static_assert(sizeof(np_thread) == 128, "np_thread is two cache lines");
+_Static_assert(sizeof(np_thread) % 64 == 0, "np_thread is whole cache lines");
 
 /* Hidden: the hot path reaches them PC-relative, not through the GOT. */
 #define NP_HIDDEN __attribute__((visibility("hidden")))
@@ -93,11 +176,14 @@ extern NP_HIDDEN __thread np_thread* np_tls __attribute__((tls_model("initial-ex
 extern NP_HIDDEN int np_clock;      /* NP_CLOCK_* */
 extern NP_HIDDEN int np_fence_mode; /* 1: no membarrier, writers fence */
 extern NP_HIDDEN uint32_t np_record_mask;
+extern NP_HIDDEN uint32_t np_detail_on; /* detail events are recorded (a trace wants them) */
+extern NP_HIDDEN uint64_t np_dropped_type[NP_T_COUNT];
+extern NP_HIDDEN uint64_t np_trace_dropped_type[NP_T_COUNT];
 extern NP_HIDDEN pid_t np_pid;
 enum { NP_CLOCK_TSC = 0, NP_CLOCK_CNTVCT = 1, NP_CLOCK_MONO = 2 };
 
 np_thread* np_thread_attach(void);
-void np_rotate(np_comm* c, uint32_t from);
+void np_rotate(np_comm* c, uint32_t set, uint32_t from);
 
 /* The hot path's clock: TSC, the aarch64 virtual counter, or CLOCK_MONOTONIC ns. */
 NP_HOT uint64_t np_ticks(void) {
@@ -158,15 +244,16 @@ NP_HOT np_comm* np_comm_of_handle(uint64_t h) {
   uint32_t st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
   if (st != NP_COMM_ACTIVE && st != NP_COMM_FINALIZING) return NULL;
   /* The window index needs no check: 3 bits index an array of 8, and windows past nwin keep
-   * epoch 0, which no handle carries. The slot index must stay inside the window. */
-  if (np_h_slot(h) >= c->nslots) return NULL;
+   * epoch 0, which no handle carries. Slot and cell indexes must stay inside their arrays. */
+  if (np_h_is_cell(h)) return np_h_cell(h) < c->ncells ? c : NULL;
+  if (np_h_slot(h) >= c->set[np_h_set(h)].nslots) return NULL;
   return c;
 }
 
-/* The slot a handle names while its window still accepts writes (FILLING or CLOSING), with
- * `readable` also while SEALED. Must be called between np_enter and np_leave. */
+/* The slot a window handle names while its window still accepts writes (FILLING or CLOSING),
+ * with `readable` also while SEALED. Must be called between np_enter and np_leave. */
 NP_HOT np_event* np_slot_of(np_comm* c, uint64_t h, int readable) {
-  np_window* w = &c->win[np_h_win(h)];
+  np_window* w = &c->set[np_h_set(h)].win[np_h_win(h)];
   uint64_t se = __atomic_load_n(&w->se, __ATOMIC_ACQUIRE);
   uint32_t st = NP_SE_STATE(se);
   if (NP_SE_EPOCH(se) != np_h_epoch(h)) return NULL;
@@ -175,33 +262,42 @@ NP_HOT np_event* np_slot_of(np_comm* c, uint64_t h, int readable) {
   return NULL;
 }
 
-/* The thread's block for a communicator: direct-mapped by communicator index (a thread rarely
- * serves more than a few communicators at once; a collision just claims a new block). */
-NP_HOT np_tcache* np_tcache_for(np_thread* t, uint32_t comm) {
-  np_tcache* e = &t->cache[comm % NP_TCACHE];
-  if (NP_UNLIKELY(e->comm != comm)) {
+/* The cell a cell handle names while it is in use by that handle's event (the handle may be
+ * made up: its index is checked here, not trusted from where it came). */
+NP_HOT np_cell* np_cell_of(np_comm* c, uint64_t h) {
+  if (NP_UNLIKELY(np_h_cell(h) >= c->ncells)) return NULL;
+  np_cell* cell = &c->cells[np_h_cell(h)];
+  uint64_t gs = __atomic_load_n(&cell->gs, __ATOMIC_ACQUIRE);
+  if (!(gs & 1) || ((uint32_t)(gs >> 1) & NP_GEN_MASK) != np_h_gen(h)) return NULL;
+  return cell;
+}
+
+/* The thread's block for a communicator's window set: direct-mapped (a thread rarely serves
+ * more than a few communicators at once; a collision just claims a new block). */
+NP_HOT np_tcache* np_tcache_for(np_thread* t, uint32_t comm, uint32_t set) {
+  np_tcache* e = &t->cache[(comm * 2 + set) % NP_TCACHE];
+  if (NP_UNLIKELY(e->comm != comm || e->set != set)) {
     e->epoch = 0;
     e->comm = comm;
+    e->set = set;
   }
   return e;
 }
 
-/* Detail events are the many small ones under an operation. When the drainer falls behind,
- * they lose their slots first: the top eighth of every window is kept for the operations
- * themselves (Group, Coll, P2p, API, ProxyOp), so operation counts and bytes stay exact under
- * a flood of steps. Normally a window rotates at three quarters and never reaches the reserve. */
+/* Detail events go to the detail windows, and only while a trace wants them: nothing else
+ * reads them, and a flood of them must never take an operation's slot. */
 NP_HOT int np_is_detail_type(int type) {
-  return type == NP_T_PROXY_STEP || type == NP_T_NET_PLUGIN || type == NP_T_KERNEL_CH ||
-         type == NP_T_PROXY_CTRL;
+  return type == NP_T_PROXY_STEP || type == NP_T_NET_PLUGIN || type == NP_T_PROXY_CTRL;
 }
 
-/* A slot in the communicator's current window; the thread must have entered. */
-NP_HOT np_event* np_claim(np_comm* c, np_thread* t, int detail, uint32_t* win, uint32_t* slot,
-                                 uint32_t* epoch) {
-  np_tcache* e = np_tcache_for(t, c->idx);
+/* A slot in the current window of a communicator's set; the thread must have entered. */
+NP_HOT np_event* np_claim(np_comm* c, np_thread* t, uint32_t set, uint32_t* win, uint32_t* slot,
+                          uint32_t* epoch) {
+  np_wset* ws = &c->set[set];
+  np_tcache* e = np_tcache_for(t, c->idx, set);
   for (int attempt = 0; attempt < 3; attempt++) {
-    uint32_t wi = __atomic_load_n(&c->cur, __ATOMIC_ACQUIRE);
-    np_window* w = &c->win[wi];
+    uint32_t wi = __atomic_load_n(&ws->cur, __ATOMIC_ACQUIRE);
+    np_window* w = &ws->win[wi];
     uint64_t se = __atomic_load_n(&w->se, __ATOMIC_ACQUIRE);
     uint32_t st = NP_SE_STATE(se), ep = NP_SE_EPOCH(se);
     if (NP_UNLIKELY(st != NP_W_FILLING && st != NP_W_CLOSING)) continue; /* rotating */
@@ -209,22 +305,17 @@ NP_HOT np_event* np_claim(np_comm* c, np_thread* t, int detail, uint32_t* win, u
     if (e->epoch == ep && e->win == wi && e->next < e->end) { /* epoch 0: no block */
       s = e->next++;
     } else {
-      s = __atomic_fetch_add(&w->claimed, c->block, __ATOMIC_RELAXED);
-      if (NP_UNLIKELY(s >= c->nslots)) {
+      s = __atomic_fetch_add(&w->claimed, ws->block, __ATOMIC_RELAXED);
+      if (NP_UNLIKELY(s >= ws->nslots)) {
         e->epoch = 0;
-        np_rotate(c, wi);
+        np_rotate(c, set, wi);
         continue;
       }
       e->win = wi;
       e->epoch = ep;
       e->next = s + 1;
-      e->end = s + c->block < c->nslots ? s + c->block : c->nslots;
-      if (NP_UNLIKELY(s < c->trigger && s + c->block >= c->trigger)) np_rotate(c, wi);
-    }
-    if (NP_UNLIKELY(detail && s >= c->detail_limit)) {
-      e->next = s; /* left in the thread's block for its next operation event */
-      np_rotate(c, wi);
-      continue;
+      e->end = s + ws->block < ws->nslots ? s + ws->block : ws->nslots;
+      if (NP_UNLIKELY(s < ws->trigger && s + ws->block >= ws->trigger)) np_rotate(c, set, wi);
     }
     *win = wi;
     *slot = s;
@@ -234,13 +325,16 @@ NP_HOT np_event* np_claim(np_comm* c, np_thread* t, int detail, uint32_t* win, u
   return NULL;
 }
 
-/* A slot in the parent's window when that window is CLOSING, so a collective's proxy
- * operations and steps close with it. Returns NULL to use the current window instead. */
-NP_HOT np_event* np_claim_routed(np_comm* c, uint64_t parent, int detail, uint32_t* win,
-                                        uint32_t* slot, uint32_t* epoch, uint16_t* flags) {
-  if (np_h_comm(parent) != c->idx || np_h_win(parent) >= c->nwin) return NULL;
+/* A slot in the parent's window when that window is CLOSING, so a collective's ProxyOps and
+ * KernelCh close with it. Returns NULL to use the current window instead. */
+NP_HOT np_event* np_claim_routed(np_comm* c, uint64_t parent, uint32_t* win, uint32_t* slot,
+                                 uint32_t* epoch, uint16_t* flags) {
+  np_wset* ws = &c->set[NP_SET_OP];
+  if (np_h_is_cell(parent) || np_h_comm(parent) != c->idx || np_h_set(parent) != NP_SET_OP ||
+      np_h_win(parent) >= ws->nwin)
+    return NULL;
   uint32_t wi = np_h_win(parent);
-  np_window* w = &c->win[wi];
+  np_window* w = &ws->win[wi];
   uint64_t se = __atomic_load_n(&w->se, __ATOMIC_ACQUIRE);
   if (NP_SE_EPOCH(se) != np_h_epoch(parent)) {
     *flags |= NP_F_PARENT_STALE;
@@ -248,7 +342,7 @@ NP_HOT np_event* np_claim_routed(np_comm* c, uint64_t parent, int detail, uint32
   }
   if (NP_SE_STATE(se) != NP_W_CLOSING) return NULL;
   uint32_t s = __atomic_fetch_add(&w->claimed, 1, __ATOMIC_RELAXED);
-  if (s >= (detail ? c->detail_limit : c->nslots)) return NULL;
+  if (s >= ws->nslots) return NULL;
   *flags |= NP_F_ROUTED;
   *win = wi;
   *slot = s;
@@ -263,16 +357,58 @@ typedef struct np_pending {
   uint64_t hdr;
 } np_pending;
 
-NP_HOT int np_is_routed_type(int type) {
-  return type == NP_T_PROXY_OP || type == NP_T_PROXY_STEP || type == NP_T_KERNEL_CH ||
-         type == NP_T_NET_PLUGIN;
+NP_HOT int np_is_routed_type(int type) { return type == NP_T_PROXY_OP || type == NP_T_KERNEL_CH; }
+
+/* Counts an event that could not be tracked (its figures are missing), per type. */
+NP_HOT void np_count_drop(np_comm* c, int type) {
+  __atomic_fetch_add(&c->dropped, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&c->dropped_type[type], 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&np_dropped_type[type], 1, __ATOMIC_RELAXED);
+  np_count(NP_C_DROPPED_FULL);
 }
 
-/* Starts an event: claims a slot, stamps the time and the common fields, and writes the
- * handle NCCL gets (a sentinel when nothing could be recorded). The caller fills ev->u and
- * calls np_commit. Returns 0 when the event was dropped. */
+/* Counts a detail record a trace wanted but the detail windows had no room for, per type. */
+NP_HOT void np_count_trace_drop(np_comm* c, int type) {
+  __atomic_fetch_add(&c->trace_dropped[type], 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&np_trace_dropped_type[type], 1, __ATOMIC_RELAXED);
+  np_count(NP_C_DROPPED_DETAIL);
+}
+
+/* A slot for an event of `type` (the thread has entered): the set it belongs to, routed to its
+ * parent's CLOSING window where that keeps an operation's children together. Fills the common
+ * fields; the caller fills ev->u and publishes with hdr. Returns NULL when no slot is free. */
+NP_HOT np_event* np_slot_new(np_comm* c, np_thread* t, int type, int abi, uint64_t parent,
+                             int32_t rank, uint16_t flags, uint64_t* handle, uint64_t* hdr) {
+  uint32_t set = np_is_detail_type(type) ? NP_SET_DETAIL : NP_SET_OP;
+  uint32_t wi = 0, s = 0, ep = 0;
+  np_event* ev = NULL;
+  if (parent == NP_H_DROPPED) flags |= NP_F_PARENT_DROPPED;
+  if ((parent & 1) && np_is_routed_type(type))
+    ev = np_claim_routed(c, parent, &wi, &s, &ep, &flags);
+  if (ev == NULL) ev = np_claim(c, t, set, &wi, &s, &ep);
+  if (NP_UNLIKELY(ev == NULL)) return NULL;
+  *handle = np_handle(c->idx, set, wi, s, ep);
+  ev->parent = parent;
+  ev->t_start = np_ticks();
+  ev->t_stop = 0;
+  ev->tid = t->tid;
+  ev->rank = rank;
+  ev->done = 0;
+  ev->nstates = 0;
+  ev->sflags = 0;
+  *hdr = (uint64_t)ep | ((uint64_t)type << 32) | ((uint64_t)abi << 40) | ((uint64_t)flags << 48);
+  return ev;
+}
+
+/* Starts an event in a window: claims a slot, stamps the time and the common fields, and
+ * writes the handle NCCL gets (a sentinel when nothing could be recorded). The caller fills
+ * ev->u and calls np_commit. Returns 0 when nothing was recorded. */
 NP_HOT int np_begin(np_comm* c, int type, int abi, uint64_t parent, int32_t rank,
-                           uint16_t flags, void** eHandle, np_pending* p) {
+                    uint16_t flags, void** eHandle, np_pending* p) {
+  if (np_is_detail_type(type) && !__atomic_load_n(&np_detail_on, __ATOMIC_RELAXED)) {
+    *eHandle = (void*)NP_H_SKIPPED; /* no trace wants detail now */
+    return 0;
+  }
   np_thread* t = np_enter();
   if (NP_UNLIKELY(t == NULL)) {
     np_count(NP_C_DROPPED_THREADS);
@@ -287,32 +423,17 @@ NP_HOT int np_begin(np_comm* c, int type, int abi, uint64_t parent, int32_t rank
     *eHandle = (void*)NP_H_DISABLED;
     return 0;
   }
-  uint32_t wi = 0, s = 0, ep = 0;
-  np_event* ev = NULL;
-  if (parent == NP_H_DROPPED) flags |= NP_F_PARENT_DROPPED;
-  int detail = np_is_detail_type(type);
-  if ((parent & 1) && np_is_routed_type(type))
-    ev = np_claim_routed(c, parent, detail, &wi, &s, &ep, &flags);
-  if (ev == NULL) ev = np_claim(c, t, detail, &wi, &s, &ep);
+  uint64_t h;
+  np_event* ev = np_slot_new(c, t, type, abi, parent, rank, flags, &h, &p->hdr);
   if (NP_UNLIKELY(ev == NULL)) {
     np_leave(t);
-    __atomic_fetch_add(&c->dropped, 1, __ATOMIC_RELAXED);
-    np_count(detail ? NP_C_DROPPED_DETAIL : NP_C_DROPPED_FULL);
+    if (np_is_detail_type(type)) np_count_trace_drop(c, type);
+    else np_count_drop(c, type);
     *eHandle = (void*)NP_H_DROPPED;
     return 0;
   }
-  uint64_t h = np_handle(c->idx, wi, s, ep);
-  ev->parent = parent;
-  ev->t_start = np_ticks();
-  ev->t_stop = 0;
-  ev->tid = t->tid;
-  ev->rank = rank;
-  ev->done = 0;
-  ev->nstates = 0;
-  ev->sflags = 0;
   p->ev = ev; /* the starter sets every field of its union member */
   p->t = t;
-  p->hdr = (uint64_t)ep | ((uint64_t)type << 32) | ((uint64_t)abi << 40) | ((uint64_t)flags << 48);
   *eHandle = (void*)h;
   return 1;
 }
@@ -329,12 +450,149 @@ NP_HOT int32_t np_comm_rank(const np_comm* c) {
 
 NP_HOT int np_ev_type(const np_event* ev) { return (int)((ev->hdr >> 32) & 0xff); }
 
+/* ------------------------------------------------------------------- arena */
+
+/* Claims a free arena cell (the thread has entered). Cells are handed out in blocks per
+ * thread, so the shared cursor is written once per NP_CELL_BLOCK claims; a cell still in use
+ * from a previous lap (a long transfer) is skipped. The compare-and-swap settles the rare case
+ * of two threads holding the same block from different laps. Returns NULL when the arena is
+ * full (every cell tried was in flight). */
+NP_HOT np_cell* np_cell_claim(np_comm* c, np_thread* t, uint64_t* handle) {
+  np_acache* a = &t->acache[c->idx % NP_ACACHE];
+  if (NP_UNLIKELY(a->comm != c->idx)) {
+    a->comm = c->idx;
+    a->next = a->end = 0;
+  }
+  for (int tries = 0; tries < 4 * NP_CELL_BLOCK; tries++) {
+    if (a->next == a->end) {
+      a->next = __atomic_fetch_add(&c->cursor, NP_CELL_BLOCK, __ATOMIC_RELAXED);
+      a->end = a->next + NP_CELL_BLOCK;
+    }
+    uint32_t i = a->next++ & (c->ncells - 1);
+    np_cell* cell = &c->cells[i];
+    uint64_t gs = __atomic_load_n(&cell->gs, __ATOMIC_RELAXED);
+    if (gs & 1) continue;
+    if (__atomic_compare_exchange_n(&cell->gs, &gs, gs | 1, 0, __ATOMIC_ACQUIRE,
+                                    __ATOMIC_RELAXED)) {
+      *handle = np_ahandle(c->idx, i, (uint32_t)(gs >> 1));
+      return cell;
+    }
+  }
+  return NULL;
+}
+
+/* Frees a cell: the next generation, not in use. Stale handles of this one stop matching. */
+NP_HOT void np_cell_free(np_cell* cell) {
+  uint64_t gs = __atomic_load_n(&cell->gs, __ATOMIC_RELAXED);
+  __atomic_store_n(&cell->gs, (gs | 1) + 1, __ATOMIC_RELEASE);
+}
+
+/* Starts a cell event's common fields. */
+NP_HOT void np_cell_init(np_cell* cell, np_thread* t, int type, int abi, uint64_t parent,
+                         int32_t rank, uint64_t now) {
+  cell->parent = parent;
+  cell->t_start = now;
+  cell->t_last = now;
+  cell->tid = t->tid;
+  cell->rank = rank;
+  cell->type = (uint8_t)type;
+  cell->abi = (uint8_t)abi;
+  cell->nstates = 0;
+  cell->sflags = 0;
+  cell->last_state = -1;
+}
+
+/* ------------------------------------------------------------------- transfer sums */
+
+NP_HOT uint64_t np_xfer_key(int kind, uint32_t writer, int32_t rank, int32_t id) {
+  return ((uint64_t)kind << 60) | ((uint64_t)(writer & 0xfff) << 48) |
+         ((uint64_t)((uint32_t)rank & 0xffffff) << 24) | (uint64_t)((uint32_t)id & 0xffffff);
+}
+
+/* The bucket of (key, size), inserted if new. Only the writer named in the key inserts or
+ * updates buckets of that key, so a match needs no ordering beyond the key's publication. */
+NP_HOT np_xbucket* np_xfer_bucket(np_comm* c, uint64_t key, uint64_t size) {
+  uint64_t hh = (key ^ (size * 0x9E3779B97F4A7C15ull)) * 0xff51afd7ed558ccdull;
+  uint32_t i = (uint32_t)(hh >> 40);
+  for (int probe = 0; probe < 32; probe++, i++) {
+    np_xbucket* b = &c->xfer[i & (NP_XFER_BUCKETS - 1)];
+    uint64_t k = __atomic_load_n(&b->key, __ATOMIC_ACQUIRE);
+    if (k == key && __atomic_load_n(&b->size, __ATOMIC_RELAXED) == size) return b;
+    if (k == 0) {
+      /* Claim the empty bucket, then give it its size: readers trust the size only once n
+       * is non-zero, and n is published after it. */
+      uint64_t zero = 0;
+      if (__atomic_compare_exchange_n(&b->key, &zero, key, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&b->size, size, __ATOMIC_RELAXED);
+        return b;
+      }
+    }
+  }
+  return NULL;
+}
+
+/* Adds one transfer (t in ticks; has_t 0 for receives, which are not timed). */
+NP_HOT void np_xfer_add(np_comm* c, np_thread* t, int kind, int32_t rank, int32_t id,
+                        uint64_t size, uint64_t dt, int has_t) {
+  uint32_t writer = (uint32_t)(t - np_threads);
+  np_xbucket* b = np_xfer_bucket(c, np_xfer_key(kind, writer, rank, id), size);
+  if (NP_UNLIKELY(b == NULL)) { /* table full: counted in the communicator's totals only */
+    __atomic_fetch_add(&c->xun_n[kind], 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&c->xun_bytes[kind], size, __ATOMIC_RELAXED);
+    np_count(NP_C_XFER_UNKEYED);
+    return;
+  }
+  uint64_t n = __atomic_load_n(&b->n, __ATOMIC_RELAXED);
+  __atomic_store_n(&b->bytes, b->bytes + size, __ATOMIC_RELAXED);
+  if (has_t) {
+    __atomic_store_n(&b->sum_t, b->sum_t + dt, __ATOMIC_RELAXED);
+    double t2;
+    uint64_t bits = b->sum_t2;
+    memcpy(&t2, &bits, sizeof t2);
+    t2 += (double)dt * (double)dt;
+    memcpy(&bits, &t2, sizeof bits);
+    __atomic_store_n(&b->sum_t2, bits, __ATOMIC_RELAXED);
+    if (n == 0 || dt < b->t_min) __atomic_store_n(&b->t_min, dt, __ATOMIC_RELAXED);
+    if (dt > b->t_max) __atomic_store_n(&b->t_max, dt, __ATOMIC_RELAXED);
+  }
+  __atomic_store_n(&b->n, n + 1, __ATOMIC_RELEASE);
+}
+
+/* A ProxyStep stopped: its transfer goes into the sums (a send step that reached the network:
+ * time = stop − SendWait; a receive: bytes only) and into its ProxyOp's cell. */
+NP_HOT void np_step_fold(np_comm* c, np_thread* t, np_cell* s, np_cell* op, uint64_t stop) {
+  uint64_t size = s->u.step.trans_size;
+  if (s->is_send) {
+    uint64_t sw = s->u.step.t_state[NP_ST_SEND_WAIT];
+    if (sw != 0 && stop >= sw) {
+      uint64_t dt = stop - sw;
+      np_xfer_add(c, t, NP_X_SEND, s->rank, s->peer, size, dt, 1);
+      np_xfer_add(c, t, NP_X_CHANNEL, s->rank, s->channel, size, dt, 1);
+      if (op) {
+        op->u.op.prog.x_n++;
+        op->u.op.prog.x_bytes += size;
+        op->u.op.prog.x_time += dt;
+      }
+    }
+  } else if (size > 0) {
+    np_xfer_add(c, t, NP_X_RECV, s->rank, s->peer, size, 0, 0);
+  }
+  if (op) {
+    op->u.op.prog.steps_done++;
+    op->t_last = stop;
+  }
+}
+
+/* ------------------------------------------------------------------- late records */
+
 /* A stop or state for an event whose window was sealed: written as a LATE record. */
 #define NP_LATE_STOP 0xffffffffu
 void np_late(np_comm* c, np_thread* t, uint64_t h, uint32_t state, uint64_t a0, uint64_t a1,
-             int has_args);
+             int has_args, const np_cell* opfin);
 void np_apply_state(np_event* ev, int state, uint64_t a0, uint64_t a1, int has_args,
                     uint64_t now);
+void np_cell_state(np_cell* cell, int state, uint64_t a0, int has_args, uint64_t now);
+void np_cell_stop(np_comm* c, np_thread* t, np_cell* cell, uint64_t h, uint64_t now);
 
 /* Resolves a handle for stop/record, inside the active section: counts and returns NULL for
  * sentinels and bad or stale handles. */
@@ -361,13 +619,15 @@ _Static_assert(NPABI_PROXY_STEP_SEND_GPU_WAIT == 8 && NPABI_PROXY_STEP_RECV_GPU_
                "np_step_cells follows the state numbering");
 
 /* A ProxyStep state, inline (most records are these). Returns 0 to take the general path. */
-NP_HOT int np_step_fast(np_event* ev, int state, uint64_t a0, int has_args) {
+NP_HOT int np_step_fast(np_cell* s, int state, uint64_t a0, int has_args, uint64_t now) {
   if ((unsigned)state >= 32) return 0;
   int cell = np_step_cells[state];
-  if (cell < 0 || cell == NP_ST_SEND_PEER_WAIT || has_args == 2) return 0;
-  ev->nstates++;
-  if (ev->u.step.t_state[cell] == 0) ev->u.step.t_state[cell] = np_ticks();
-  if ((cell == NP_ST_SEND_WAIT || cell == NP_ST_RECV_FLUSH_WAIT) && has_args) ev->u.step.trans_size = a0;
+  if (cell < 0 || cell == NP_ST_SEND_PEER_WAIT) return 0;
+  s->nstates++;
+  s->last_state = state;
+  s->t_last = now;
+  if (s->u.step.t_state[cell] == 0) s->u.step.t_state[cell] = now;
+  if ((cell == NP_ST_SEND_WAIT || cell == NP_ST_RECV_FLUSH_WAIT) && has_args) s->u.step.trans_size = a0;
   return 1;
 }
 
@@ -378,6 +638,24 @@ NP_HOT int np_is_sentinel(uint64_t h) {
   if (h != NP_H_DROPPED && h != NP_H_SKIPPED && h != NP_H_DISABLED)
     np_count(h == 0 ? NP_C_NULL_HANDLE : NP_C_BAD_HANDLE);
   return 1;
+}
+
+/* stopEvent of a window event. */
+NP_HOT void np_stop_slot(np_comm* c, np_thread* t, uint64_t h) {
+  np_event* ev = np_slot_of(c, h, 0);
+  if (NP_UNLIKELY(ev == NULL)) {
+    np_late(c, t, h, NP_LATE_STOP, 0, 0, 0, NULL);
+    return;
+  }
+  if (NP_UNLIKELY(ev->done)) {
+    ev->sflags |= NP_F_STOP_TWICE;
+    np_count(NP_C_STOP_TWICE);
+    return;
+  }
+  /* NCCL stops a KernelCh right after recording KernelChStop: that reading serves. */
+  uint64_t kst = np_ev_type(ev) == NP_T_KERNEL_CH ? ev->u.kch.t_stop_state : 0;
+  ev->t_stop = kst ? kst : np_ticks();
+  __atomic_store_n(&ev->done, 1, __ATOMIC_RELEASE);
 }
 
 /* stopEvent, every version. */
@@ -391,19 +669,12 @@ NP_HOT void np_stop(void* handle) {
     np_leave(t);
     return;
   }
-  np_event* ev = np_slot_of(c, h, 0);
-  if (NP_LIKELY(ev != NULL)) {
-    if (NP_UNLIKELY(ev->done)) {
-      ev->sflags |= NP_F_STOP_TWICE;
-      np_count(NP_C_STOP_TWICE);
-    } else {
-      /* NCCL stops a KernelCh right after recording KernelChStop: that reading serves. */
-      uint64_t kst = np_ev_type(ev) == NP_T_KERNEL_CH ? ev->u.kch.t_stop_state : 0;
-      ev->t_stop = kst ? kst : np_ticks();
-      __atomic_store_n(&ev->done, 1, __ATOMIC_RELEASE);
-    }
+  if (np_h_is_cell(h)) {
+    np_cell* cell = np_cell_of(c, h);
+    if (NP_LIKELY(cell != NULL)) np_cell_stop(c, t, cell, h, np_ticks());
+    else np_count(NP_C_STALE_HANDLE); /* stopped twice, or after its communicator was reset */
   } else {
-    np_late(c, t, h, NP_LATE_STOP, 0, 0, 0);
+    np_stop_slot(c, t, h);
   }
   np_leave(t);
 }
@@ -419,18 +690,28 @@ NP_HOT void np_state(void* handle, int state, uint64_t a0, uint64_t a1, int has_
     np_leave(t);
     return;
   }
+  if (np_h_is_cell(h)) {
+    np_cell* cell = np_cell_of(c, h);
+    if (NP_UNLIKELY(cell == NULL)) {
+      np_count(NP_C_STALE_HANDLE);
+    } else {
+      uint64_t now = np_ticks();
+      if (!(cell->type == NP_T_PROXY_STEP && np_step_fast(cell, state, a0, has_args, now)))
+        np_cell_state(cell, state, a0, has_args, now);
+    }
+    np_leave(t);
+    return;
+  }
   np_event* ev = np_slot_of(c, h, 0);
   if (NP_LIKELY(ev != NULL)) {
     if (NP_UNLIKELY(ev->done)) {
       ev->sflags |= NP_F_AFTER_STOP;
       np_count(NP_C_AFTER_STOP);
-    } else if (NP_LIKELY(np_ev_type(ev) == NP_T_PROXY_STEP) && np_step_fast(ev, state, a0, has_args)) {
-      /* the common case, applied inline */
     } else {
       np_apply_state(ev, state, a0, a1, has_args, np_ticks());
     }
   } else {
-    np_late(c, t, h, (uint32_t)state, a0, a1, has_args);
+    np_late(c, t, h, (uint32_t)state, a0, a1, has_args, NULL);
   }
   np_leave(t);
 }

@@ -142,6 +142,7 @@ func (s *metricsSink) tick() {
 	s.stepLabels()
 	s.rec.Pass()
 	if s.rec.SnapshotDue(time.Now()) {
+		s.d.syncAll()
 		s.rec.ObserveResults(s.d.agg.Results())
 	}
 	st := s.rec.Stats()

@@ -87,16 +87,12 @@ func (w *summaryWriter) finalized(r *aggregate.Result) {
 	w.written++
 }
 
+// write puts the summary in a new file, whole or not at all (a full disk leaves no partial or
+// empty summary: outfile.WriteNew).
 func (w *summaryWriter) write(c aggregate.Comm, b []byte) error {
-	f, err := outfile.Create(outputDir(),
-		fmt.Sprintf("ncclprof-summary-%s-%d-%016x-r%d", w.host, os.Getpid(), c.Hash, c.Rank), ".json")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(append(b, '\n'))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	_, err := outfile.WriteNew(outputDir(),
+		fmt.Sprintf("ncclprof-summary-%s-%d-%016x-r%d", w.host, os.Getpid(), c.Hash, c.Rank), ".json",
+		append(b, '\n'))
 	return err
 }
 
@@ -110,6 +106,9 @@ type summaryJSON struct {
 	Channels []channelJSON     `json:"channels"`
 	Health   aggregate.Health  `json:"health"`
 	Counters map[string]uint64 `json:"process_counters"`
+	// Complete is false when some figure above is partial; Partial says which and why.
+	Complete bool     `json:"complete"`
+	Partial  []string `json:"partial"`
 }
 
 type commJSON struct {
@@ -148,7 +147,11 @@ func summarize(host string, r *aggregate.Result) summaryJSON {
 	s := summaryJSON{Version: 1, Host: host, PID: os.Getpid(), Health: r.Health, Counters: counters(),
 		Comm: commJSON{Hash: fmt.Sprintf("0x%016x", r.Comm.Hash), Name: r.Comm.Name,
 			Rank: r.Comm.Rank, NRanks: r.Comm.NRanks, NNodes: r.Comm.NNodes, ABI: r.Comm.ABI},
-		Ops: []opJSON{}, Pairs: []pairJSON{}, Channels: []channelJSON{}}
+		Ops: []opJSON{}, Pairs: []pairJSON{}, Channels: []channelJSON{}, Partial: r.Partial()}
+	if s.Partial == nil {
+		s.Partial = []string{}
+	}
+	s.Complete = len(s.Partial) == 0
 	for k, v := range r.Ops {
 		s.Ops = append(s.Ops, opJSON{Func: k.Func, Algo: k.Algo, Proto: k.Proto, NChannels: k.NChannels, OpStats: v})
 	}

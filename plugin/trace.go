@@ -45,6 +45,9 @@ type traceSink struct {
 	startLabeled bool
 	failed       bool // a write failed: tracing stopped until the next start request
 	stats        traceStats
+	// The plugin's drop counters when the trace window began: taken while no trace is wanted,
+	// so drops between a request and the file's opening are the file's.
+	dropsAtOpen dropCounts
 
 	comms   map[uint32]uint64 // communicator index → incarnation announced in this file
 	threads map[int64]*thread
@@ -57,7 +60,30 @@ type traceSink struct {
 	flow    uint64
 }
 
-type traceStats struct{ events, bytes, errors, skipped uint64 }
+type traceStats struct{ events, bytes, errors, skipped, skippedCarry uint64 }
+
+// dropCounts are the plugin's per-type drop counters (np_dropped_read): events not tracked at
+// all, and detail records a trace wanted but could not get.
+type dropCounts struct{ untracked, trace [C.NP_T_COUNT]C.uint64_t }
+
+func readDrops() (d dropCounts) {
+	C.np_dropped_read(&d.untracked[0], &d.trace[0])
+	return d
+}
+
+// since gives what was dropped after `from`, per type name: untracked, then trace detail.
+func (d dropCounts) since(from dropCounts) (untracked, trace map[string]uint64) {
+	diff := func(now, then *[C.NP_T_COUNT]C.uint64_t) map[string]uint64 {
+		m := map[string]uint64{}
+		for k := range now {
+			if n := uint64(now[k] - then[k]); n > 0 {
+				m[event.Type(k).String()] = n
+			}
+		}
+		return m
+	}
+	return diff(&d.untracked, &from.untracked), diff(&d.trace, &from.trace)
+}
 
 type thread struct {
 	lanes chrome.Lanes
@@ -66,8 +92,8 @@ type thread struct {
 
 // loc is where a slice went (for flows) and, for operations, their function (names KernelCh).
 type loc struct {
-	tid, ts int64
-	fn      string
+	tid, ts, end int64
+	fn           string
 }
 
 const (
@@ -153,6 +179,24 @@ func (t *traceSink) apply(p control) {
 	if t.want {
 		t.open(t.from)
 	}
+	t.wantDetail()
+}
+
+// wantDetail tells the hot path whether to record detail (whole ProxySteps, NetPlugin,
+// ProxyCtrl): only while a trace is wanted and can be written. A start request turns it on in
+// C at once (control.c); it goes off here, once the stop has been applied.
+func (t *traceSink) wantDetail() {
+	on := t.want && !t.failed
+	if (C.np_detail() != 0) != on {
+		C.np_set_detail(C.int(b2i(on)))
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // pollSteps reads the step labels set since the last pass and writes what it can.
@@ -266,6 +310,7 @@ func (t *traceSink) fail(err error) {
 		t.stats.bytes += uint64(t.w.Bytes())
 		t.w = nil
 	}
+	t.wantDetail()
 	hint := "set NCCLPROF_TRACE_DIR to a writable directory"
 	if chrome.IsNoSpace(err) {
 		hint = "the disk is full"
@@ -278,10 +323,14 @@ func (t *traceSink) close() {
 	if t.w == nil {
 		return
 	}
+	untracked, dropped := readDrops().since(t.dropsAtOpen)
 	end := map[string]any{"complete": true, "communicators": t.commList(), "gpu_clock": t.gpu.Info(),
-		"counters": counters(), "events": t.w.Events(), "clock": clockInfo(t.cpu)}
+		"counters": counters(), "events": t.w.Events(), "clock": clockInfo(t.cpu),
+		"partial": len(untracked)+len(dropped)+int(t.stats.skippedCarry) > 0,
+		"dropped": dropped, "untracked": untracked, "carry_overflow": t.stats.skippedCarry}
 	eb, _ := json.Marshal(end)
 	err := t.w.Close(append([]byte(`"ncclprofEnd":`), eb...))
+	t.dropsAtOpen = readDrops() // a file that follows at once starts from here
 	t.from = t.cpu.UnixNs(uint64(C.np_now()))
 	t.stats.events += t.w.Events()
 	t.stats.bytes += uint64(t.w.Bytes())
@@ -315,6 +364,9 @@ func (t *traceSink) tick() {
 		t.open(t.from) // a window asked for through the control API opens now, steps and all
 	}
 	if t.w == nil {
+		if !t.want {
+			t.dropsAtOpen = readDrops()
+		}
 		t.publish()
 		return
 	}
@@ -395,6 +447,7 @@ func (t *traceSink) window(c aggregate.Comm, recs []event.Record) {
 				t.carry[r.Handle] = &cp
 			} else {
 				t.stats.skipped++
+				t.stats.skippedCarry++
 			}
 		default:
 			t.emit(c, r)
@@ -441,9 +494,9 @@ func (t *traceSink) emit(c aggregate.Comm, r *event.Record) {
 	if r.Type == event.ProxyStep {
 		t.emitStates(th, lane, tid, r, stop)
 	}
-	t.place(r.Handle, loc{tid, start, r.Func})
+	t.place(r.Handle, loc{tid, start, stop, r.Func})
 	if event.IsHandle(r.Parent) {
-		t.link(r.Parent, tid, start)
+		t.link(r.Parent, tid, start, stop)
 	}
 }
 
@@ -534,10 +587,13 @@ func (t *traceSink) place(h uint64, l loc) {
 	t.placed[h] = l
 }
 
-// link writes a flow from a parent's slice to a child's when the parent is in this file.
-func (t *traceSink) link(parent uint64, tid, ts int64) {
+// link writes a flow from a parent's slice to a child's when the parent is in this file, and
+// the child does not already show inside it on the same track (a step in its proxy op): an
+// arrow there adds nothing a viewer does not draw, and args.parent names the parent anyway.
+// (Flows were a third of the events of a trace.)
+func (t *traceSink) link(parent uint64, tid, ts, end int64) {
 	p, ok := t.placed[parent]
-	if !ok {
+	if !ok || (p.tid == tid && p.ts <= ts && end <= p.end) {
 		return
 	}
 	t.flow++
@@ -546,12 +602,20 @@ func (t *traceSink) link(parent uint64, tid, ts int64) {
 }
 
 // emitKernel writes KernelCh on its GPU track, in GPU time converted to Unix time (the CPU
-// callback times on ABI v3, which has no GPU timestamps).
+// callback times on ABI v3, which has no GPU timestamps, and for impossible GPU readings).
 func (t *traceSink) emitKernel(c aggregate.Comm, r *event.Record) {
 	start, stop := t.cpu.UnixNs(uint64(r.Start)), t.cpu.UnixNs(uint64(max(r.Stop, r.Aux)))
 	clock := "cpu_callback"
-	if r.PTimerStart != 0 && r.PTimerStop >= r.PTimerStart && t.gpu.Ready() {
-		start, stop, clock = t.gpu.UnixNs(r.PTimerStart), t.gpu.UnixNs(r.PTimerStop), "gpu"
+	if r.PTimerStart != 0 && r.PTimerStop != 0 && t.gpu.Ready() {
+		// An impossible GPU reading (counted in gpu_clock.rejected) leaves the callback times.
+		gs, okStart := t.gpu.Convert(start, r.PTimerStart)
+		gp, okStop := t.gpu.Convert(t.cpu.UnixNs(uint64(r.Aux)), r.PTimerStop)
+		switch {
+		case !okStart || !okStop:
+			clock = "cpu_callback_gpu_rejected"
+		case r.PTimerStop >= r.PTimerStart:
+			start, stop, clock = gs, gp, "gpu"
+		}
 	}
 	if start < t.w.BaseNs() || t.afterStop(t.cpu.UnixNs(uint64(r.Start))) {
 		t.stats.skipped++
@@ -587,7 +651,7 @@ func (t *traceSink) emitKernel(c aggregate.Comm, r *event.Record) {
 	e.Str("gpu_stop_ns", strconv.FormatUint(r.PTimerStop, 10))
 	e.Str("clock", clock).Hex("op", r.Parent).End()
 	if event.IsHandle(r.Parent) {
-		t.link(r.Parent, tid, start)
+		t.link(r.Parent, tid, start, stop)
 	}
 }
 
@@ -634,7 +698,7 @@ func (t *traceSink) op(o *aggregate.Op) {
 		e.Int("members", int64(o.Members))
 	}
 	e.Float("algbw_gbps", o.AlgBWGBps, 3).Float("busbw_gbps", o.BusBWGBps, 3).End()
-	t.link(o.Handle, tid, start)
+	t.link(o.Handle, tid, start, stop)
 	t.w.Spill()
 }
 
@@ -725,15 +789,13 @@ func (t *traceSink) typeArgs(e *chrome.Event, c aggregate.Comm, r *event.Record)
 	case event.ProxyOp:
 		e.Int("channel", int64(r.Channel)).Int("peer", int64(r.Peer)).Int("nsteps", int64(r.NSteps))
 		e.Int("chunk_size", int64(r.Chunk)).Uint("trans_size", r.Bytes).Bool("is_send", r.IsSend).Int("pid", int64(r.PID))
+		e.Int("steps_done", int64(r.StepsDone)).Uint("transfers", uint64(r.XferN)).Uint("transfer_bytes", r.XferBytes)
 	case event.ProxyStep:
+		// The state times are not repeated here: each state is a nccl_step_state slice nested
+		// in the step, starting at that time (emitStates).
 		e.Int("step", int64(r.Step)).Uint("trans_size", r.Bytes).Int("peer_waits", int64(r.PeerWaits))
-		if r.Flags&event.Cumulative != 0 {
-			e.Bool("trans_size_cumulative", true)
-		}
-		for i, v := range r.States {
-			if v != 0 {
-				e.Ts(stepStates[i], t.cpu.UnixNs(uint64(v)))
-			}
+		if r.Flags&event.NoOp != 0 {
+			e.Bool("no_proxyop", true)
 		}
 	case event.ProxyCtrl:
 		e.Str("first", ctrlName(r.FirstState)).Str("last", ctrlName(r.LastState)).Int("appended", int64(r.N))

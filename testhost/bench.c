@@ -23,19 +23,9 @@
 #include "scenarios.h"
 
 #define CHANNELS_MAX 8
-#define STEPS 4
 
-typedef struct bench_lib {
-  const npabi_profiler_v6_t* t;
-  void* ctx;
-  int mask;
-  int (*set_mask)(int);
-  int (*flush)(int);
-  int (*counters)(uint64_t*, int);
-  int (*stats)(uint64_t*, int);
-  int (*trace_start)(const char*);
-  int (*trace_stop)(void);
-} bench_lib;
+/* Steps per ProxyOp (4 in the callback-cost bench; the drain bench sets its own). */
+int bench_steps = 4;
 
 typedef struct cbcount {
   uint64_t n;
@@ -43,7 +33,7 @@ typedef struct cbcount {
 
 static npabi_descr_v6_t d_gapi, d_capi, d_kl, d_grp, d_coll, d_op, d_step, d_kch;
 
-static void bench_descriptors(void) {
+void bench_descriptors(void) {
   memset(&d_gapi, 0, sizeof d_gapi);
   d_gapi.type = NPABI_GROUP_API;
   d_gapi.groupApi.groupDepth = 1;
@@ -68,7 +58,7 @@ static void bench_descriptors(void) {
   d_op.type = NPABI_PROXY_OP;
   d_op.proxyOp.pid = getpid();
   d_op.proxyOp.peer = 1;
-  d_op.proxyOp.nSteps = STEPS;
+  d_op.proxyOp.nSteps = bench_steps;
   d_op.proxyOp.chunkSize = 1 << 19;
   memset(&d_step, 0, sizeof d_step);
   d_step.type = NPABI_PROXY_STEP;
@@ -100,7 +90,7 @@ static void bench_descriptors(void) {
   } while (0)
 
 /* The user thread's part of one collective; returns the Coll handle in *coll. */
-static uint64_t user_part(bench_lib* L, void** coll, int tsc) {
+uint64_t user_part(bench_lib* L, void** coll, int tsc) {
   uint64_t n = 0;
   void *g, *c, *k, *grp;
   START(L, d_gapi, g);
@@ -124,7 +114,7 @@ static uint64_t user_part(bench_lib* L, void** coll, int tsc) {
 }
 
 /* The proxy thread's part: ProxyOps, steps and KernelCh of every channel. */
-static uint64_t proxy_part(bench_lib* L, void* coll, int channels) {
+uint64_t proxy_part(bench_lib* L, void* coll, int channels) {
   uint64_t n = 0;
   npabi_args_v4_t a = {.proxyStep = {.transSize = 1 << 19}};
   npabi_args_v4_t none = {.proxyStep = {.transSize = 0}};
@@ -139,9 +129,10 @@ static uint64_t proxy_part(bench_lib* L, void* coll, int channels) {
       d_op.parentObj = coll;
       d_op.proxyOp.channelId = (uint8_t)ch;
       d_op.proxyOp.isSend = send;
+      d_op.proxyOp.nSteps = bench_steps;
       START(L, d_op, op);
       STATE(L, op, NPABI_PROXY_OP_IN_PROGRESS, &none);
-      for (int s = 0; s < STEPS; s++) {
+      for (int s = 0; s < bench_steps; s++) {
         void* st;
         d_step.parentObj = op;
         d_step.proxyStep.step = s;
@@ -264,7 +255,7 @@ static double median(double* v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static void open_lib(bench_lib* L, const char* path, const char* name) {
+void open_lib(bench_lib* L, const char* path, const char* name) {
   void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     fprintf(stderr, "bench: cannot load %s: %s\n", path, dlerror());
@@ -278,6 +269,7 @@ static void open_lib(bench_lib* L, const char* path, const char* name) {
   L->stats = (int (*)(uint64_t*, int))dlsym(h, "ncclprof_stats");
   L->trace_start = (int (*)(const char*))dlsym(h, "ncclprof_trace_start");
   L->trace_stop = (int (*)(void))dlsym(h, "ncclprof_trace_stop");
+  L->dropped = (int (*)(uint64_t*, uint64_t*, int))dlsym(h, "ncclprof_dropped");
   L->t->init(&L->ctx, 0xBE4C000000000001ull, &L->mask, name, 1, 2, 0, NULL);
 }
 
@@ -286,6 +278,41 @@ static uint64_t dropped(bench_lib* L) {
   if (!L->counters) return 0;
   L->counters(c, 32);
   return c[NP_C_DROPPED_FULL] + c[NP_C_DROPPED_THREADS] + c[NP_C_DROPPED_DETAIL];
+}
+
+enum { E_FLOOR, E_FLOOR_TSC, P_DEFAULT, P_ALL, P_TRACED, E_TWO, P_TWO_ALL, P_COLL1, E_COLL1,
+       P_COLL2, E_COLL2, P_COLL4, E_COLL4, P_TWO_DEFAULT, NCONF };
+
+/* The configurations measured with a chained plugin: the floors and ncclprof's masks. */
+static int bench_chain_config(int c) {
+  return c == E_FLOOR || c == E_FLOOR_TSC || c == P_DEFAULT || c == P_ALL || c == E_TWO ||
+         c == P_TWO_ALL || c == P_TWO_DEFAULT;
+}
+
+/* ncclprof with a plugin chained behind it (NCCL's mask is then ncclprof's | the chained
+ * plugin's, so every configuration emits what that plugin asks for too). The bar: ncclprof's
+ * own cost stays within 1.3x the floor, plus what the chained plugin costs by itself, which is
+ * measured separately as the cost of calling it directly (empty_1thread when the chained plugin
+ * is the empty one): the ratios below are (chained − that) / floor. */
+static int bench_chain_report(const opts* o, int reps, int per_rep, uint64_t drops,
+                              const char* const* names, const double* cb, const double* coll) {
+  printf("{\"scenario\":\"bench\",\"chain\":\"%s\",\"reps\":%d,\"collectives_per_rep\":%d,"
+         "\"dropped\":%llu,\"configs\":{", o->chain, reps, per_rep, (unsigned long long)drops);
+  int first = 1;
+  for (int c = 0; c < NCONF; c++) {
+    if (!bench_chain_config(c)) continue;
+    printf("%s\"%s%s\":{\"ns_per_callback\":%.2f,\"ns_per_collective\":%.1f}", first ? "" : ",",
+           names[c], c == E_FLOOR || c == E_FLOOR_TSC || c == E_TWO ? "" : "_chained", cb[c], coll[c]);
+    first = 0;
+  }
+  double own = cb[E_FLOOR]; /* the chained plugin by itself */
+  printf("},\"chained_plugin_ns_per_callback\":%.2f,", own);
+  printf("\"ratio_all_chained_minus_chained_plugin_vs_empty_plus_tsc\":%.3f,"
+         "\"ratio_default_chained_minus_chained_plugin_vs_empty_plus_tsc\":%.3f,",
+         (cb[P_ALL] - own) / cb[E_FLOOR_TSC], (cb[P_DEFAULT] - own) / cb[E_FLOOR_TSC]);
+  printf("\"ratio_2threads_all_chained_minus_chained_plugin_vs_empty\":%.3f}\n",
+         (cb[P_TWO_ALL] - cb[E_TWO]) / cb[E_TWO]);
+  return 0;
 }
 
 #define DEFAULT_MASK (NPABI_GROUP | NPABI_COLL | NPABI_P2P | NPABI_PROXY_OP | NPABI_PROXY_STEP | \
@@ -300,8 +327,6 @@ int scenario_bench(const opts* o) {
   open_lib(&prof, o->lib, "bench-ncclprof");
   int reps = o->reps >= 5 ? o->reps : 5;
   const int bursts = 20, per = 1000, channels = 2;
-  enum { E_FLOOR, E_FLOOR_TSC, P_DEFAULT, P_ALL, P_TRACED, E_TWO, P_TWO_ALL, P_COLL1, E_COLL1,
-         P_COLL2, E_COLL2, P_COLL4, E_COLL4, P_TWO_DEFAULT, NCONF };
   static const char* const names[NCONF] = {
       "empty_1thread", "empty_plus_tsc_1thread", "ncclprof_default_1thread",
       "ncclprof_all_1thread", "ncclprof_all_1thread_traced", "empty_2threads",
@@ -312,8 +337,11 @@ int scenario_bench(const opts* o) {
   uint64_t trace0[8] = {0}, trace1[8] = {0};
   uint64_t drops0 = dropped(&prof);
   const int kch = NPABI_COLL | NPABI_P2P | NPABI_KERNEL_CH;
+  /* With a chained plugin (--chain) only the configurations whose bar it changes are run. */
+  const int chained = o->chain != NULL;
   for (int rep = 0; rep < reps && rep < 64; rep++) {
     for (int c = 0; c < NCONF; c++) {
+      if (chained && !bench_chain_config(c)) continue;
       bench_lib* L = (c == P_DEFAULT || c == P_ALL || c == P_TRACED || c == P_TWO_ALL ||
                       c == P_COLL1 || c == P_COLL2 || c == P_COLL4 || c == P_TWO_DEFAULT)
                          ? &prof : &empty;
@@ -344,6 +372,7 @@ int scenario_bench(const opts* o) {
     med_cb[c] = median(per_cb[c], reps);
     med_coll[c] = median(per_coll[c], reps);
   }
+  if (chained) return bench_chain_report(o, reps, bursts * per, drops, names, med_cb, med_coll);
   printf("{\"scenario\":\"bench\",\"reps\":%d,\"collectives_per_rep\":%d,\"dropped\":%llu,\"configs\":{",
          reps, bursts * per, (unsigned long long)drops);
   for (int c = 0; c < NCONF; c++)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "../plugin/chain.h"
 #include "../plugin/core.h"
 
 static double calibrate(void) {
@@ -33,7 +34,7 @@ static void* cdrain_main(void* arg) {
     uint64_t req = np_flush_pending();
     int n;
     do {
-      n = np_poll(ready, 64, req != 0);
+      n = np_poll(ready, 64, req != 0, 3);
       for (int i = 0; i < n; i++) {
         int m = np_export(&ready[i], recs, (int)cap);
         for (int k = 0; k < m; k++)
@@ -50,6 +51,7 @@ static void* cdrain_main(void* arg) {
       if (!np_comm_get(i, &info)) break;
       if (info.state == NP_COMM_FINALIZING && info.open_windows == 0) np_comm_drained(i);
     }
+    np_chain_report();
     if (req) np_flush_done(req);
   }
   return NULL;

@@ -6,9 +6,66 @@
 #include "emit.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "calllog.h"
+
+/* ------------------------------------------------------------------- call log */
+/* With NCCLPROF_HOST_CALLLOG=FILE the host writes every callback it makes (calllog.h), so a
+ * test can compare what NCCL sent with what a plugin chained behind ncclprof received. */
+
+static FILE* calllog;
+static pthread_mutex_t calllog_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t calllog_once = PTHREAD_ONCE_INIT;
+
+static void calllog_open(void) {
+  const char* path = getenv("NCCLPROF_HOST_CALLLOG");
+  if (path && *path) calllog = fopen(path, "a");
+}
+
+static void host_ref(const void* p, char* out, size_t cap) {
+  if (p == NULL) snprintf(out, cap, "0");
+  else snprintf(out, cap, "%#llx", (unsigned long long)(uintptr_t)p);
+}
+
+/* One line: what, then the context or handle, then fields. */
+static void log_call(const char* what, const char* key, const void* ref, const char* fields) {
+  pthread_once(&calllog_once, calllog_open);
+  if (!calllog) return;
+  char r[40];
+  host_ref(ref, r, sizeof r);
+  pthread_mutex_lock(&calllog_mu);
+  fprintf(calllog, "T%ld %s %s=%s%s\n", (long)syscall(SYS_gettid), what, key, r, fields);
+  fflush(calllog);
+  pthread_mutex_unlock(&calllog_mu);
+}
+
+static void* call_start(host_plugin* p, void* ctx, const void* d) {
+  void* h = HOST_POISON;
+  ((npabi_result_t(*)(void*, void**, const void*))((const npabi_profiler_v1_t*)p->table)->startEvent)(ctx, &h, d);
+  pthread_once(&calllog_once, calllog_open);
+  if (calllog) {
+    char hs[40], fields[1100];
+    host_ref(h, hs, sizeof hs);
+    int n = snprintf(fields, sizeof fields, " h=%s", hs);
+    calllog_descr(fields + n, sizeof fields - (size_t)n, p->abi, d, host_ref);
+    log_call("start", "ctx", ctx, fields);
+  }
+  return h;
+}
+
+static void call_record(host_plugin* p, void* h, int s, void* a) {
+  ((const npabi_profiler_v1_t*)p->table)->recordEventState(h, (npabi_state_t)s, a);
+  char fields[256];
+  int n = snprintf(fields, sizeof fields, " s=%d", s);
+  calllog_args(fields + n, sizeof fields - (size_t)n, p->abi >= 4 ? 4 : 1, s, a);
+  log_call("record", "h", h, fields);
+}
 
 void host_load(host_plugin* p, const char* path, int abi) {
   memset(p, 0, sizeof *p);
@@ -34,35 +91,14 @@ void host_unload(host_plugin* p) {
   p->table = NULL;
 }
 
-int host_has_type(const host_plugin* p, uint64_t t) {
-  if (t <= NPABI_PROXY_CTRL) return 1;
-  if (t <= NPABI_NET_PLUGIN) return p->abi >= 3;
-  if (t <= NPABI_KERNEL_LAUNCH) return p->abi >= 5;
-  return p->abi >= 6;
-}
+int host_has_type(const host_plugin* p, uint64_t t) { return (npabi_types_of(p->abi) & t) != 0; }
 
 /* NCCL starts an event when the mask holds its bit or any descendant's (§2.5). */
 static int host_wants(const host_plugin* p, uint64_t t) {
   return host_mask_wants(__atomic_load_n(&((host_plugin*)p)->mask, __ATOMIC_RELAXED), t);
 }
 
-int host_mask_wants(int m, uint64_t t) {
-  const int below_coll = NPABI_PROXY_OP | NPABI_PROXY_STEP | NPABI_KERNEL_CH | NPABI_NET_PLUGIN;
-  const int ce = NPABI_CE_COLL | NPABI_CE_SYNC | NPABI_CE_BATCH;
-  switch (t) {
-  case NPABI_GROUP_API: return m & (NPABI_ALL_TYPES & ~NPABI_PROXY_CTRL);
-  case NPABI_COLL_API: return m & (NPABI_COLL_API | NPABI_COLL | below_coll | ce);
-  case NPABI_P2P_API: return m & (NPABI_P2P_API | NPABI_P2P | below_coll);
-  case NPABI_KERNEL_LAUNCH: return m & NPABI_KERNEL_LAUNCH;
-  case NPABI_GROUP: return m & (NPABI_GROUP | NPABI_COLL | NPABI_P2P | below_coll);
-  case NPABI_COLL: return m & (NPABI_COLL | below_coll);
-  case NPABI_P2P: return m & (NPABI_P2P | below_coll);
-  case NPABI_PROXY_OP: return m & (NPABI_PROXY_OP | NPABI_PROXY_STEP | NPABI_NET_PLUGIN);
-  case NPABI_PROXY_STEP: return m & (NPABI_PROXY_STEP | NPABI_NET_PLUGIN);
-  case NPABI_CE_COLL: return m & ce;
-  default: return m & (int)t;
-  }
-}
+int host_mask_wants(int m, uint64_t t) { return npabi_mask_wants(m, t); }
 
 void* host_init(host_plugin* p, const char* name, uint64_t hash, int nnodes, int nranks,
                 int rank) {
@@ -83,6 +119,11 @@ void* host_init(host_plugin* p, const char* name, uint64_t hash, int nnodes, int
     ((const npabi_profiler_v6_t*)p->table)->init(&ctx, hash, &p->mask, name, nnodes, nranks, rank,
                                                  NULL);
   }
+  char fields[256] = "";
+  if (p->abi >= 4)
+    snprintf(fields, sizeof fields, " id=%llu name=%s nnodes=%d nranks=%d rank=%d",
+             (unsigned long long)hash, name ? name : "(null)", nnodes, nranks, rank);
+  log_call("init", "ctx", ctx, fields);
   return ctx;
 }
 
@@ -90,6 +131,7 @@ void host_finalize(host_plugin* p, void* ctx) {
   /* Since 2.28 NCCL skips finalize for a NULL context; older releases call it anyway. */
   if (ctx == NULL && p->abi >= 5) return;
   ((const npabi_profiler_v1_t*)p->table)->finalize(ctx); /* same slot in every version */
+  log_call("finalize", "ctx", ctx, "");
 }
 
 /* NCCL's call sites test the handle before stopping (§3); the fuzzer calls the table itself. */
@@ -97,6 +139,7 @@ void host_stop(host_plugin* p, void* h) {
   if (!h) return;
   __atomic_fetch_add(&host_calls, 1, __ATOMIC_RELAXED);
   ((const npabi_profiler_v1_t*)p->table)->stopEvent(h);
+  log_call("stop", "h", h, "");
 }
 
 /* ------------------------------------------------------------------- descriptors */
@@ -153,9 +196,7 @@ static void* start_v1(host_plugin* p, void* ctx, const host_ev* e) {
     break;
   case NPABI_PROXY_STEP: d.proxyStep.step = e->step; break;
   }
-  void* h = HOST_POISON;
-  ((const npabi_profiler_v1_t*)p->table)->startEvent(ctx, &h, &d);
-  return h;
+  return call_start(p, ctx, &d);
 }
 
 /* v2 and v3 share the layout of every member the host fills, except coll's tail. */
@@ -203,9 +244,7 @@ static void* start_v2(host_plugin* p, void* ctx, const host_ev* e) {
   npabi_descr_v2_t d;
   memset(&d, 0, sizeof d);
   FILL_V2_V3(d, e);
-  void* h = HOST_POISON;
-  ((const npabi_profiler_v2_t*)p->table)->startEvent(ctx, &h, &d);
-  return h;
+  return call_start(p, ctx, &d);
 }
 
 static void* start_v3(host_plugin* p, void* ctx, const host_ev* e) {
@@ -217,9 +256,7 @@ static void* start_v3(host_plugin* p, void* ctx, const host_ev* e) {
     d.netPlugin.id = e->net_id;
     d.netPlugin.data = e->net_data;
   }
-  void* h = HOST_POISON;
-  ((const npabi_profiler_v3_t*)p->table)->startEvent(ctx, &h, &d);
-  return h;
+  return call_start(p, ctx, &d);
 }
 
 /* v4, v5 and v6 share proxy/kernel/net members at the same offsets. */
@@ -270,9 +307,7 @@ static void* start_v4(host_plugin* p, void* ctx, const host_ev* e) {
     d.p2p.nChannels = e->nchannels;
   }
   FILL_PROXY_V4(d, e);
-  void* h = HOST_POISON;
-  ((const npabi_profiler_v4_t*)p->table)->startEvent(ctx, &h, &d);
-  return h;
+  return call_start(p, ctx, &d);
 }
 
 static void fill_v5(npabi_descr_v5_t* d, const host_ev* e) {
@@ -328,9 +363,7 @@ static void* start_v5(host_plugin* p, void* ctx, const host_ev* e) {
   npabi_descr_v5_t d;
   memset(&d, 0, sizeof d);
   fill_v5(&d, e);
-  void* h = HOST_POISON;
-  ((const npabi_profiler_v5_t*)p->table)->startEvent(ctx, &h, &d);
-  return h;
+  return call_start(p, ctx, &d);
 }
 
 static void* start_v6(host_plugin* p, void* ctx, const host_ev* e) {
@@ -363,9 +396,7 @@ static void* start_v6(host_plugin* p, void* ctx, const host_ev* e) {
   } else {
     fill_v5((npabi_descr_v5_t*)&d, e);
   }
-  void* h = HOST_POISON;
-  ((const npabi_profiler_v6_t*)p->table)->startEvent(ctx, &h, &d);
-  return h;
+  return call_start(p, ctx, &d);
 }
 
 void* host_start(host_plugin* p, void* ctx, const host_ev* e) {
@@ -399,17 +430,15 @@ void* host_start_raw(host_plugin* p, void* ctx, const host_ev* e) {
 static void record_v1(host_plugin* p, void* h, int s, npabi_args_v1_t* a) {
   if (!h) return;
   __atomic_fetch_add(&host_calls, 1, __ATOMIC_RELAXED);
-  ((const npabi_profiler_v1_t*)p->table)->recordEventState(h, (npabi_state_t)s, a);
+  call_record(p, h, s, a);
 }
 static void record_v4(host_plugin* p, void* h, int s, npabi_args_v4_t* a) {
   if (!h) return;
   __atomic_fetch_add(&host_calls, 1, __ATOMIC_RELAXED);
-  ((const npabi_profiler_v4_t*)p->table)->recordEventState(h, (npabi_state_t)s, a);
+  call_record(p, h, s, a);
 }
 
-void host_raw_state(host_plugin* p, void* h, int s, void* args) {
-  ((const npabi_profiler_v1_t*)p->table)->recordEventState(h, (npabi_state_t)s, args);
-}
+void host_raw_state(host_plugin* p, void* h, int s, void* args) { call_record(p, h, s, args); }
 
 /* The v1–v3 ProxyOp state NCCL records just before a step state (net.cc at 2.26). */
 static int v1_op_state_for(int step_state) {

@@ -23,12 +23,15 @@ static void usage(void) {
           "  cycles     communicators created and destroyed, with dlclose/dlopen in between\n"
           "  fuzz       random and malformed calls from several threads for --seconds\n"
           "  bench      callback cost against --empty-lib (prints JSON)\n"
+          "  drain      one thread at --rate AllReduces/s (0: unpaced) of --channels x --steps for\n"
+          "             --seconds: events/s, drops per type, operations kept, drainer cost (JSON)\n"
           "  soak       --comms communicators (64) created and destroyed in cycles of --iters\n"
           "             operations, three threads at full rate, for --seconds; a JSON line a second\n"
           "  manycomms  --comms communicators (1100), more than the plugin's table holds\n"
           "  fork       allreduce with a fork() halfway; the child exits without NCCL\n"
           "  flood      AllReduces in 64-byte chunks: thousands of ProxySteps per operation\n"
           "  skew       ranks on one schedule with a planted slow rank (its own options: see skew.c)\n"
+          "  hang       ranks of a job that stops, the culprit planted (its own options: see hang.c)\n"
           "  job        AllReduces on ranks that wait for each other (--sync FILE, shared and new),\n"
           "             --slow-rank R late by --slow-us D (3000) on odd steps (ncclmerge demo)\n"
           "options:\n"
@@ -38,6 +41,8 @@ static void usage(void) {
           "             with ncclprof_trace_start/stop, label each iteration ncclprof_set_step)\n"
           "  --labels (allreduce: label each iteration with ncclprof_set_step, no window)\n"
           "  --mask-api M (call ncclprof_set_event_mask(M) before the first communicator)\n"
+          "  --chain PLUGIN (NCCLPROF_CHAIN: ncclprof chains this plugin; bench: measure that)\n"
+          "  --bad-ptimer V --bad-ptimer-every N (every Nth KernelCh GPU timestamp reads V)\n"
           "  --fast (no modelled transfer times)  --seconds S (fuzz, 5)  --threads N (fuzz, 3)\n"
           "  --seed N  --truth FILE (write ground truth JSON)  --empty-lib PATH  --reps N (7)\n");
   exit(2);
@@ -48,6 +53,7 @@ int main(int argc, char** argv) {
    * NCCL, so a trace of the test host is never mistaken for one of a real job. */
   setenv("NCCLPROF_SIMULATED", "1", 0);
   if (argc > 1 && !strcmp(argv[argc - 1], "skew")) return scenario_skew(argc, argv);
+  if (argc > 1 && !strcmp(argv[argc - 1], "hang")) return scenario_hang(argc, argv);
   opts o = {.abi = 6, .rank = 0, .nranks = 4, .iters = 50, .channels = 2, .cycles = 3,
             .realtime = 1, .seconds = 5, .threads = 3, .reps = 7, .seed = 1,
             .mask_api = -1, .slow_rank = -1, .slow_us = 3000};
@@ -69,6 +75,8 @@ int main(int argc, char** argv) {
     else if (ARG("--truth")) o.truth = v;
     else if (ARG("--empty-lib")) o.empty_lib = v;
     else if (ARG("--reps")) o.reps = atoi(v);
+    else if (ARG("--rate")) o.rate = atof(v);
+    else if (ARG("--steps")) o.steps = atoi(v);
     else if (!strcmp(a, "--kernel")) o.kernel = 1;
     else if (!strcmp(a, "--control")) o.control = 1;
     else if (!strcmp(a, "--labels")) o.labels = 1;
@@ -77,6 +85,9 @@ int main(int argc, char** argv) {
     else if (ARG("--slow-rank")) o.slow_rank = atoi(v);
     else if (ARG("--slow-us")) o.slow_us = atof(v);
     else if (!strcmp(a, "--fast")) o.realtime = 0;
+    else if (ARG("--chain")) setenv("NCCLPROF_CHAIN", v, 1), o.chain = v;
+    else if (ARG("--bad-ptimer")) o.bad_ptimer = strtoull(v, NULL, 0);
+    else if (ARG("--bad-ptimer-every")) o.bad_every = atoi(v);
     else if (a[0] == '-') usage();
     else o.scenario = a;
 #undef ARG
@@ -89,7 +100,13 @@ int main(int argc, char** argv) {
     world_init(o.lib, 6, 0, 2, 0, o.seed);
     return scenario_bench(&o);
   }
+  if (!strcmp(o.scenario, "drain")) {
+    world_init(o.lib, 6, 0, 2, 0, o.seed);
+    return scenario_drain(&o);
+  }
   world_init(o.lib, o.abi, o.rank, o.nranks, o.realtime, o.seed);
+  W.bad_ptimer = o.bad_ptimer;
+  W.bad_every = o.bad_every;
   if (o.mask_api >= 0) { /* as Python may: before the first communicator */
     int (*set_mask)(int) = (int (*)(int))dlsym(W.plugin.lib, "ncclprof_set_event_mask");
     if (set_mask) set_mask(o.mask_api);

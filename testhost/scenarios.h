@@ -14,13 +14,18 @@ typedef struct opts {
   int control; /* use the plugin's control API: trace window and step labels */
   int labels;  /* step labels only */
   int mask_api; /* >= 0: ncclprof_set_event_mask before the first communicator */
+  unsigned long long bad_ptimer; /* planted GPU timestamp, every bad_every-th reading */
+  int bad_every;
   const char* sync; /* job: the file the ranks synchronize through */
   int slow_rank;    /* job: the planted straggler (-1: none) */
   double slow_us;   /* job: how late it arrives on the slow steps */
   unsigned long long seed;
   double seconds;
   const char* empty_lib; /* bench: the empty plugin, the floor */
+  const char* chain;     /* NCCLPROF_CHAIN (bench: the configurations with a chained plugin) */
   int reps;
+  double rate; /* drain: collectives per second (0: as fast as one thread can) */
+  int steps;   /* drain: steps per ProxyOp */
 } opts;
 
 /* One API call: a collective or a point-to-point operation. */
@@ -40,6 +45,27 @@ typedef struct op_spec {
 
 void launch_group(hcomm* c, op_spec* ops, int n, int depth);
 
+/* The callback-cost bench's plugin handle and NCCL-shaped call sequence (bench.c), also used
+ * by the drainer bench (drainbench.c). */
+typedef struct bench_lib {
+  const npabi_profiler_v6_t* t;
+  void* ctx;
+  int mask;
+  int (*set_mask)(int);
+  int (*flush)(int);
+  int (*counters)(uint64_t*, int);
+  int (*stats)(uint64_t*, int);
+  int (*trace_start)(const char*);
+  int (*trace_stop)(void);
+  int (*dropped)(uint64_t*, uint64_t*, int);
+} bench_lib;
+extern int bench_steps;
+void bench_descriptors(void);
+void open_lib(bench_lib* L, const char* path, const char* name);
+uint64_t user_part(bench_lib* L, void** coll, int tsc);
+uint64_t proxy_part(bench_lib* L, void* coll, int channels);
+int scenario_drain(const opts* o);
+
 void scenario_allreduce(const opts* o);
 void scenario_p2p(const opts* o);
 void scenario_alltoall(const opts* o);
@@ -53,5 +79,6 @@ void scenario_fork(const opts* o);
 void scenario_flood(const opts* o);
 void scenario_job(const opts* o); /* ranks that wait for each other, a straggler (job.c) */
 int scenario_skew(int argc, char** argv); /* parses its own options (skew.c) */
+int scenario_hang(int argc, char** argv); /* parses its own options (hang.c) */
 
 #endif

@@ -34,6 +34,14 @@ uint64_t gpu_ns(void) {
                     (int64_t)((double)(r - W.t_base_real) * W.gpu_drift_ppm * 1e-6));
 }
 
+uint64_t gpu_reading(uint64_t ns) {
+  static uint64_t readings;
+  if (W.bad_every <= 0 || __atomic_add_fetch(&readings, 1, __ATOMIC_RELAXED) % (uint64_t)W.bad_every)
+    return ns;
+  __atomic_fetch_add(&W.bad_planted, 1, __ATOMIC_RELAXED);
+  return W.bad_ptimer;
+}
+
 void spin_until(double t) {
   while (now_ns() < t) {
   }
@@ -232,7 +240,7 @@ void run_job(const job* j) {
   if (j->kernel) {
     /* The proxy sees the GPU's start counter some polling delay after the GPU wrote it. */
     host_ev k = {.type = NPABI_KERNEL_CH, .parent = j->parent, .channel = (uint8_t)j->channel,
-                 .ptimer = gpu_ns() - 300 - rnd() % 700};
+                 .ptimer = gpu_reading(gpu_ns() - 300 - rnd() % 700)};
     kch = start_event(j->ctx, &k, 0);
   }
   host_ev e = {.type = NPABI_PROXY_OP, .parent = j->parent, .rank = j->comm->rank, .pid = j->pid,
@@ -255,7 +263,7 @@ void run_job(const job* j) {
   }
   if (op) host_stop(p, op);
   if (kch) {
-    host_kernel_stop(p, kch, gpu_ns() - 200 - rnd() % 500);
+    host_kernel_stop(p, kch, gpu_reading(gpu_ns() - 200 - rnd() % 500));
     host_stop(p, kch);
   }
   if (j->last_of_op && j->truth_op >= 0) truth_completion(j->comm, j->truth_op, now_ns() - j->t_op_start);
@@ -325,6 +333,7 @@ void truth_write(FILE* f, const char* scenario) {
           W.plugin.abi, (int)getpid(), W.rank, W.nranks);
   fprintf(f, "\"gpu_offset_ns\":%.1f,\"gpu_drift_ppm\":%.3f,\"gpu_base_real_ns\":\"%lld\",\"mask\":%d,",
           W.gpu_offset_ns, W.gpu_drift_ppm, (long long)W.t_base_real, W.plugin.mask);
+  fprintf(f, "\"bad_ptimers\":%llu,", (unsigned long long)W.bad_planted);
   fprintf(f, "\"unwritten_handles\":%llu,\"threads\":%d,\"finalize_max_ns\":%.0f,\"type_counts\":[",
           (unsigned long long)host_unwritten_handles, thread_count(), W.finalize_max_ns);
   for (int i = 0; i < 15; i++) fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)W.type_counts[i]);

@@ -91,6 +91,10 @@ typedef struct world {
   pthread_mutex_t smu;
   /* The longest a communicator's finalize took: what a plugin makes NCCL's destroy wait. */
   double finalize_max_ns;
+  /* Planted faults: every bad_every-th GPU timestamp (KernelCh start or stop) reads bad_ptimer
+   * instead of the clock (--bad-ptimer); how many were planted. */
+  uint64_t bad_ptimer, bad_planted;
+  int bad_every;
   /* Set around launch_group by scenarios whose ranks wait for each other (job.c): the shared
    * arrival count its jobs wait on. NULL otherwise. */
   const uint32_t* op_barrier;
@@ -102,6 +106,7 @@ double now_ns(void);  /* CLOCK_MONOTONIC */
 double real_ns(void);    /* CLOCK_REALTIME */
 int64_t real_ns_i(void); /* CLOCK_REALTIME, exact */
 uint64_t gpu_ns(void); /* simulated GPU %globaltimer */
+uint64_t gpu_reading(uint64_t ns); /* a pTimer NCCL passes: ns, or the planted bad value */
 void spin_until(double t_mono_ns);
 uint64_t rnd(void);
 double rnd01(void);

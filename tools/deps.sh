@@ -8,17 +8,18 @@
 #   tools/deps.sh speedscope-dir   print the directory of speedscope's web app (for the tests)
 #
 # First every check (a second or two), so that what this cannot install itself stops the run
-# before a long build: Debian packages (chromium, nodejs/npm, python3-venv) are installed with
-# apt-get when running as root, else it prints the one apt-get command to run and exits 1.
-# Then, as the user: speedscope from npm into the project's cache (not npm's global prefix),
-# and the OpenTelemetry Collector (tools/otelcol/build.sh), both cached under
-#   ${NCCLPROF_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ncclprof}
-# The Python venv (build/py: pytest, torch) is made by tools/python/venv.sh from `make test-python`.
+# before a long build: Debian packages (chromium, prometheus 2.x, nodejs/npm, python3-venv) are
+# installed with apt-get when running as root, else it prints the one apt-get command to run and
+# exits 1. Then, as the user: speedscope from npm into the project's cache (not npm's global
+# prefix), and the OpenTelemetry Collector (tools/otelcol/build.sh), both cached under
+#   ${NCCLPROF_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ncclprof}  (tools/cache.sh)
+# `make test-go` builds Prometheus 3.x (tools/prometheus/build.sh) and HTA's venvs
+# (tools/hta/venv.sh); `make test-python` the Python venv (build/py: pytest, torch).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 SPEEDSCOPE_VERSION=1.25.0
-cache_root="${NCCLPROF_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ncclprof}"
+. tools/cache.sh # cache_root
 speedscope_dir="$cache_root/speedscope-$SPEEDSCOPE_VERSION/node_modules/speedscope/dist/release"
 go_bin="${GO:-go}"
 python="${PYTHON:-python3}"
@@ -70,6 +71,8 @@ chromium_bin() { command -v chromium || command -v chromium-browser || true; }
 missing_packages() {
   local pkgs=()
   [ -n "$(chromium_bin)" ] || pkgs+=(chromium)
+  # Debian's Prometheus 2.x, one of the two the metrics example is tested with (or NCCLPROF_PROMETHEUS2).
+  [ -x "${NCCLPROF_PROMETHEUS2:-/usr/bin/prometheus}" ] || pkgs+=(prometheus)
   if [ ! -f "$speedscope_dir/index.html" ] && ! command -v npm >/dev/null; then
     pkgs+=(nodejs npm)
   fi

@@ -14,7 +14,7 @@ import (
 
 // fakeMachine is a PATH with only the commands deps.sh reaches before it decides: stubs for go
 // (reporting goVersion), gcc, id (a non-root uid) and apt-get (which must not run), and the
-// real sed, dirname and python3. Chromium and npm are absent.
+// real sed, dirname and python3. Chromium, Debian's Prometheus and npm are absent.
 func fakeMachine(t *testing.T, goVersion string) []string {
 	bin := t.TempDir()
 	stub := func(name, body string) {
@@ -49,7 +49,8 @@ esac`)
 			t.Fatal(err)
 		}
 	}
-	return []string{"PATH=" + bin, "HOME=" + t.TempDir(), "NCCLPROF_CACHE_DIR=" + t.TempDir()}
+	return []string{"PATH=" + bin, "HOME=" + t.TempDir(), "NCCLPROF_CACHE_DIR=" + t.TempDir(),
+		"NCCLPROF_PROMETHEUS2=" + filepath.Join(bin, "no-prometheus")}
 }
 
 func deps(t *testing.T, env []string, args ...string) (string, error) {
@@ -67,13 +68,14 @@ func deps(t *testing.T, env []string, args ...string) (string, error) {
 	return string(out), err
 }
 
-// Not root and no Chromium or npm: one apt-get line naming all of them, exit 1, nothing built.
+// Not root and no Chromium, Prometheus or npm: one apt-get line naming all of them, exit 1,
+// nothing built.
 func TestStopsAtOnceWithTheCommand(t *testing.T) {
 	out, err := deps(t, fakeMachine(t, "go1.26.0"))
 	if err == nil {
 		t.Fatalf("deps.sh succeeded on a machine without Chromium:\n%s", out)
 	}
-	if !strings.Contains(out, "    sudo apt-get install -y chromium nodejs npm\n") {
+	if !strings.Contains(out, "    sudo apt-get install -y chromium prometheus nodejs npm\n") {
 		t.Errorf("want the one command to run, got:\n%s", out)
 	}
 	if strings.Contains(out, "installing") || strings.Contains(out, "building") {

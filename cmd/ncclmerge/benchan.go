@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ncclprof/ncclprof/internal/hang"
+	"github.com/ncclprof/ncclprof/internal/hang/hangtruth"
 	"github.com/ncclprof/ncclprof/internal/synth"
 )
 
@@ -94,30 +96,113 @@ func writePeak() {
 	}
 }
 
+// timeSelf runs this program (self) with args like timeChild, but takes the peak resident
+// memory from the child's own VmHWM (MB), which it writes at exit.
+func timeSelf(self string, args ...string) (secs, cpu, rss float64, err error) {
+	peak := filepath.Join(os.TempDir(), fmt.Sprintf("ncclmerge-peak-%d", os.Getpid()))
+	os.Setenv(peakEnv, peak)
+	defer os.Unsetenv(peakEnv)
+	defer os.Remove(peak)
+	secs, cpu, _, err = timeChild(self, args...)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	b, _ := os.ReadFile(peak)
+	kib, _ := strconv.ParseFloat(string(b), 64)
+	return secs, cpu, kib * 1024 / 1e6, nil
+}
+
 // medianChild runs this program reps times with args and returns the run of median wall time.
 func medianChild(reps int, what string, inBytes int64, args ...string) (benchResult, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return benchResult{}, err
 	}
-	peak := filepath.Join(os.TempDir(), fmt.Sprintf("ncclmerge-peak-%d", os.Getpid()))
-	os.Setenv(peakEnv, peak)
-	defer os.Unsetenv(peakEnv)
-	defer os.Remove(peak)
 	var runs []benchResult
 	for i := 0; i < max(reps, 1); i++ {
 		fmt.Fprintf(os.Stderr, "%s: run %d of %d …\n", what, i+1, reps)
-		secs, cpu, _, err := timeChild(self, args...)
+		secs, cpu, rss, err := timeSelf(self, args...)
 		if err != nil {
 			return benchResult{}, fmt.Errorf("%s failed: %w", what, err)
 		}
-		b, _ := os.ReadFile(peak)
-		kib, _ := strconv.ParseFloat(string(b), 64)
-		rss := kib * 1024 / 1e6
 		runs = append(runs, benchResult{What: what, Seconds: secs, MBps: float64(inBytes) / 1e6 / secs, CPUSecs: cpu, PeakRSSMB: rss})
 	}
 	sort.Slice(runs, func(i, j int) bool { return runs[i].Seconds < runs[j].Seconds })
 	m := runs[len(runs)/2]
 	m.Note = fmt.Sprintf("median of %d runs (%.2f–%.2f s)", len(runs), runs[0].Seconds, runs[len(runs)-1].Seconds)
 	return m, nil
+}
+
+// benchHang times ncclmerge hang over the dumps of a job of --ranks ranks, for each kind of hang
+// the test host plants (its --plan: every rank's state, no plugin), the dumps written with the
+// plugin's own writer; and measures what one in-flight operation adds to a dump.
+func benchHang(tmp, host string, ranks, channels, reps int) (*benchReport, error) {
+	if _, err := os.Stat(host); err != nil {
+		return nil, fmt.Errorf("%s is missing: build the test host with `make` in the repository root (or pass --testhost)", host)
+	}
+	rep := &benchReport{CPUs: runtime.NumCPU(), Source: fmt.Sprintf("in-flight dumps of %d ranks, one AllReduce each on %d channels (test host --plan)", ranks, channels)}
+	var perOp []int
+	for _, scenario := range []string{"absent", "gpu", "link"} {
+		plan, dumps := filepath.Join(tmp, "plan-"+scenario), filepath.Join(tmp, "dumps-"+scenario)
+		os.MkdirAll(plan, 0o755)
+		fmt.Fprintf(os.Stderr, "planting a %s hang on %d ranks …\n", scenario, ranks)
+		truths, err := hangtruth.Plan(host, plan, "--scenario", scenario, "--nranks", strconv.Itoa(ranks), "--channels", strconv.Itoa(channels),
+			"--culprit", strconv.Itoa(ranks/2+1), "--step", "5")
+		if err != nil {
+			return nil, err
+		}
+		paths, err := hangtruth.WriteDumps(dumps, truths, hangtruth.Watchdog)
+		if err != nil {
+			return nil, err
+		}
+		var in int64
+		n := 0
+		for _, p := range paths {
+			if p == "" {
+				continue
+			}
+			st, err := os.Stat(p)
+			if err != nil {
+				return nil, err
+			}
+			in += st.Size()
+			n++
+			if b, err := opBytes(p); err == nil {
+				perOp = append(perOp, b)
+			}
+		}
+		r, err := medianChild(reps, fmt.Sprintf("ncclmerge hang (%s)", scenario), in, "hang", dumps)
+		if err != nil {
+			return nil, err
+		}
+		r.Note += fmt.Sprintf("; %d dumps, %s", n, fmtBytes(in))
+		rep.Results = append(rep.Results, r)
+	}
+	sort.Ints(perOp)
+	rep.Summary = fmt.Sprintf("one in-flight operation adds %d–%d bytes to a dump (median %d; %d channels, a send and a receive ProxyOp each, up to 8 open steps)",
+		perOp[0], perOp[len(perOp)-1], perOp[len(perOp)/2], channels)
+	return rep, nil
+}
+
+// opBytes is what a dump's open operations add to it: its size less that of the same dump
+// without them.
+func opBytes(path string) (int, error) {
+	d, err := hang.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	full, err := hang.Marshal(d)
+	if err != nil {
+		return 0, err
+	}
+	ops := 0
+	for i := range d.Comms {
+		ops += len(d.Comms[i].Open)
+		d.Comms[i].Open = nil
+	}
+	bare, err := hang.Marshal(d)
+	if err != nil || ops == 0 {
+		return 0, fmt.Errorf("no open operation")
+	}
+	return (len(full) - len(bare)) / ops, nil
 }

@@ -20,6 +20,10 @@ func main() {
 	err := newRoot().Execute()
 	writePeak()
 	if err != nil {
+		var st exitStatus
+		if errors.As(err, &st) { // the command printed its result; the status says what it found
+			os.Exit(int(st))
+		}
 		if !errors.Is(err, errReported) {
 			fmt.Fprintln(os.Stderr, "ncclmerge:", err)
 		}
@@ -56,6 +60,6 @@ steps, GPU channel times, bus bandwidth) beside PyTorch's. Open the result in ui
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(flagError)
-	root.AddCommand(mergeCmd(), checkCmd(), statsCmd(), skewCmd(), pprofCmd(), reportCmd(), demoCmd(), benchCmd())
+	root.AddCommand(mergeCmd(), checkCmd(), statsCmd(), skewCmd(), pprofCmd(), reportCmd(), hangCmd(), demoCmd(), benchCmd())
 	return root
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 
+	"github.com/ncclprof/ncclprof/internal/hang"
 	"github.com/ncclprof/ncclprof/internal/report"
 	"github.com/ncclprof/ncclprof/internal/skew"
 	"github.com/ncclprof/ncclprof/internal/stats"
@@ -27,7 +29,9 @@ func reportCmd() *cobra.Command {
   - the slow ranks, the stats table (as ncclmerge stats), the slowest operations and the most
     skewed collectives, each with where it is in its trace (file, pid, tid, ts, and the query
     that finds the slice in Perfetto).
-Skew uses ncclmerge skew's default thresholds.
+Skew uses ncclmerge skew's default thresholds. Where the arguments hold the plugin's in-flight
+dumps (ncclprof-hang-*.json), the page begins with ncclmerge hang's verdict and evidence; with
+dumps and no trace, it has that alone.
 
 ` + traceArgsHelp,
 		Example: `  ncclmerge report ncclprof-out/ -o report.html
@@ -36,16 +40,19 @@ Skew uses ncclmerge skew's default thresholds.
 			if out == "" {
 				return fmt.Errorf("-o is required: the HTML file to write (e.g. -o report.html)")
 			}
-			set, err := readOps(cmd, args, quiet, false, output{out, "report.html"})
+			page, err := buildReport(cmd, args, title, quiet, output{out, "report.html"})
 			if err != nil {
 				return err
 			}
-			page := report.Build(set, stats.Compute(set), skew.Analyze(set, skew.Defaults), title)
 			if err := writeAtomic(out, func(w io.Writer) error { return page.Write(w) }); err != nil {
 				return err
 			}
 			if !quiet {
-				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%s, %s): open it in a browser\n", out, words.Count(page.Ops, "operation"), words.Count(page.Ranks, "rank"))
+				what := words.Count(page.Ops, "operation") + ", " + words.Count(page.Ranks, "rank")
+				if page.Hang != nil {
+					what += ", the hang analysis of " + words.Count(page.Hang.Dumps.Read, "dump")
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%s): open it in a browser\n", out, what)
 			}
 			return nil
 		},
@@ -54,4 +61,48 @@ Skew uses ncclmerge skew's default thresholds.
 	c.Flags().StringVar(&title, "title", "NCCL communication report", "the page's title")
 	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "no progress on stderr")
 	return c
+}
+
+// buildReport reads the traces and, where there are any, the hang dumps among the arguments;
+// out must be none of them.
+func buildReport(cmd *cobra.Command, args []string, title string, quiet bool, out output) (*report.Page, error) {
+	found, err := hang.Find(args)
+	if err != nil {
+		return nil, err
+	}
+	if len(found.Dumps) == 0 {
+		return reportOfTraces(cmd, args, title, quiet, out)
+	}
+	found.Others = nil // explicit files that are not dumps by name are traces here
+	res := hang.Analyze(found.Load())
+	// The traces are every other input but the summaries (which only the hang analysis reads).
+	all, err := expandTraces(args)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkOutput("-o", out.path, out.example, all, found.Dumps, found.Summaries); err != nil {
+		return nil, err
+	}
+	var traces []string
+	for _, p := range all {
+		if !hang.IsDumpName(p) && !slices.Contains(found.Summaries, p) {
+			traces = append(traces, p)
+		}
+	}
+	if len(traces) == 0 {
+		return report.BuildHang(res, title, found.Dumps), nil
+	}
+	page, err := reportOfTraces(cmd, traces, title, quiet, out)
+	if err == nil {
+		page.Hang = res
+	}
+	return page, err
+}
+
+func reportOfTraces(cmd *cobra.Command, args []string, title string, quiet bool, out output) (*report.Page, error) {
+	set, err := readOps(cmd, args, quiet, false, out)
+	if err != nil {
+		return nil, err
+	}
+	return report.Build(set, stats.Compute(set), skew.Analyze(set, skew.Defaults), title), nil
 }

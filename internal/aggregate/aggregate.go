@@ -1,22 +1,24 @@
 // Package aggregate turns the plugin's event windows into what users measure: per-operation
 // counts, bytes and times, rank-to-rank latency and bandwidth, and per-channel transfer stats.
 //
-// It follows the seed design's four phases for every window of a communicator:
+// It follows the seed design's phases, one pass per record:
 //  1. track Coll/P2p operations (and their API and Group parents);
-//  2. fold ProxySteps into their ProxyOp: a transfer is a send step that reached SendWait,
-//     its time is stop − SendWait and its size the step's transSize;
-//  3. link ProxyOps (and KernelCh) to their Coll/P2p: an operation completes at its last
-//     child's stop, so its time is Coll start → last ProxyOp/KernelCh stop;
-//  4. compute: per-operation stats, per rank-pair fits, per-channel stats.
+//  2. link ProxyOps (and KernelCh) to their Coll/P2p: an operation completes at its last
+//     child's stop, so its time is Coll start → last ProxyOp/KernelCh stop; a ProxyOp's record
+//     carries what its steps moved (folded by the plugin's hot path, see plugin/core.h);
+//  3. compute per-operation stats. Rank-pair and channel stats (and their fits) come from the
+//     plugin's transfer sums, not from records (SetTransfers, transfers.go): ProxySteps never
+//     reach the aggregation.
 //
 // Unlike the seed, windows do not have to contain whole families. Events still open when their
 // window was read are carried over and finished by later windows (their late stops arrive as
 // Late records), and an operation completes only once it has been quiet (no child started or
 // stopped) for QuietNs, because NCCL's proxy thread can start an operation's ProxyOps well
-// after the user thread enqueued it. Quiet is judged against the communicator's frontier (the
-// latest event time processed: windows are read in order, so nothing older can still arrive)
-// or, for a communicator gone idle, against the drainer's clock. Everything pending ages out
-// after MaxAgeNs, so memory is bounded even when NCCL never stops an event (CollNet ProxyOps).
+// after the user thread enqueued it. Quiet is judged against the communicator's read frontier:
+// the plugin says up to when every event has been read (Advance), so an operation completes
+// QuietNs after its last child, or once its windows are read, whether or not more events come.
+// Everything pending ages out after MaxAgeNs, so memory is bounded even when NCCL never stops
+// an event (CollNet ProxyOps).
 //
 // Conventions (documented in the README):
 //   - bytes of an operation are nccl-tests' "size": count × datatype size, times nranks for
@@ -31,6 +33,7 @@ package aggregate
 import (
 	"slices"
 
+	"github.com/ncclprof/ncclprof/internal/align"
 	"github.com/ncclprof/ncclprof/internal/event"
 	"github.com/ncclprof/ncclprof/internal/linfit"
 )
@@ -44,22 +47,36 @@ const (
 
 // Op is one completed operation, as handed to OnOp.
 type Op struct {
-	Handle                     uint64 // the Coll/P2p event (of the first member, when rebuilt)
-	Comm                       Comm
-	Func, Algo, Proto, Dtype   string
-	Seq                        uint64
-	NChannels                  int
-	Peer, Root                 int
-	Count, Bytes               uint64
-	Start, Enqueued, End       event.Ticks // End: last child stop (0 without completion)
-	EnqueueNs, CompletionNs    float64
-	GPUNs, APINs               float64
-	HasCompletion, HasGPU      bool
-	Transfers, TransferBytes   uint64
-	TransferSize, TransferTime Dist // per transfer, bytes and ns
-	Incomplete, Rebuilt        bool
-	Members                    int // P2P tasks of a rebuilt operation
-	AlgBWGBps, BusBWGBps       float64
+	Handle                   uint64 // the Coll/P2p event (of the first member, when rebuilt)
+	Comm                     Comm
+	Func, Algo, Proto, Dtype string
+	Seq                      uint64
+	NChannels                int
+	Peer, Root               int
+	Count, Bytes             uint64
+	Start, Enqueued, End     event.Ticks // End: last child stop (0 without completion)
+	EnqueueNs, CompletionNs  float64
+	GPUNs, APINs             float64
+	HasCompletion, HasGPU    bool
+	Transfers, TransferBytes uint64
+	TransferNs               float64 // Σ over its transfers of SendWait → stop
+	Incomplete, Rebuilt      bool
+	Members                  int // P2P tasks of a rebuilt operation
+	AlgBWGBps, BusBWGBps     float64
+	// Untimed > 0: this Op stands for that many operations the plugin counted without records
+	// (no room for them): only Func, Algo, Proto, NChannels, Comm and Bytes (their total) are set.
+	Untimed uint64
+}
+
+// TransferStats of an operation: its ProxyOps' send transfers (count, bytes, Σ ns).
+func (o *Op) addTransfers(r *event.Record, ticksPerNs float64) {
+	o.Transfers += uint64(r.XferN)
+	o.TransferBytes += r.XferBytes
+	if ticksPerNs > 0 {
+		o.TransferNs += float64(r.XferTime) / ticksPerNs
+	} else {
+		o.TransferNs += float64(r.XferTime)
+	}
 }
 
 // Result is everything aggregated for one communicator.
@@ -82,10 +99,21 @@ type Aggregator struct {
 	TicksPerNs float64
 	// QuietNs, MaxAgeNs and WindowDelayNs: see the Default constants.
 	QuietNs, MaxAgeNs, WindowDelayNs float64
-	// OnOp, if set, receives every completed operation.
+	// KernelRecorded: NCCL is asked for KernelCh events (ABI v3+), so every operation's kernel
+	// reports its channels; an operation none of whose channels has started is in flight (its
+	// kernel has not begun), not complete.
+	KernelRecorded bool
+	// HoldNs: while a hang watchdog is on, pending operations and their open children are not
+	// given up before this age (its timeout and a margin), so a hang stays visible to it.
+	HoldNs float64
+	// OnOp, if set, receives every completed operation. The Op is valid during the call only.
 	OnOp  func(*Op)
 	comms map[uint32]*commState
+	free  []*opEntry // completed operation entries, for reuse
 }
+
+// maxFree bounds the entries kept for reuse (a few windows' worth of operations).
+const maxFree = 4096
 
 // New returns an aggregator for a counter running at ticksPerNs.
 func New(ticksPerNs float64) *Aggregator {
@@ -102,35 +130,41 @@ type opEntry struct {
 	api            *apiEntry
 	gpuMin, gpuMax uint64
 	expired        bool // a child was given up
+	pinned         bool // shown in a hang dump: never given up by age (InFlight)
+	// What a hang dump shows of it while it is in flight (inflight.go).
+	p2pSeq  int64        // P2P: the plugin's ordinal of this (communicator, peer, direction)
+	kernels []KernelSeen // its KernelCh channels
+	proxies []ProxySeen  // its ProxyOps that have stopped (open ones are in the plugin's arena)
 }
 
+// proxyEntry is a ProxyOp or KernelCh that was open when its window was read: carried until
+// its late stop. (One that had stopped is applied to its operation at once and not kept.)
 type proxyEntry struct {
-	rec       event.Record
-	op        *opEntry
-	born      event.Ticks
-	stopped   bool
-	stoppedAt event.Ticks
-	totals    []uint64 // v1–v3: running totals its steps reported, sorted
-}
-
-type stepEntry struct {
 	rec  event.Record
+	op   *opEntry
 	born event.Ticks
 }
 
+// apiEntry is a CollApi/P2pApi call: its interval (the API time of its operation) and group.
 type apiEntry struct {
-	rec   event.Record
-	group *groupEntry
-	born  event.Ticks
+	start, stop event.Ticks
+	open        bool
+	p2p         bool // a P2pApi (else CollApi)
+	linked      bool // a P2pApi whose P2p task has been seen (rebuilding AlltoAll, Gather, …)
+	group       *groupEntry
 }
 
+// groupEntry is a GroupApi: the calls in it, for rebuilding what NCCL expanded.
 type groupEntry struct {
-	rec      event.Record
+	handle   uint64
+	depth    int32
+	open     bool
+	launched bool // a KernelLaunch of this group was seen (ABI v5+)
 	p2pAPIs  int
 	collAPIs int
-	linked   map[*apiEntry]bool // P2pApi calls whose P2p task has been seen
-	pending  int                // member operations not yet complete
-	members  []*Op
+	linked   int // P2pApi calls whose P2p task has been seen
+	pending  int // member operations not yet complete
+	members  []Op
 	born     event.Ticks
 	finished bool
 }
@@ -138,24 +172,27 @@ type groupEntry struct {
 type commState struct {
 	info     Comm
 	frontier event.Ticks // latest event time processed
-	wall     event.Ticks // the drainer's clock (Advance)
+	read     event.Ticks // every event that started before this has been read (Advance)
 	res      *Result
-	ops      map[uint64]*opEntry
+	ops      map[uint64]*opEntry // pending operations by handle (children find them here)
+	opOrder  []*opEntry          // the same, in the order they were read (≈ start order)
 	proxies  map[uint64]*proxyEntry
-	steps    map[uint64]*stepEntry  // open steps, carried over
 	kernels  map[uint64]*proxyEntry // open KernelCh, carried over
 	apis     map[uint64]*apiEntry
 	groups   map[uint64]*groupEntry
+	grOrder  []*groupEntry // the same, in the order they were read
+	// Progress, for hang dumps and for telling a hang from a ghost (inflight.go).
+	progress progress
 	others   map[uint64]event.Ticks // open events of types not aggregated (Group, …): born
 	done     map[uint64]event.Ticks // recently completed operations, for late children
-
-	fold []*event.Record // stopped steps of the current window, folded at its end
 	// scanned is the time of the last scan of pending operations and groups: quiet is judged at
 	// QuietNs resolution, so scanning every QuietNs/4 is enough at any event rate.
 	scanned event.Ticks
 
+	lostSeen map[lostKey][2]uint64 // the lost-operation table as last taken (SetLost)
+
 	// Expiry queues, oldest first (see expiry).
-	qProxies, qStopped, qSteps, qKernels, qAPIs, qOthers, qDone expiry
+	qProxies, qKernels, qAPIs, qOthers, qDone expiry
 }
 
 // maxDone bounds how many completed operations are remembered for late children.
@@ -165,7 +202,7 @@ func (a *Aggregator) state(c Comm) *commState {
 	cs := a.comms[c.Index]
 	if cs == nil || cs.info.Incarnation != c.Incarnation {
 		cs = &commState{res: newResult(c), ops: map[uint64]*opEntry{},
-			proxies: map[uint64]*proxyEntry{}, steps: map[uint64]*stepEntry{},
+			proxies: map[uint64]*proxyEntry{},
 			kernels: map[uint64]*proxyEntry{}, apis: map[uint64]*apiEntry{},
 			groups: map[uint64]*groupEntry{}, others: map[uint64]event.Ticks{},
 			done: map[uint64]event.Ticks{}}
@@ -193,23 +230,19 @@ func (a *Aggregator) Window(c Comm, recs []event.Record) {
 		cs.frontier = max(cs.frontier, recs[i].Start, recs[i].Stop)
 	}
 	event.ParentsFirst(recs, func(r *event.Record) { a.record(cs, r) })
-	// Steps are folded once the window's records are all in: a v1–v3 step's size is its
-	// running total minus the previous one, which may come later in the window.
-	for _, s := range cs.fold {
-		a.stepStopped(cs, s)
-	}
-	clear(cs.fold)
-	cs.fold = cs.fold[:0]
 	a.sweep(cs, false)
 }
 
-// Advance tells the aggregator the drainer's current time, so operations of a communicator that
-// went idle still complete.
-func (a *Aggregator) Advance(now event.Ticks) {
-	for _, cs := range a.comms {
-		cs.wall = now
-		a.sweep(cs, false)
+// Advance tells the aggregator that every event of communicator c that started before `read`
+// has been read (the plugin knows: its oldest window not yet handed over opened then), so
+// operations complete QuietNs after their last child even when no more events come.
+func (a *Aggregator) Advance(c Comm, read event.Ticks) {
+	cs := a.comms[c.Index]
+	if cs == nil || cs.info.Incarnation != c.Incarnation {
+		return
 	}
+	cs.read = max(cs.read, read)
+	a.sweep(cs, false)
 }
 
 func (a *Aggregator) ticks(ns float64) event.Ticks {
@@ -219,13 +252,14 @@ func (a *Aggregator) ticks(ns float64) event.Ticks {
 	return event.Ticks(ns * a.TicksPerNs)
 }
 
-// since reports whether at least ns have passed after t, by the frontier, or by the drainer's
-// clock allowing for events still waiting in open windows.
+// since reports whether at least ns have passed after t with every event of that interval
+// read: by the read frontier the plugin reports, or by the latest event seen allowing for
+// events still waiting in open windows (WindowDelayNs).
 func (a *Aggregator) since(cs *commState, t event.Ticks, ns float64) bool {
-	if cs.frontier >= t && cs.frontier-t >= a.ticks(ns) {
+	if cs.read >= t && cs.read-t >= a.ticks(ns) {
 		return true
 	}
-	return cs.wall >= t && cs.wall-t >= a.ticks(ns+a.WindowDelayNs)
+	return cs.frontier >= t && cs.frontier-t >= a.ticks(ns+a.WindowDelayNs)
 }
 
 // Finalize completes everything pending for the communicator and returns its result.
@@ -253,9 +287,12 @@ func (a *Aggregator) record(cs *commState, r *event.Record) {
 	case event.Late:
 		a.late(cs, r)
 	case event.GroupAPI:
-		cs.groups[r.Handle] = &groupEntry{rec: *r, linked: map[*apiEntry]bool{}, born: r.Start}
+		g := &groupEntry{handle: r.Handle, depth: r.N, open: r.Flags&event.Open != 0, born: r.Start}
+		cs.groups[r.Handle] = g
+		cs.grOrder = append(cs.grOrder, g)
 	case event.CollAPI, event.P2pAPI:
-		e := &apiEntry{rec: *r, born: r.Start}
+		e := &apiEntry{start: r.Start, stop: r.Stop, open: r.Flags&event.Open != 0,
+			p2p: r.Type == event.P2pAPI}
 		cs.qAPIs.push(r.Start, r.Handle)
 		if g := a.group(r.Parent); g != nil {
 			e.group = g
@@ -273,13 +310,22 @@ func (a *Aggregator) record(cs *commState, r *event.Record) {
 	case event.KernelCh:
 		a.kernelCh(cs, r)
 	case event.ProxyStep:
-		a.step(cs, r)
-	default:
-		// Not aggregated, but its late stop must still be recognised as ours.
-		if r.Flags&event.Open != 0 {
-			cs.others[r.Handle] = r.Start
-			cs.qOthers.push(r.Start, r.Handle)
+		// Folded by the plugin as it stopped; its record is for the trace only.
+	case event.KernelLaunch:
+		if g := a.group(r.Parent); g != nil {
+			g.launched = true
 		}
+		a.other(cs, r)
+	default:
+		a.other(cs, r)
+	}
+}
+
+// other keeps an open event of a type not aggregated, so its late stop is recognised as ours.
+func (a *Aggregator) other(cs *commState, r *event.Record) {
+	if r.Flags&event.Open != 0 {
+		cs.others[r.Handle] = r.Start
+		cs.qOthers.push(r.Start, r.Handle)
 	}
 }
 
@@ -295,9 +341,23 @@ func (a *Aggregator) group(h uint64) *groupEntry {
 	return nil
 }
 
+// newOp is an operation entry, from the ones completed before when there are (an aggregation
+// at millions of records per second should not allocate per operation).
+func (a *Aggregator) newOp() *opEntry {
+	if n := len(a.free); n > 0 {
+		e := a.free[n-1]
+		a.free = a.free[:n-1]
+		k, p := e.kernels[:0], e.proxies[:0]
+		*e = opEntry{kernels: k, proxies: p}
+		return e
+	}
+	return &opEntry{}
+}
+
 // Phase 1: a Coll or P2p operation.
 func (a *Aggregator) track(cs *commState, r *event.Record) {
-	e := &opEntry{handle: r.Handle, born: r.Start, last: max(r.Start, r.Stop)}
+	e := a.newOp()
+	e.handle, e.born, e.last = r.Handle, r.Start, max(r.Start, r.Stop)
 	o := &e.op
 	o.Handle = r.Handle
 	o.Comm = cs.info
@@ -308,6 +368,7 @@ func (a *Aggregator) track(cs *commState, r *event.Record) {
 		o.Peer = -1
 	} else {
 		o.Root = -1
+		e.p2pSeq = cs.progress.nextP2P(o.Peer, r.Func == "Send")
 	}
 	if o.Comm.Rank == 0 && r.Rank != 0 {
 		o.Comm.Rank = int(r.Rank)
@@ -322,11 +383,15 @@ func (a *Aggregator) track(cs *commState, r *event.Record) {
 	if api := cs.apis[r.Parent]; api != nil {
 		e.api = api
 		if g := api.group; g != nil {
-			g.linked[api] = true
+			if api.p2p && !api.linked {
+				api.linked = true
+				g.linked++
+			}
 			g.pending++
 		}
 	}
 	cs.ops[r.Handle] = e
+	cs.opOrder = append(cs.opOrder, e)
 }
 
 // opFor finds the operation a child names as parent.
@@ -350,38 +415,37 @@ func (a *Aggregator) noParent(cs *commState, parent uint64, orphans *uint64) {
 	*orphans++
 }
 
-// Phase 3 (registration): a ProxyOp attaches to its operation.
+// Phase 2: a ProxyOp attaches to its operation. A stopped one (the common case: the plugin
+// completes its record at the stop) is applied at once; an open one is carried to its stop.
 func (a *Aggregator) proxyOp(cs *commState, r *event.Record) {
-	p := &proxyEntry{rec: *r, born: r.Start}
+	var op *opEntry
 	if r.Flags&event.Foreign != 0 {
 		cs.res.Health.Foreign++
-	} else if p.op = a.opFor(r.Parent); p.op == nil {
+	} else if op = a.opFor(r.Parent); op == nil {
 		a.noParent(cs, r.Parent, &cs.res.Health.OrphanProxy)
 	}
-	if p.op != nil {
-		p.op.open++
-		p.op.last = max(p.op.last, r.Start)
-	}
-	cs.proxies[r.Handle] = p
 	if r.Flags&event.Open == 0 {
-		a.proxyStopped(cs, p, r.Stop)
-	} else {
-		cs.qProxies.push(r.Start, r.Handle)
+		if op != nil {
+			op.last = max(op.last, r.Start)
+			a.proxyDone(op, r)
+		}
+		return
 	}
+	if op != nil {
+		op.open++
+		op.last = max(op.last, r.Start)
+	}
+	cs.proxies[r.Handle] = &proxyEntry{rec: *r, op: op, born: r.Start}
+	cs.qProxies.push(r.Start, r.Handle)
 }
 
-func (a *Aggregator) proxyStopped(cs *commState, p *proxyEntry, stop event.Ticks) {
-	p.rec.Stop = stop
-	p.stopped = true
-	p.stoppedAt = stop
-	cs.qStopped.push(stop, p.rec.Handle)
-	if o := p.op; o != nil {
-		o.open--
-		o.last = max(o.last, stop)
-		if stop > o.op.End {
-			o.op.End = stop
-		}
-	}
+// proxyDone applies a stopped ProxyOp to its operation: the last child's stop ends it.
+func (a *Aggregator) proxyDone(o *opEntry, r *event.Record) {
+	o.last = max(o.last, r.Stop)
+	o.op.End = max(o.op.End, r.Stop)
+	o.op.addTransfers(r, a.TicksPerNs)
+	o.proxies = append(o.proxies, ProxySeen{Channel: int(r.Channel), Peer: int(r.Peer), IsSend: r.IsSend,
+		NSteps: int(r.NSteps), StepsDone: int(r.StepsDone), Start: r.Start})
 }
 
 // KernelCh: GPU channel times; its stop record marks the channel's completion.
@@ -393,6 +457,8 @@ func (a *Aggregator) kernelCh(cs *commState, r *event.Record) {
 	}
 	k.op.open++
 	k.op.last = max(k.op.last, r.Start)
+	k.op.kernels = append(k.op.kernels, KernelSeen{Handle: r.Handle, Channel: int(r.Channel),
+		Start: r.Start, GPUStart: r.PTimerStart})
 	if r.Flags&event.Open == 0 {
 		a.kernelStopped(cs, k, r)
 		return
@@ -412,7 +478,14 @@ func (a *Aggregator) kernelStopped(cs *commState, k *proxyEntry, r *event.Record
 		o.op.End = end
 	}
 	o.last = max(o.last, end)
-	if r.PTimerStart != 0 && r.PTimerStop >= r.PTimerStart {
+	for i := range o.kernels {
+		if o.kernels[i].Handle == r.Handle {
+			o.kernels[i].Stopped, o.kernels[i].GPUStop = true, r.PTimerStop
+		}
+	}
+	// A corrupted GPU reading (INT64_MAX, UINT64_MAX) would become the op's GPU time.
+	if align.GPUTimePossible(r.PTimerStart) && align.GPUTimePossible(r.PTimerStop) &&
+		r.PTimerStop >= r.PTimerStart {
 		if o.gpuMin == 0 || r.PTimerStart < o.gpuMin {
 			o.gpuMin = r.PTimerStart
 		}
@@ -421,17 +494,6 @@ func (a *Aggregator) kernelStopped(cs *commState, k *proxyEntry, r *event.Record
 		}
 	}
 	delete(cs.kernels, r.Handle)
-}
-
-// Phase 2: a ProxyStep is folded into its ProxyOp once stopped.
-func (a *Aggregator) step(cs *commState, r *event.Record) {
-	a.noteTotal(r)
-	if r.Flags&event.Open != 0 {
-		cs.steps[r.Handle] = &stepEntry{rec: *r, born: r.Start}
-		cs.qSteps.push(r.Start, r.Handle)
-		return
-	}
-	cs.fold = append(cs.fold, r)
 }
 
 func (a *Aggregator) proxyFor(h uint64) *proxyEntry {
@@ -444,89 +506,20 @@ func (a *Aggregator) proxyFor(h uint64) *proxyEntry {
 	return nil
 }
 
-// noteTotal remembers a v1–v3 step's running total on its ProxyOp as soon as it is known, so
-// later steps can subtract it whatever order they stop in.
-func (a *Aggregator) noteTotal(r *event.Record) {
-	if r.Flags&event.Cumulative == 0 {
-		return
-	}
-	if p := a.proxyFor(r.Parent); p != nil {
-		if i, found := slices.BinarySearch(p.totals, r.Bytes); !found {
-			p.totals = slices.Insert(p.totals, i, r.Bytes)
-		}
-	}
-}
-
-// transferBytes is a step's own size: for v1–v3 its running total minus the previous one.
-func transferBytes(p *proxyEntry, r *event.Record) uint64 {
-	if r.Flags&event.Cumulative == 0 {
-		return r.Bytes
-	}
-	i, _ := slices.BinarySearch(p.totals, r.Bytes)
-	if i == 0 {
-		return r.Bytes
-	}
-	return r.Bytes - p.totals[i-1]
-}
-
-func (a *Aggregator) stepStopped(cs *commState, r *event.Record) {
-	p := a.proxyFor(r.Parent)
-	if p == nil {
-		cs.res.Health.OrphanSteps++
-		return
-	}
-	size := transferBytes(p, r)
-	pr := &p.rec
-	hash := cs.info.Hash
-	if p.op != nil {
-		hash = p.op.op.Comm.Hash
-	}
-	rank := int(pr.Rank)
-	pair := cs.pair(PairKey{CommHash: hash, Rank: rank, Peer: int(pr.Peer)})
-	if !pr.IsSend {
-		if size > 0 {
-			pair.RecvBytes += size
-			pair.RecvTransfers++
-		}
-		return
-	}
-	sw := r.States[event.SendWait]
-	if sw == 0 || r.Stop < sw {
-		return // the step never reached the network
-	}
-	t := a.ns(r.Stop - sw)
-	pair.SentBytes += size
-	pair.SendTransfers++
-	pair.Fit.Add(size, t)
-	ch := cs.channel(ChannelKey{CommHash: hash, Rank: rank, Channel: int(pr.Channel)})
-	ch.Transfers++
-	ch.Bytes += size
-	ch.TransferSize.add(float64(size))
-	ch.TransferTime.add(t)
-	ch.Fit.Add(size, t)
-	if o := p.op; o != nil {
-		o.op.Transfers++
-		o.op.TransferBytes += size
-		o.op.TransferSize.add(float64(size))
-		o.op.TransferTime.add(t)
-	}
-}
-
 // late applies a stop or state that arrived after its event's window was read.
 func (a *Aggregator) late(cs *commState, r *event.Record) {
 	h := r.LateTarget
 	stop := r.LateState == event.LateStop
 	switch {
-	case cs.steps[h] != nil:
-		s := &cs.steps[h].rec
-		if s.ApplyLate(r) {
-			delete(cs.steps, h)
-			cs.fold = append(cs.fold, s)
-		}
-		a.noteTotal(s)
-	case cs.proxies[h] != nil && !cs.proxies[h].stopped:
+	case cs.proxies[h] != nil:
 		if stop {
-			a.proxyStopped(cs, cs.proxies[h], r.Start)
+			p := cs.proxies[h]
+			p.rec.ApplyLate(r) // the stop and the progress its cell gathered
+			if p.op != nil {
+				p.op.open--
+				a.proxyDone(p.op, &p.rec)
+			}
+			delete(cs.proxies, h)
 		}
 	case cs.kernels[h] != nil:
 		k := cs.kernels[h]
@@ -541,13 +534,11 @@ func (a *Aggregator) late(cs *commState, r *event.Record) {
 		}
 	case cs.apis[h] != nil:
 		if stop {
-			cs.apis[h].rec.Stop = r.Start
-			cs.apis[h].rec.Flags &^= event.Open
+			cs.apis[h].stop, cs.apis[h].open = r.Start, false
 		}
 	case cs.groups[h] != nil:
 		if stop {
-			cs.groups[h].rec.Stop = r.Start
-			cs.groups[h].rec.Flags &^= event.Open
+			cs.groups[h].open = false
 		}
 	case cs.others[h] != 0:
 		if stop {
@@ -560,24 +551,6 @@ func (a *Aggregator) late(cs *commState, r *event.Record) {
 	cs.res.Health.LateApplied++
 }
 
-func (cs *commState) pair(k PairKey) *PairStats {
-	p := cs.res.Pairs[k]
-	if p == nil {
-		p = &PairStats{}
-		cs.res.Pairs[k] = p
-	}
-	return p
-}
-
-func (cs *commState) channel(k ChannelKey) *ChannelStats {
-	c := cs.res.Channels[k]
-	if c == nil {
-		c = &ChannelStats{}
-		cs.res.Channels[k] = c
-	}
-	return c
-}
-
 func opKey(o *Op) OpKey {
 	return OpKey{CommHash: o.Comm.Hash, Rank: o.Comm.Rank, Func: o.Func, Algo: o.Algo,
 		Proto: o.Proto, NChannels: o.NChannels}
@@ -588,44 +561,33 @@ func opKey(o *Op) OpKey {
 // everything pending completes now.
 func (a *Aggregator) sweep(cs *commState, all bool) {
 	old := func(born event.Ticks) bool { return all || a.since(cs, born, a.MaxAgeNs) }
+	// Operations and their open children are held longer while a hang watchdog wants them.
+	held := func(born event.Ticks) bool { return all || a.since(cs, born, max(a.MaxAgeNs, a.HoldNs)) }
 	quiet := func(t event.Ticks) bool { return all || a.since(cs, t, a.QuietNs) }
-	// Stopped ProxyOps stay a while: a step lands after its op when the op's window filled up.
-	for h, ok := cs.qStopped.pop(quiet); ok; h, ok = cs.qStopped.pop(quiet) {
-		if p := cs.proxies[h]; p != nil && p.stopped {
-			delete(cs.proxies, h)
-		}
-	}
-	for h, ok := cs.qProxies.pop(old); ok; h, ok = cs.qProxies.pop(old) {
-		if p := cs.proxies[h]; p != nil && !p.stopped {
+	for h, ok := cs.qProxies.pop(held); ok; h, ok = cs.qProxies.pop(held) {
+		if p := cs.proxies[h]; p != nil {
 			a.expire(cs, p.op, all)
 			delete(cs.proxies, h)
 		}
 	}
-	for h, ok := cs.qKernels.pop(old); ok; h, ok = cs.qKernels.pop(old) {
+	for h, ok := cs.qKernels.pop(held); ok; h, ok = cs.qKernels.pop(held) {
 		if k := cs.kernels[h]; k != nil {
 			a.expire(cs, k.op, all)
 			delete(cs.kernels, h)
 		}
 	}
-	for h, ok := cs.qSteps.pop(old); ok; h, ok = cs.qSteps.pop(old) {
-		if _, open := cs.steps[h]; open {
-			delete(cs.steps, h)
-			if !all {
-				cs.res.Health.Expired++
-			}
-		}
-	}
-	now := max(cs.frontier, cs.wall)
+	now := max(cs.frontier, cs.read)
 	if all || now < cs.scanned || now-cs.scanned >= a.ticks(a.QuietNs/4) {
 		cs.scanned = now
-		a.completeQuiet(cs, old)
-		for h, g := range cs.groups {
-			whole := len(g.linked) == g.p2pAPIs && g.pending == 0 && g.rec.Flags&event.Open == 0
-			if (whole && quiet(g.born)) || old(g.born) {
+		a.completeQuiet(cs, quiet, held)
+		cs.grOrder = due(cs.grOrder, func(g *groupEntry) bool { return quiet(g.born) }, func(g *groupEntry) bool {
+			if g.linked == g.p2pAPIs && g.pending == 0 && !g.open || old(g.born) {
 				a.finishGroup(cs, g)
-				delete(cs.groups, h)
+				delete(cs.groups, g.handle)
+				return true
 			}
-		}
+			return false
+		})
 	}
 	for h, ok := cs.qAPIs.pop(old); ok; h, ok = cs.qAPIs.pop(old) {
 		delete(cs.apis, h)
@@ -643,22 +605,50 @@ func (a *Aggregator) sweep(cs *commState, all bool) {
 }
 
 // completeQuiet completes the operations that are stopped, have no open child, and have been
-// quiet for QuietNs (or are too old), in start order. Pending operations are few (those of the
-// last QuietNs), so they are scanned.
-func (a *Aggregator) completeQuiet(cs *commState, old func(event.Ticks) bool) {
+// quiet for QuietNs (or are too old), in start order. Only operations born QuietNs ago can be
+// quiet, so the scan stops at the first younger one: its cost is what is due, not what is
+// pending.
+func (a *Aggregator) completeQuiet(cs *commState, quiet, old func(event.Ticks) bool) {
 	var done []*opEntry
-	for _, e := range cs.ops {
-		if (e.stopped && e.open <= 0 && a.since(cs, e.last, a.QuietNs)) || old(e.born) {
+	cs.opOrder = due(cs.opOrder, func(e *opEntry) bool { return quiet(e.born) || old(e.born) }, func(e *opEntry) bool {
+		if (e.stopped && e.open <= 0 && quiet(e.last) && !a.awaitsKernel(cs, e)) || (old(e.born) && !e.pinned) {
 			done = append(done, e)
+			return true
 		}
-	}
+		return false
+	})
 	slices.SortFunc(done, func(x, y *opEntry) int { return cmpTicks(x.op.Start, y.op.Start) })
 	for _, e := range done {
 		delete(cs.ops, e.handle)
 		cs.done[e.handle] = e.op.Start
 		cs.qDone.push(e.op.Start, e.handle)
 		a.complete(cs, e)
+		// Reused only when no carried child still points at it (an operation given up with
+		// children open keeps its entry until the garbage collector takes it).
+		if e.open <= 0 && len(a.free) < maxFree {
+			a.free = append(a.free, e)
+		}
 	}
+}
+
+// due walks a queue in arrival order while ripe says an entry is old enough to be decided,
+// and drops the entries take says are finished; younger entries are not looked at (arrival
+// order is time order up to the interleaving of a window's threads, so an entry a little out
+// of order is simply decided at the next scan). Returns the queue without the finished ones.
+func due[T any](q []T, ripe func(T) bool, take func(T) bool) []T {
+	n := 0
+	for i, e := range q {
+		if !ripe(e) {
+			n += copy(q[n:], q[i:])
+			break
+		}
+		if !take(e) {
+			q[n] = e
+			n++
+		}
+	}
+	clear(q[n:])
+	return q[:n]
 }
 
 // expire gives up on a child that never stopped (a ProxyOp NCCL starts but never stops on
@@ -698,12 +688,15 @@ func (a *Aggregator) complete(cs *commState, e *opEntry) {
 		o.HasGPU = true
 		o.GPUNs = float64(e.gpuMax - e.gpuMin) // GPU globaltimer is in ns
 	}
-	if api := e.api; api != nil && api.rec.Flags&event.Open == 0 && api.rec.Stop >= api.rec.Start {
-		o.APINs = a.ns(api.rec.Stop - api.rec.Start)
+	if api := e.api; api != nil && !api.open && api.stop >= api.start {
+		o.APINs = a.ns(api.stop - api.start)
 	}
+	if e.api != nil && e.api.group != nil {
+		e.api.group.pending-- // every member counts, or the group would wait out MaxAgeNs
+	}
+	cs.progress.done(o)
 	if g := a.rebuildGroup(e); g != nil {
-		g.pending--
-		g.members = append(g.members, o)
+		g.members = append(g.members, *o)
 		return
 	}
 	a.emit(cs, o)
@@ -716,7 +709,7 @@ func (a *Aggregator) rebuildGroup(e *opEntry) *groupEntry {
 		return nil
 	}
 	g := e.api.group
-	if g.finished || g.rec.N != 1 || g.p2pAPIs < 2 || g.collAPIs > 0 {
+	if g.finished || g.depth != 1 || g.p2pAPIs < 2 || g.collAPIs > 0 {
 		return nil
 	}
 	return g
@@ -729,10 +722,10 @@ func (a *Aggregator) finishGroup(cs *commState, g *groupEntry) {
 	}
 	sends, recvs := map[int]bool{}, map[int]bool{}
 	var sendBytes, recvBytes uint64
-	r := *g.members[0]
+	r := g.members[0]
 	r.Rebuilt, r.Members = true, len(g.members)
 	r.Transfers, r.TransferBytes, r.HasGPU, r.HasCompletion, r.Incomplete = 0, 0, false, false, false
-	r.TransferSize, r.TransferTime, r.APINs = Dist{}, Dist{}, 0
+	r.TransferNs, r.APINs = 0, 0
 	var gpu float64
 	for _, m := range g.members {
 		if m.Func == "Send" {
@@ -747,8 +740,7 @@ func (a *Aggregator) finishGroup(cs *commState, g *groupEntry) {
 		r.End = max(r.End, m.End)
 		r.Transfers += m.Transfers
 		r.TransferBytes += m.TransferBytes
-		r.TransferSize.merge(m.TransferSize)
-		r.TransferTime.merge(m.TransferTime)
+		r.TransferNs += m.TransferNs
 		r.Incomplete = r.Incomplete || m.Incomplete
 		gpu = max(gpu, m.GPUNs)
 		r.HasGPU = r.HasGPU || m.HasGPU
@@ -823,8 +815,7 @@ func (a *Aggregator) emit(cs *commState, o *Op) {
 	}
 	s.Transfers += o.Transfers
 	s.TransferBytes += o.TransferBytes
-	s.TransferSize.merge(o.TransferSize)
-	s.TransferTime.merge(o.TransferTime)
+	s.TransferNs += o.TransferNs
 	if a.OnOp != nil {
 		a.OnOp(o)
 	}

@@ -27,9 +27,9 @@ func proxyOp(id, parent uint64, peer int32, send bool, start, stop event.Ticks) 
 		Channel: 0, Start: start, Stop: stop}
 }
 
-func sendStep(id, parent uint64, bytes uint64, sendWait, stop event.Ticks) event.Record {
-	r := event.Record{Handle: id, Parent: parent, Type: event.ProxyStep, Bytes: bytes, Start: sendWait - 10, Stop: stop}
-	r.States[event.SendWait] = sendWait
+// withTransfers is a ProxyOp record as the plugin completes it: its steps' transfers folded in.
+func withTransfers(r event.Record, n uint32, bytes, ticks uint64) event.Record {
+	r.XferN, r.XferBytes, r.XferTime, r.StepsDone = n, bytes, ticks, n
 	return r
 }
 
@@ -47,30 +47,37 @@ func collect(a *Aggregator) *[]Op {
 	return &ops
 }
 
-// One AllReduce with one send op of two steps, all in one window: completion is Coll start →
-// last ProxyOp stop; transfers are stop − SendWait; bytes follow nccl-tests.
+// One AllReduce with one send op, all in one window: completion is Coll start → last ProxyOp
+// stop; the op's transfers are what its ProxyOp carries; bytes follow nccl-tests. Step records
+// (a trace's) change nothing: the plugin folded them already.
 func TestOneWindowCollective(t *testing.T) {
 	a := newAgg()
 	ops := collect(a)
 	var b builder
-	c, p, s1, s2 := b.id(), b.id(), b.id(), b.id()
+	c, p, s1 := b.id(), b.id(), b.id()
+	step := event.Record{Handle: s1, Parent: p, Type: event.ProxyStep, Bytes: 8192, Start: 1300, Stop: 1900}
 	recs := []event.Record{
-		sendStep(s2, p, 4096, 1500, 2100), // out of order: steps before their op
+		step, // out of order: a step before its op
 		coll(c, "AllReduce", 1024, 1000, 1100),
-		proxyOp(p, c, 1, true, 1200, 2500),
-		sendStep(s1, p, 8192, 1300, 1900),
+		withTransfers(proxyOp(p, c, 1, true, 1200, 2500), 2, 12288, 1200),
 	}
 	a.Window(comm1, recs)
 	if len(*ops) != 0 {
 		t.Fatal("completed before being quiet for QuietNs")
 	}
-	a.Advance(2500 + 1000) // quiet for QuietNs after its last child stopped
+	a.Advance(comm1, 2500+999)
+	if len(*ops) != 0 {
+		t.Fatal("completed before QuietNs had passed after its last child")
+	}
+	// Everything read up to QuietNs after its last child stopped (pending operations are scanned
+	// every QuietNs/4, so completion comes within that of being due).
+	a.Advance(comm1, 2500+1000+250)
 	if len(*ops) != 1 {
 		t.Fatalf("%d ops completed, want 1", len(*ops))
 	}
 	o := (*ops)[0]
 	if o.Bytes != 4096 || o.EnqueueNs != 100 || o.CompletionNs != 1500 || o.Transfers != 2 ||
-		o.TransferBytes != 12288 || o.Incomplete {
+		o.TransferBytes != 12288 || o.TransferNs != 1200 || o.Incomplete {
 		t.Errorf("op %+v", o)
 	}
 	// algbw = 4096 B / 1500 ns; busbw × 2(n−1)/n with n = 4.
@@ -78,32 +85,32 @@ func TestOneWindowCollective(t *testing.T) {
 		t.Errorf("bandwidths %v %v", o.AlgBWGBps, o.BusBWGBps)
 	}
 	r := a.Finalize(comm1)
-	pair := r.Pairs[PairKey{CommHash: 0xabc, Rank: 0, Peer: 1}]
-	if pair == nil || pair.SentBytes != 12288 || pair.SendTransfers != 2 {
-		t.Fatalf("pair %+v", pair)
-	}
-	if tt := r.Ops[opKey(&o)].TransferTime; tt.N != 2 || tt.Sum != 600+600 {
-		t.Errorf("transfer times %+v", tt)
+	if st := r.Ops[opKey(&o)]; st.Transfers != 2 || st.TransferBytes != 12288 || st.TransferNs != 1200 {
+		t.Errorf("op stats %+v", st)
 	}
 }
 
-// A ProxyOp open when its window was read is carried over; its steps and its stop arrive in
-// the next window (the stop as a Late record).
+// A ProxyOp open when its window was read is carried over; its stop arrives in the next window
+// as a Late record carrying what its steps moved meanwhile.
 func TestCarryOverAndLateStop(t *testing.T) {
 	a := newAgg()
 	ops := collect(a)
 	var b builder
-	c, p, s1 := b.id(), b.id(), b.id()
+	c, p := b.id(), b.id()
 	open := proxyOp(p, c, 2, true, 1200, 0)
 	open.Flags = event.Open
 	a.Window(comm1, []event.Record{coll(c, "Broadcast", 256, 1000, 1050), open})
 	if len(*ops) != 0 {
 		t.Fatal("op completed while its ProxyOp is open")
 	}
-	late := event.Record{Type: event.Late, LateTarget: p, LateState: event.LateStop, Start: 5000}
-	a.Window(comm1, []event.Record{sendStep(s1, p, 256, 3000, 4000), late})
-	a.Advance(10000)
-	if len(*ops) != 1 || (*ops)[0].CompletionNs != 4000 || (*ops)[0].Transfers != 1 {
+	a.Advance(comm1, 4500) // quiet long enough, but a child is open: not complete
+	if len(*ops) != 0 {
+		t.Fatal("op completed while its ProxyOp is open")
+	}
+	late := withTransfers(event.Record{Type: event.Late, LateTarget: p, LateState: event.LateStop, Start: 5000}, 1, 256, 1000)
+	a.Window(comm1, []event.Record{late})
+	a.Advance(comm1, 10000)
+	if len(*ops) != 1 || (*ops)[0].CompletionNs != 4000 || (*ops)[0].Transfers != 1 || (*ops)[0].TransferNs != 1000 {
 		t.Fatalf("ops %+v", *ops)
 	}
 	res := a.Finalize(comm1)
@@ -122,11 +129,11 @@ func TestGhostProxyOpExpires(t *testing.T) {
 	ghost := proxyOp(p, c, 1, true, 1200, 0)
 	ghost.Flags = event.Open
 	a.Window(comm1, []event.Record{coll(c, "AllReduce", 64, 1000, 1010), ghost})
-	a.Advance(500000)
+	a.Advance(comm1, 500000)
 	if len(*ops) != 0 {
 		t.Fatal("gave up before MaxAgeNs")
 	}
-	a.Advance(2000 + 1e6)
+	a.Advance(comm1, 2000+1e6)
 	if len(*ops) != 1 || !(*ops)[0].Incomplete || (*ops)[0].HasCompletion {
 		t.Fatalf("ops %+v", *ops)
 	}
@@ -136,29 +143,6 @@ func TestGhostProxyOpExpires(t *testing.T) {
 	}
 	if cs.res.Health.Expired != 1 {
 		t.Errorf("expired %d", cs.res.Health.Expired)
-	}
-}
-
-// ABI v1–v3 steps carry their op's running total; sizes are the differences, whatever window
-// and order the steps arrive in.
-func TestCumulativeStepSizes(t *testing.T) {
-	a := newAgg()
-	var b builder
-	c, p := b.id(), b.id()
-	step := func(total uint64, sw event.Ticks) event.Record {
-		r := sendStep(b.id(), p, total, sw, sw+100)
-		r.Flags |= event.Cumulative
-		return r
-	}
-	op := proxyOp(p, c, 1, true, 1100, 0)
-	op.Flags = event.Open
-	a.Window(comm1, []event.Record{coll(c, "AllReduce", 1, 1000, 1001), op, step(100, 2000)})
-	a.Window(comm1, []event.Record{step(350, 3000), step(150, 2500),
-		{Type: event.Late, LateTarget: p, LateState: event.LateStop, Start: 4000}})
-	res := a.Finalize(comm1)
-	ch := res.Channels[ChannelKey{CommHash: 0xabc, Rank: 0, Channel: 0}]
-	if ch == nil || ch.Bytes != 350 || ch.TransferSize.Min != 50 || ch.TransferSize.Max != 200 {
-		t.Fatalf("channel %+v; want sizes 100, 50, 200", ch)
 	}
 }
 
@@ -174,7 +158,7 @@ func TestLateProxyOps(t *testing.T) {
 	a.Window(comm1, []event.Record{proxyOp(p1, c1, 1, true, 1900, 1950)}) // 900 ns later: attaches
 	a.Window(comm1, []event.Record{{Handle: b.id(), Type: event.Group, Start: 8000, Stop: 8001}})
 	a.Window(comm1, []event.Record{proxyOp(p2, c2, 1, true, 9000, 9100)}) // after c2 completed
-	a.Advance(20000)
+	a.Advance(comm1, 20000)
 	res := a.Finalize(comm1)
 	if len(*ops) != 2 || (*ops)[0].CompletionNs != 950 || (*ops)[1].HasCompletion {
 		t.Errorf("ops %+v", *ops)
@@ -210,7 +194,7 @@ func TestRebuildFromP2P(t *testing.T) {
 					Dtype: "ncclFloat32", NChannels: 2, Start: ts + 50, Stop: ts + 60})
 		}
 		a.Window(comm1, recs)
-		a.Advance(1e5)
+		a.Advance(comm1, 1e5)
 		a.Finalize(comm1)
 		return *ops
 	}
@@ -258,6 +242,46 @@ func TestFactor(t *testing.T) {
 		bus, mul := Factor(c.fn, c.n)
 		if math.Abs(bus-c.bus) > 1e-12 || mul != c.sizeMul {
 			t.Errorf("Factor(%s, %d) = %v, %d; want %v, %d", c.fn, c.n, bus, mul, c.bus, c.sizeMul)
+		}
+	}
+}
+
+// A collective called inside a GroupApi (every NCCL 2.28+ collective) lets its group go once
+// the group is quiet: group entries do not pile up for MaxAgeNs.
+func TestGroupsOfCollectivesAreReleased(t *testing.T) {
+	a := newAgg()
+	var b builder
+	for i := 0; i < 100; i++ {
+		ts := event.Ticks(i) * 100
+		g, ca, c := b.id(), b.id(), b.id()
+		cr := coll(c, "AllReduce", 8, ts+3, ts+4)
+		cr.Parent = ca
+		a.Window(comm1, []event.Record{{Handle: g, Type: event.GroupAPI, N: 1, Start: ts, Stop: ts + 5},
+			{Handle: ca, Parent: g, Type: event.CollAPI, Func: "AllReduce", Start: ts + 1, Stop: ts + 2}, cr})
+	}
+	a.Advance(comm1, 100*100+5000) // QuietNs (1 µs) and a scan later, far short of MaxAgeNs
+	if n := len(a.comms[comm1.Index].groups); n != 0 {
+		t.Errorf("%d group entries left after every operation completed", n)
+	}
+}
+
+// An operation whose KernelCh carries an impossible GPU timestamp (the audit planted UINT64_MAX
+// and INT64_MAX) gets its GPU time from the channels with real readings only.
+func TestImpossibleGPUTimeIgnored(t *testing.T) {
+	for _, bad := range []uint64{math.MaxUint64, math.MaxInt64} {
+		a := newAgg()
+		ops := collect(a)
+		var b builder
+		c, k0, k1 := b.id(), b.id(), b.id()
+		kch := func(id uint64, ch uint8, start, stop uint64) event.Record {
+			return event.Record{Handle: id, Parent: c, Type: event.KernelCh, Channel: ch, Start: 1200,
+				Stop: 1900, Aux: 1800, PTimerStart: start, PTimerStop: stop}
+		}
+		a.Window(comm1, []event.Record{coll(c, "AllReduce", 1024, 1000, 1100),
+			kch(k0, 0, 5_000_000, 5_000_700), kch(k1, 1, 5_000_100, bad)})
+		a.Advance(comm1, 1e7)
+		if len(*ops) != 1 || !(*ops)[0].HasGPU || (*ops)[0].GPUNs != 700 {
+			t.Errorf("stop %#x: ops %+v, want GPU time 700 ns from channel 0", bad, *ops)
 		}
 	}
 }

@@ -1,7 +1,9 @@
 package aggregate
 
 import (
+	"fmt"
 	"math"
+	"slices"
 
 	"github.com/ncclprof/ncclprof/internal/collective"
 	"github.com/ncclprof/ncclprof/internal/linfit"
@@ -73,20 +75,22 @@ type OpKey struct {
 
 // OpStats accumulate completed operations of one OpKey. Times are in ns.
 type OpStats struct {
-	Count         uint64 `json:"count"`
-	Bytes         uint64 `json:"bytes"`
-	Enqueue       Dist   `json:"enqueue_ns"`    // NCCL's Coll/P2p start → stop (the upload)
-	Completion    Dist   `json:"completion_ns"` // start → last ProxyOp or KernelCh stop
-	GPU           Dist   `json:"gpu_ns"`        // KernelCh: max over channels of GPU stop − start
-	API           Dist   `json:"api_ns"`        // v5+: time inside the API call (CollApi/P2pApi)
-	NoCompletion  uint64 `json:"no_completion"` // ops without children to time their completion
-	Incomplete    uint64 `json:"incomplete"`    // ops given up with children still open
-	Transfers     uint64 `json:"transfers"`
-	TransferBytes uint64 `json:"transfer_bytes"`
-	TransferSize  Dist   `json:"transfer_size_bytes"`
-	TransferTime  Dist   `json:"transfer_time_ns"`
-	AlgBW         Dist   `json:"algbw_gbps"` // GB/s, per op
-	BusBW         Dist   `json:"busbw_gbps"`
+	Count        uint64 `json:"count"`
+	Bytes        uint64 `json:"bytes"`
+	Enqueue      Dist   `json:"enqueue_ns"`    // NCCL's Coll/P2p start → stop (the upload)
+	Completion   Dist   `json:"completion_ns"` // start → last ProxyOp or KernelCh stop
+	GPU          Dist   `json:"gpu_ns"`        // KernelCh: max over channels of GPU stop − start
+	API          Dist   `json:"api_ns"`        // v5+: time inside the API call (CollApi/P2pApi)
+	NoCompletion uint64 `json:"no_completion"` // ops without children to time their completion
+	Incomplete   uint64 `json:"incomplete"`    // ops given up with children still open
+	// Untimed operations are in Count and Bytes but have no times: their records found no
+	// room (the plugin counted them in its lost-operation table instead).
+	Untimed       uint64  `json:"untimed"`
+	Transfers     uint64  `json:"transfers"`      // send transfers of these operations
+	TransferBytes uint64  `json:"transfer_bytes"` // their bytes
+	TransferNs    float64 `json:"transfer_ns"`    // Σ of their times (SendWait → stop)
+	AlgBW         Dist    `json:"algbw_gbps"`     // GB/s, per op
+	BusBW         Dist    `json:"busbw_gbps"`
 }
 
 // PairKey is a directed rank pair on one communicator (Rank sends to Peer).
@@ -129,13 +133,69 @@ type Health struct {
 	Windows       uint64 `json:"windows"`
 	LateApplied   uint64 `json:"late_applied"`
 	LateUnmatched uint64 `json:"late_unmatched"`
-	OrphanSteps   uint64 `json:"orphan_steps"`    // ProxyStep whose ProxyOp was not recorded
+	OrphanSteps   uint64 `json:"orphan_steps"`    // ProxyStep whose ProxyOp was not recorded (not folded)
 	OrphanProxy   uint64 `json:"orphan_proxyops"` // ProxyOp whose Coll/P2p was not recorded
 	OrphanKernel  uint64 `json:"orphan_kernelch"`
 	LateChildren  uint64 `json:"late_children"`  // ProxyOp/KernelCh that came after their operation completed
 	ParentCarried uint64 `json:"parent_carried"` // child started after its parent's window was read (normal)
 	Foreign       uint64 `json:"foreign_pxn"`
-	Expired       uint64 `json:"expired"` // pending entries given up after MaxAgeWindows
+	Expired       uint64 `json:"expired"`       // pending entries given up after MaxAgeWindows
+	NeverStopped  uint64 `json:"never_stopped"` // ProxyOps NCCL never stopped, every step done
+	// What the plugin could not keep (plugin/core.h), per event type: Untracked events are
+	// missing from every figure; TraceDropped ones only from the trace (detail records).
+	Untracked        map[string]uint64 `json:"untracked,omitempty"`
+	TraceDropped     map[string]uint64 `json:"trace_dropped,omitempty"`
+	TransfersUnkeyed uint64            `json:"transfers_unkeyed"` // counted in no pair or channel
+	UntimedOps       uint64            `json:"untimed_ops"`       // see OpStats.Untimed
+}
+
+// Partial says, in words, which figures of the result are incomplete and why; empty when
+// everything recorded is exact.
+func (r *Result) Partial() []string {
+	h := &r.Health
+	var out []string
+	if h.UntimedOps > 0 {
+		out = append(out, fmt.Sprintf("%d operations have no times (their records found no room): "+
+			"counts and bytes include them, time figures do not", h.UntimedOps))
+	}
+	for _, t := range sortedKeys(h.Untracked) {
+		if n := h.Untracked[t]; n > 0 {
+			out = append(out, fmt.Sprintf("%d %s events were not tracked: %s", n, t, untrackedEffect(t)))
+		}
+	}
+	if h.TransfersUnkeyed > 0 {
+		out = append(out, fmt.Sprintf("%d transfers are in no rank pair or channel (the sum table "+
+			"was full)", h.TransfersUnkeyed))
+	}
+	if h.Expired > 0 {
+		out = append(out, fmt.Sprintf("%d events were given up waiting for their stop: their "+
+			"operations are marked incomplete", h.Expired))
+	}
+	return out
+}
+
+// untrackedEffect names the figures an untracked event of type t leaves out.
+func untrackedEffect(t string) string {
+	switch t {
+	case "ProxyStep":
+		return "their transfers are missing from rank-pair and channel figures and fits"
+	case "ProxyOp":
+		return "their operations' completion times and transfers are missing"
+	case "KernelCh":
+		return "their operations' GPU times are missing"
+	case "Late":
+		return "their events' stops were lost; those operations are incomplete"
+	}
+	return "they are missing from the trace and from the operations they belong to"
+}
+
+func sortedKeys(m map[string]uint64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // Factor is nccl-tests' bus-bandwidth factor for an operation on n ranks, and the factor that

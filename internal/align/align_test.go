@@ -121,3 +121,71 @@ func TestGPUNone(t *testing.T) {
 		t.Errorf("%+v", info)
 	}
 }
+
+// The audit's attacks on the GPU clock fit: 1 % of pTimers (start and stop alike) replaced by
+// INT64_MAX (which gave an offset of 7.4e18 ns), by UINT64_MAX, or by a value an hour off
+// (possible as a number, impossible for this clock). Each is rejected and counted; the fit
+// and the conversion of every good reading stay as accurate as with clean input.
+func TestGPURejectsImpossibleTimestamps(t *testing.T) {
+	const base = int64(1_700_000_000_000_000_000)
+	truth := func(unix int64) uint64 { return uint64(unix + 1234567 + int64(float64(unix-base)*20e-6)) }
+	for _, tc := range []struct {
+		name string
+		bad  func(good uint64) uint64
+	}{
+		{"int64max", func(uint64) uint64 { return math.MaxInt64 }},
+		{"uint64max", func(uint64) uint64 { return math.MaxUint64 }},
+		{"hour_ahead", func(g uint64) uint64 { return g + 3600e9 }},
+		{"hour_behind", func(g uint64) uint64 { return g - 3600e9 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewSource(5))
+			g := NewGPU()
+			type reading struct {
+				cb     int64
+				ptimer uint64
+				u      int64 // when the GPU event really happened
+				bad    bool
+			}
+			var rs []reading
+			planted := 0
+			for i := 0; i < 6000; i++ { // 6000 KernelCh: a start and a stop reading each
+				for _, dt := range []int64{0, 40_000} {
+					u := base + int64(i)*500_000 + dt // 3 s of events
+					r := reading{cb: u + int64(300+rng.ExpFloat64()*2000), ptimer: truth(u), u: u}
+					if (2*i+len(rs)%2)%99 == 0 { // about 1 % of readings, starts and stops
+						r.ptimer, r.bad = tc.bad(r.ptimer), true
+						planted++
+					}
+					g.Observe(r.cb, r.ptimer)
+					rs = append(rs, r)
+				}
+			}
+			info := g.Info()
+			if math.Abs(info.OffsetNs-1234567-20e-6*float64(rs[len(rs)-1].cb-base)) > 3000 || math.Abs(info.DriftPPM-20) > 0.5 {
+				t.Fatalf("fit poisoned: %+v", info)
+			}
+			var worst float64
+			converted := 0
+			for _, r := range rs {
+				got, ok := g.Convert(r.cb, r.ptimer)
+				if ok == r.bad {
+					t.Fatalf("reading %d (planted %v): accepted %v", r.ptimer, r.bad, ok)
+				}
+				if ok {
+					worst = max(worst, absNs(got, r.u))
+					converted++
+				}
+			}
+			if worst > 1000 {
+				t.Errorf("worst error of a good reading %.0f ns", worst)
+			}
+			if got := g.Info().Rejected; got != planted {
+				t.Errorf("rejected %d, planted %d", got, planted)
+			}
+			if converted != len(rs)-planted {
+				t.Errorf("converted %d of %d good readings", converted, len(rs)-planted)
+			}
+		})
+	}
+}

@@ -42,7 +42,9 @@ type TickClock struct {
 	rate    float64 // ticks per ns
 }
 
-// NewTickClock calibrates (about 20 ms) unless nominalHz is known.
+// NewTickClock calibrates over a short first baseline (2 ms: about 25 ppm with ~50 ns
+// brackets) unless nominalHz is known; Refresh then refines the rate as the baseline grows.
+// The plugin's drainer cannot read a window before this returns, so it is kept short.
 func NewTickClock(s Sampler, nominalHz float64) *TickClock {
 	c := &TickClock{s: s, nominal: nominalHz}
 	c.anchor = Best(s, 16)
@@ -50,7 +52,7 @@ func NewTickClock(s Sampler, nominalHz float64) *TickClock {
 		c.rate = nominalHz / 1e9
 		return c
 	}
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(2 * time.Millisecond)
 	c.Refresh()
 	return c
 }

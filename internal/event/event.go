@@ -70,9 +70,9 @@ const (
 	Open
 	// Routed: recorded in its parent's closing window.
 	Routed
-	// Cumulative: a ProxyStep's Bytes is its ProxyOp's running total (ABI v1–v3), not the
-	// transfer's own size; the transfer is the difference from the op's previous total.
-	Cumulative
+	// NoOp: a ProxyStep whose ProxyOp was not recorded: its transfer has no pair or channel
+	// and was not counted.
+	NoOp
 )
 
 // Step state cells (Record.States for ProxyStep), in NCCL's order of occurrence.
@@ -152,6 +152,8 @@ type Record struct {
 	IsSend                       bool
 	Progress                     Ticks    // ProxyOp: first InProgress (v4+) or first op state (v1–v3)
 	Bytes                        uint64   // ProxyStep: transfer size; ProxyOp (v1–v3): cumulative; CeBatch: total
+	XferN, StepsDone             uint32   // ProxyOp: its send transfers; its steps stopped
+	XferBytes, XferTime          uint64   // ProxyOp: its transfers' bytes and Σ ticks (SendWait → stop)
 	States                       [6]Ticks // ProxyStep cells; ProxyCtrl first/last; GroupApi start-stop/end-start
 	PeerWaits                    uint16
 	PTimerStart, PTimerStop      uint64 // KernelCh: GPU globaltimer ns
@@ -198,34 +200,14 @@ func (r *Record) ApplyLate(l *Record) bool {
 	if l.LateState == LateStop {
 		r.Stop = l.Start
 		r.Flags &^= Open
+		if r.Type == ProxyOp { // what its arena cell gathered until the stop
+			r.Progress, r.Bytes = l.Progress, l.Bytes
+			r.XferN, r.XferBytes, r.XferTime, r.StepsDone = l.XferN, l.XferBytes, l.XferTime, l.StepsDone
+		}
 		return true
 	}
 	r.NStates++
 	switch r.Type {
-	case ProxyStep:
-		c, ok := StepCell(l.LateState)
-		if !ok {
-			return false
-		}
-		if r.States[c] == 0 {
-			r.States[c] = l.Start
-		}
-		if c == SendPeerWait {
-			r.PeerWaits++
-		}
-		if (c == SendWait || c == RecvFlushWait) && l.LateArgs != 0 {
-			r.Bytes = l.LateArg0
-			if l.LateArgs == 2 {
-				r.Flags |= Cumulative
-			}
-		}
-	case ProxyOp:
-		if r.Progress == 0 {
-			r.Progress = l.Start
-		}
-		if l.LateState <= 7 && l.LateArgs != 0 && l.LateArg0 > r.Bytes {
-			r.Bytes = l.LateArg0
-		}
 	case KernelCh:
 		if l.LateState == StateKernelChStop {
 			r.Aux = l.Start

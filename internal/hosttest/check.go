@@ -33,10 +33,17 @@ func CheckExact(t *testing.T, r *Run, tr Truth) {
 		checkOps(t, tc, s)
 		checkPairs(t, tc, s)
 		checkChannels(t, tc, s)
-		for _, k := range []string{"orphan_steps", "orphan_proxyops", "orphan_kernelch", "late_unmatched"} {
-			if s.Health[k] != 0 {
-				t.Errorf("%s: health %s = %d, want 0", tc.Name, k, s.Health[k])
+		h := s.Health
+		for k, v := range map[string]uint64{"orphan_steps": h.OrphanSteps, "orphan_proxyops": h.OrphanProxy,
+			"orphan_kernelch": h.OrphanKernel, "late_unmatched": h.LateUnmatched,
+			"untimed_ops": h.UntimedOps, "transfers_unkeyed": h.TransfersUnkeyed} {
+			if v != 0 {
+				t.Errorf("%s: health %s = %d, want 0", tc.Name, k, v)
 			}
+		}
+		if len(h.Untracked) != 0 || len(h.TraceDropped) != 0 || !s.Complete {
+			t.Errorf("%s: untracked %v, trace dropped %v, complete %v (%v)", tc.Name, h.Untracked,
+				h.TraceDropped, s.Complete, s.Partial)
 		}
 		if d := s.Counters["dropped_windows_full"] + s.Counters["dropped_too_many_threads"] +
 			s.Counters["dropped_detail"]; d != 0 {

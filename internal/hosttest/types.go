@@ -18,6 +18,7 @@ type Truth struct {
 	GPUDriftPPM      float64 `json:"gpu_drift_ppm"`
 	Mask             int     `json:"mask"`
 	UnwrittenHandles int     `json:"unwritten_handles"`
+	BadPTimers       int     `json:"bad_ptimers"` // planted impossible GPU timestamps (--bad-ptimer)
 	Threads          int     `json:"threads"`
 	// FinalizeMaxNs is the longest a communicator's finalize took: what the plugin made
 	// NCCL's destroy wait.
@@ -98,8 +99,10 @@ type Summary struct {
 	Ops      []SummaryOp       `json:"operations"`
 	Pairs    []SummaryPair     `json:"rank_pairs"`
 	Channels []SummaryChannel  `json:"channels"`
-	Health   map[string]uint64 `json:"health"`
+	Health   aggregate.Health  `json:"health"`
 	Counters map[string]uint64 `json:"process_counters"`
+	Complete bool              `json:"complete"`
+	Partial  []string          `json:"partial"`
 }
 
 // SummaryComm identifies the communicator.

@@ -106,6 +106,19 @@ func (a *Acc) Add(size uint64, t float64) {
 	a.setMin(size, t)
 }
 
+// AddGroup records n transfers of one size whose times (ns) sum to sumT, whose squares sum to
+// sumT2, and the fastest of which took minT: the same fit as n calls to Add, from the sums the
+// plugin keeps per size (a group's points share x, so its co-moment with x is zero).
+func (a *Acc) AddGroup(size, n uint64, sumT, sumT2, minT float64) {
+	if n == 0 {
+		return
+	}
+	my := sumT / float64(n)
+	m2y := math.Max(sumT2-sumT*my, 0) // Σ(t − mean)²; rounding can take it just below 0
+	a.all.merge(moments{n: n, mx: float64(size), my: my, m2y: m2y})
+	a.setMin(size, minT)
+}
+
 // Merge adds every point b has seen.
 func (a *Acc) Merge(b *Acc) {
 	a.all.merge(b.all)

@@ -45,7 +45,7 @@ func (g gpuClock) placedBy() string {
 }
 
 // newRank indexes a Kineto trace (read by the caller with kx.visit) and its plugin traces.
-func newRank(opt Options, kt *kineto.Trace, kx *kinetoIndex, plugins []*ptrace.Trace) *rankState {
+func newRank(opt Options, kt *kineto.Trace, kx *kinetoIndex, plugins []*ptrace.Trace, lean map[*ptrace.Trace]*leanPlugin) *rankState {
 	r := &rankState{opt: opt, kt: kt, kx: kx, byCorr: map[uint64]*kernel{}, label: kt.Rank}
 	for _, k := range kx.kernels {
 		if k.corr != 0 {
@@ -53,7 +53,7 @@ func newRank(opt Options, kt *kineto.Trace, kx *kinetoIndex, plugins []*ptrace.T
 		}
 	}
 	for _, p := range plugins {
-		r.px = append(r.px, newPluginIndex(p))
+		r.px = append(r.px, newPluginIndex(p, lean[p]))
 		if r.host == "" {
 			r.host = p.Host
 		}
@@ -149,8 +149,8 @@ func firstChannel(g *opGroup) (int64, bool) {
 	first := int64(math.MaxInt64)
 	for _, o := range g.ops {
 		for _, ch := range o.channels {
-			if ch.GPUStart > 0 {
-				first = min(first, ch.GPUStart)
+			if ch.gpuStart > 0 {
+				first = min(first, ch.gpuStart)
 			}
 		}
 	}

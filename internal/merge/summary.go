@@ -18,21 +18,25 @@ type Summary struct {
 
 // RankSummary is one rank's part of the summary.
 type RankSummary struct {
-	Rank        int      `json:"rank"`
-	Host        string   `json:"host,omitempty"`
-	Kineto      string   `json:"kineto"`
-	NCCL        []string `json:"nccl"`
-	KinetoTime  string   `json:"kineto_time"`
-	Simulated   bool     `json:"simulated,omitempty"`
-	Truncated   bool     `json:"nccl_truncated,omitempty"`
-	Unanchored  bool     `json:"nccl_unanchored,omitempty"`
-	EventsIn    EventsIn `json:"events_in"`
-	EventsOut   int      `json:"events_out"`
-	Added       int      `json:"events_added"`
-	Dropped     int      `json:"events_dropped"`
-	DroppedWhy  string   `json:"events_dropped_why,omitempty"`
-	NCCLKernels int      `json:"nccl_kernels"`
-	Operations  int      `json:"nccl_operation_groups"`
+	Rank       int      `json:"rank"`
+	Host       string   `json:"host,omitempty"`
+	Kineto     string   `json:"kineto"`
+	NCCL       []string `json:"nccl"`
+	KinetoTime string   `json:"kineto_time"`
+	Simulated  bool     `json:"simulated,omitempty"`
+	Truncated  bool     `json:"nccl_truncated,omitempty"`
+	Unanchored bool     `json:"nccl_unanchored,omitempty"`
+	EventsIn   EventsIn `json:"events_in"`
+	EventsOut  int      `json:"events_out"`
+	Added      int      `json:"events_added"`
+	Dropped    int      `json:"events_dropped"`
+	DroppedWhy string   `json:"events_dropped_why,omitempty"`
+	// InvalidUTF8 counts input bytes that were not UTF-8, written as '?'.
+	InvalidUTF8 int `json:"invalid_utf8_bytes,omitempty"`
+	// DuplicateIDs counts plugin slices whose handle an earlier slice had: kept, linking nothing.
+	DuplicateIDs int `json:"nccl_duplicate_ids,omitempty"`
+	NCCLKernels  int `json:"nccl_kernels"`
+	Operations   int `json:"nccl_operation_groups"`
 	// Linked counts kernels linked by each rule.
 	Linked          map[string]int `json:"linked"`
 	UnlinkedKernels map[string]int `json:"unlinked_kernels"`
@@ -73,7 +77,7 @@ type Alignment struct {
 func (r *rankState) summary() *RankSummary {
 	s := &RankSummary{Rank: r.label, Host: r.host, Kineto: r.kt.Path, EventsIn: EventsIn{Kineto: r.kt.Events},
 		NCCLKernels: len(r.kx.kernels), Linked: map[string]int{}, UnlinkedKernels: map[string]int{},
-		UnlinkedOps: map[string]int{}, Dropped: len(r.kx.dangling)}
+		UnlinkedOps: map[string]int{}, Dropped: len(r.kx.dangling), InvalidUTF8: r.kt.InvalidUTF8}
 	switch {
 	case r.kt.HasBase:
 		s.KinetoTime = "relative to baseTimeNanoseconds (PyTorch ≥ 2.4)"
@@ -85,11 +89,13 @@ func (r *rankState) summary() *RankSummary {
 	}
 	for _, p := range r.px {
 		s.NCCL = append(s.NCCL, p.t.Path)
-		s.EventsIn.NCCL += len(p.t.Events)
+		s.EventsIn.NCCL += p.t.Doc.Events
 		s.Simulated = s.Simulated || p.t.Simulated
 		s.Truncated = s.Truncated || p.t.Truncated
 		s.Unanchored = s.Unanchored || p.t.Unanchored
 		s.Operations += len(p.groups)
+		s.DuplicateIDs += p.dupIDs
+		s.InvalidUTF8 += p.t.Doc.InvalidUTF8
 		for _, g := range p.groups {
 			if g.link == nil {
 				s.UnlinkedOps[r.groupWhy(g)]++
@@ -137,6 +143,12 @@ func (s *Summary) WriteText(w io.Writer) {
 			r.EventsIn.Kineto, r.KinetoTime, r.EventsIn.NCCL, r.EventsOut, r.Added, r.Dropped)
 		if r.Dropped > 0 {
 			fmt.Fprintf(w, "  dropped: %s\n", r.DroppedWhy)
+		}
+		if r.InvalidUTF8 > 0 {
+			fmt.Fprintf(w, "  %d input bytes were not valid UTF-8 (JSON text must be): written as '?'\n", r.InvalidUTF8)
+		}
+		if r.DuplicateIDs > 0 {
+			fmt.Fprintf(w, "  %d NCCL slices repeat the handle of an earlier one (a damaged file?): kept, but they link nothing\n", r.DuplicateIDs)
 		}
 		linked := r.Linked[RuleLaunch] + r.Linked[RuleOrder]
 		fmt.Fprintf(w, "  NCCL kernels: %d, linked %d (%d by launch, %d by order)\n",

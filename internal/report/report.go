@@ -13,9 +13,11 @@ import (
 	"math"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/ncclprof/ncclprof/internal/commops"
+	"github.com/ncclprof/ncclprof/internal/hang"
 	"github.com/ncclprof/ncclprof/internal/skew"
 	"github.com/ncclprof/ncclprof/internal/stats"
 	"github.com/ncclprof/ncclprof/internal/words"
@@ -33,6 +35,11 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"base":  filepath.Base,
 	"count": words.Count,
 	"ratio": func(a, b int64) float64 { return float64(a) / float64(b) },
+	"secs":  func(ns int64) string { return fmt.Sprintf("%.1f", float64(ns)/1e9) },
+	"suspect": func(state string) bool {
+		return state == hang.StateAbsent || state == hang.StateGPU || state == hang.StateLinkSend || state == hang.StateUnknown
+	},
+	"lines": func(s string) []string { return strings.Split(s, "\n") },
 	// perfettoTs is a JSON ts in µs as Perfetto's trace processor stores it: ns.
 	"perfettoTs": func(us float64) int64 { return int64(math.Round(us * 1e3)) },
 }).Parse(pageHTML))
@@ -56,6 +63,10 @@ type Page struct {
 	Skew         *skew.Result
 	Slowest      []SlowOp
 	Notes        []string
+	// Traces: the page has the trace analyses (it may have the hang alone).
+	Traces bool
+	// Hang is the analysis of the in-flight dumps found beside the traces (nil: none).
+	Hang *hang.Result
 }
 
 // SlowOp is one of the slowest operations, with where to find it.
@@ -79,7 +90,7 @@ type SlowOp struct {
 
 // Build assembles the page from the operations, their statistics and their skew.
 func Build(s *commops.Set, st *stats.Table, sk *skew.Result, title string) *Page {
-	p := &Page{Title: title, Generated: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Files: s.Files,
+	p := &Page{Title: title, Generated: generated(), Files: s.Files, Traces: true,
 		Ops: len(s.Ops), Ranks: len(s.Procs), TotalNs: st.TotalNs, Busy: st.Ranks, Skew: sk, Notes: sk.Notes}
 	p.BusyTop, p.BusyMedianNs = st.Busiest()
 	for _, svg := range []string{bandwidthPlot(s), heatmap(s), skewPlot(s, sk), latePlot(sk)} {
@@ -89,6 +100,33 @@ func Build(s *commops.Set, st *stats.Table, sk *skew.Result, title string) *Page
 	p.Slowest = slowest(s, 25)
 	return p
 }
+
+// BuildHang is the page of a hung job whose ranks wrote in-flight dumps and no trace: the hang
+// section alone.
+func BuildHang(r *hang.Result, title string, dumps []string) *Page {
+	return &Page{Title: title, Generated: generated(), Files: perDir(dumps, "dump"), Hang: r}
+}
+
+// perDir names files by directory, "DIR/ (1024 dumps)": a job has thousands of them.
+func perDir(files []string, what string) []string {
+	count := map[string]int{}
+	var dirs []string
+	for _, f := range files {
+		d := filepath.Dir(f)
+		if count[d] == 0 {
+			dirs = append(dirs, d)
+		}
+		count[d]++
+	}
+	sort.Strings(dirs)
+	out := make([]string, len(dirs))
+	for i, d := range dirs {
+		out[i] = fmt.Sprintf("%s/ (%d %ss)", d, count[d], what)
+	}
+	return out
+}
+
+func generated() string { return time.Now().UTC().Format("2006-01-02 15:04 UTC") }
 
 // slowest lists the n longest operations.
 func slowest(s *commops.Set, n int) []SlowOp {

@@ -12,6 +12,9 @@ import (
 // SimulatedNote marks Kineto traces made by KinetoFromPlugin.
 const SimulatedNote = "SIMULATED: written by ncclmerge demo from an ncclprof plugin trace of the C test host; not recorded by torch.profiler"
 
+// firstCorrelation is the first CUPTI correlation id of a synthesized Kineto trace.
+const firstCorrelation = 600000
+
 // KinetoOptions describe the simulated rank.
 type KinetoOptions struct {
 	Rank, WorldSize int
@@ -24,7 +27,11 @@ type KinetoOptions struct {
 // completion span), with Kineto's collective args and ac2g flow. It returns the trace and the
 // number of kernels.
 func KinetoFromPlugin(t *ptrace.Trace, opt KinetoOptions) ([]byte, int) {
-	k := &kgen{t: t, opt: opt, byID: map[uint64]*ptrace.Event{}, children: map[uint64][]*ptrace.Event{},
+	// Correlation ids as CUPTI numbers them in a profiled window of a real job (it counts every
+	// runtime call since the process started: hundreds of thousands). Small ids made HTA 0.5.0
+	// with pandas 3 fail on the merged demo: it stores them in an int8 column and then writes
+	// row numbers of the (larger) merged trace into it.
+	k := &kgen{corr: firstCorrelation, t: t, opt: opt, byID: map[uint64]*ptrace.Event{}, children: map[uint64][]*ptrace.Event{},
 		streamEnd: map[int64]int64{}, threads: map[int64]bool{}, streams: map[int64]bool{}}
 	for i := range t.Events {
 		e := &t.Events[i]

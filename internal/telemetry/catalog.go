@@ -19,6 +19,15 @@ const (
 	AttrReason    = "ncclprof.reason"
 	AttrKind      = "ncclprof.kind"
 	AttrExporter  = "ncclprof.exporter"
+	// AttrDirection tells sent from received bytes and transfers of a rank pair, as
+	// OpenTelemetry's semantic conventions do for network traffic (transmit, receive).
+	AttrDirection = "network.io.direction"
+)
+
+// Values of AttrDirection.
+const (
+	DirTransmit = "transmit"
+	DirReceive  = "receive"
 )
 
 // Instrument kinds as the catalogue names them.
@@ -43,7 +52,7 @@ type Def struct {
 // Attribute groups.
 const (
 	attrsOp      = "op"      // comm + nccl.op, nccl.algo, nccl.proto, nccl.nchannels, ncclprof.step
-	attrsPair    = "pair"    // comm + nccl.peer (+ ncclprof.fit on the fit gauges)
+	attrsPair    = "pair"    // comm + nccl.peer (+ network.io.direction or ncclprof.fit)
 	attrsChannel = "channel" // comm + nccl.channel (+ ncclprof.fit on the fit gauges)
 	attrsComm    = "comm"    // nccl.comm.hash, nccl.comm.name, nccl.rank, nccl.nranks, nccl.nnodes
 	attrsProcess = "process" // resource attributes only
@@ -52,7 +61,7 @@ const (
 // Names of the metrics.
 const (
 	MOps              = "ncclprof.ops"
-	MOpBytes          = "ncclprof.op.bytes"
+	MOpIO             = "ncclprof.op.io"
 	MOpIncomplete     = "ncclprof.op.incomplete"
 	MOpTransfers      = "ncclprof.op.transfers"
 	MOpTransferBytes  = "ncclprof.op.transfer.bytes"
@@ -65,15 +74,13 @@ const (
 	MOpTransferTime   = "ncclprof.op.transfer.duration"
 	MOpAlgBW          = "ncclprof.op.algbw"
 	MOpBusBW          = "ncclprof.op.busbw"
-	MPairSendBytes    = "ncclprof.pair.send.bytes"
-	MPairSendXfers    = "ncclprof.pair.send.transfers"
-	MPairRecvBytes    = "ncclprof.pair.recv.bytes"
-	MPairRecvXfers    = "ncclprof.pair.recv.transfers"
+	MPairIO           = "ncclprof.pair.io"
+	MPairTransfers    = "ncclprof.pair.transfers"
 	MPairLatency      = "ncclprof.pair.latency"
 	MPairBandwidth    = "ncclprof.pair.bandwidth"
 	MPairR2           = "ncclprof.pair.fit.r2"
 	MChanTransfers    = "ncclprof.channel.transfers"
-	MChanBytes        = "ncclprof.channel.bytes"
+	MChanIO           = "ncclprof.channel.io"
 	MChanTime         = "ncclprof.channel.transfer.time"
 	MChanLatency      = "ncclprof.channel.latency"
 	MChanBandwidth    = "ncclprof.channel.bandwidth"
@@ -86,7 +93,7 @@ const (
 	MConditions       = "ncclprof.plugin.conditions"
 	MExportFailures   = "ncclprof.export.failures"
 	MExportDropped    = "ncclprof.export.dropped_points"
-	MTraceBytes       = "ncclprof.trace.bytes"
+	MTraceIO          = "ncclprof.trace.io"
 	MLabelsOverflowed = "ncclprof.step_labels.overflow"
 	MOpSamplesDropped = "ncclprof.op.samples_dropped"
 )
@@ -96,7 +103,7 @@ var Catalog = []Def{
 	// Per operation: one measurement per completed NCCL operation.
 	{MOps, KindCounter, "{operation}", "ncclprof_ops_total", attrsOp,
 		"Completed operations (collectives, point-to-point operations, rebuilt AlltoAll/Gather/Scatter)."},
-	{MOpBytes, KindCounter, "By", "ncclprof_op_bytes_total", attrsOp,
+	{MOpIO, KindCounter, "By", "ncclprof_op_io_bytes_total", attrsOp,
 		"Operation size as nccl-tests defines it: count × datatype size, × nranks for AllGather, ReduceScatter and AlltoAll."},
 	{MOpIncomplete, KindCounter, "{operation}", "ncclprof_op_incomplete_total", attrsOp,
 		"Operations completed with children still open (given up after the aggregation's age limit); their times are lower bounds."},
@@ -105,7 +112,7 @@ var Catalog = []Def{
 	{MOpTransferBytes, KindCounter, "By", "ncclprof_op_transfer_bytes_total", attrsOp,
 		"Bytes of those transfers."},
 	{MOpSize, KindHistogram, "By", "ncclprof_op_size_bytes", attrsOp,
-		"Per-operation size (the value ncclprof.op.bytes adds up)."},
+		"Per-operation size (the value ncclprof.op.io adds up)."},
 	{MOpCompletion, KindHistogram, "s", "ncclprof_op_completion_duration_seconds", attrsOp,
 		"Per-operation completion time: NCCL's Coll/P2p start to the stop of its last ProxyOp or KernelCh child. Operations without children (intra-node without KernelCh, self send/recv) have none."},
 	{MOpEnqueue, KindHistogram, "s", "ncclprof_op_enqueue_duration_seconds", attrsOp,
@@ -123,14 +130,10 @@ var Catalog = []Def{
 	{MOpBusBW, KindHistogram, "By/s", "ncclprof_op_busbw_bytes_per_second", attrsOp,
 		"Per-operation bus bandwidth as nccl-tests defines it: algbw × 2(n−1)/n for AllReduce, × (n−1)/n for AllGather, ReduceScatter and AlltoAll, × 1 otherwise."},
 	// Per rank pair: cumulative over the communicator's life, sampled at export.
-	{MPairSendBytes, KindObservableCounter, "By", "ncclprof_pair_send_bytes_total", attrsPair,
-		"Bytes this rank sent to the peer over the network (send ProxySteps)."},
-	{MPairSendXfers, KindObservableCounter, "{transfer}", "ncclprof_pair_send_transfers_total", attrsPair,
-		"Network transfers this rank sent to the peer."},
-	{MPairRecvBytes, KindObservableCounter, "By", "ncclprof_pair_recv_bytes_total", attrsPair,
-		"Bytes this rank received from the peer (receive ProxySteps)."},
-	{MPairRecvXfers, KindObservableCounter, "{transfer}", "ncclprof_pair_recv_transfers_total", attrsPair,
-		"Network transfers this rank received from the peer."},
+	{MPairIO, KindObservableCounter, "By", "ncclprof_pair_io_bytes_total", attrsPair,
+		"Bytes this rank exchanged with the peer over the network, by network.io.direction: transmit (send ProxySteps) or receive (receive ProxySteps)."},
+	{MPairTransfers, KindObservableCounter, "{transfer}", "ncclprof_pair_transfers_total", attrsPair,
+		"Network transfers between this rank and the peer, by network.io.direction (transmit, receive)."},
 	{MPairLatency, KindObservableGauge, "s", "ncclprof_pair_latency_seconds", attrsPair,
 		"Latency to the peer: intercept of the fit time = latency + size/bandwidth over the send transfers. Only while the fit is trusted."},
 	{MPairBandwidth, KindObservableGauge, "By/s", "ncclprof_pair_bandwidth_bytes_per_second", attrsPair,
@@ -140,8 +143,8 @@ var Catalog = []Def{
 	// Per channel.
 	{MChanTransfers, KindObservableCounter, "{transfer}", "ncclprof_channel_transfers_total", attrsChannel,
 		"Network send transfers on the channel."},
-	{MChanBytes, KindObservableCounter, "By", "ncclprof_channel_bytes_total", attrsChannel,
-		"Bytes of those transfers (rate(bytes)/rate(transfers) is the mean transfer size over any interval)."},
+	{MChanIO, KindObservableCounter, "By", "ncclprof_channel_io_bytes_total", attrsChannel,
+		"Bytes of those transfers (rate(io)/rate(transfers) is the mean transfer size over any interval)."},
 	{MChanTime, KindObservableCounter, "s", "ncclprof_channel_transfer_time_seconds_total", attrsChannel,
 		"Summed transfer time (SendWait to stop) of those transfers (rate(time)/rate(transfers) is the mean transfer time)."},
 	{MChanLatency, KindObservableGauge, "s", "ncclprof_channel_latency_seconds", attrsChannel,
@@ -159,7 +162,7 @@ var Catalog = []Def{
 	{MEvents, KindObservableCounter, "{event}", "ncclprof_events_total", attrsProcess,
 		"Events the plugin recorded (all communicators)."},
 	{MEventsDropped, KindObservableCounter, "{event}", "ncclprof_events_dropped_total", attrsProcess,
-		"Events dropped, by ncclprof.reason: windows_full (every window busy) or too_many_threads."},
+		"Events dropped, by ncclprof.reason: windows_full (every window of a communicator busy: the drainer fell behind), detail_reserve (detail events refused to keep a full window's last eighth for operation events) or too_many_threads (more recording threads than the plugin has slots for)."},
 	{MWindows, KindObservableCounter, "{window}", "ncclprof_windows_total", attrsProcess,
 		"Event windows sealed and processed."},
 	{MConditions, KindObservableCounter, "{event}", "ncclprof_plugin_conditions_total", attrsProcess,
@@ -168,7 +171,7 @@ var Catalog = []Def{
 		"Exports that failed (collector down, slow, refused; file full), by ncclprof.exporter. Reported by the next export that succeeds."},
 	{MExportDropped, KindObservableCounter, "{datapoint}", "ncclprof_export_dropped_points_total", attrsProcess,
 		"Data points in the exports that failed."},
-	{MTraceBytes, KindObservableCounter, "By", "ncclprof_trace_bytes_total", attrsProcess,
+	{MTraceIO, KindObservableCounter, "By", "ncclprof_trace_io_bytes_total", attrsProcess,
 		"Bytes the trace writer has written (0 until a trace writer reports)."},
 	{MOpSamplesDropped, KindObservableCounter, "{operation}", "ncclprof_op_samples_dropped_total", attrsProcess,
 		"Operations whose histogram values were skipped because recording could not keep up (the per-operation counters stay exact)."},

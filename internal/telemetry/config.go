@@ -3,6 +3,7 @@ package telemetry
 import (
 	"fmt"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -54,7 +55,7 @@ type Config struct {
 	Protocol, Endpoint string
 	// Interval between exports (push exporters): OTEL_METRIC_EXPORT_INTERVAL, default 10 s.
 	Interval  time.Duration
-	Histogram string // exponential (default) or explicit
+	Histogram string // exponential (default) or explicit (the Prometheus endpoint's default)
 	// Temporality for the file and console exporters: cumulative (default), delta or
 	// lowmemory (the OTLP exporter reads OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE
 	// itself; Prometheus is always cumulative).
@@ -111,13 +112,12 @@ func FromEnv(getenv Getenv) (Config, []string) {
 		}
 	}
 	if e := first(getenv, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"); e != "" {
-		c.Endpoint = e
-		if u, err := url.Parse(e); err == nil && u.User != nil {
-			if pw, ok := u.User.Password(); ok && pw != "" {
-				c.Secrets = append(c.Secrets, pw)
-			}
-			u.User = nil
-			c.Endpoint = u.String()
+		c.Endpoint = redactURLs(e)
+		c.Secrets = append(c.Secrets, urlSecrets(e)...)
+		if u, err := url.Parse(e); err == nil && u.RawQuery != "" {
+			probs = append(probs, "the OTLP endpoint has a query string, which the OpenTelemetry Go SDK "+
+				"does not send; pass an API key as a header instead "+
+				"(OTEL_EXPORTER_OTLP_HEADERS=api-key=..., whatever name the collector expects)")
 		}
 	} else if c.Protocol == ProtocolGRPC {
 		c.Endpoint = "https://localhost:4317 (default)"
@@ -145,6 +145,13 @@ func FromEnv(getenv Getenv) (Config, []string) {
 	}
 	switch strings.ToLower(strings.TrimSpace(hist)) {
 	case "":
+		// A scraper reads exponential histograms only as Prometheus native histograms, which
+		// need the protobuf format and a Prometheus that asks for them (3.8+ with
+		// scrape_native_histograms); any other sees _count and _sum alone and its quantiles are
+		// NaN. Classic buckets work with every scraper, so the endpoint defaults to them.
+		if c.Exporter == ExporterPrometheus {
+			c.Histogram = HistogramExplicit
+		}
 	case "exponential", "base2_exponential_bucket_histogram":
 		c.Histogram = HistogramExponential
 	case "explicit", "explicit_bucket_histogram":
@@ -297,14 +304,61 @@ func headerValues(s string) []string {
 	return out
 }
 
-// Redact removes every secret from a message.
+// Redacted stands where a secret was removed from a message.
+const Redacted = "[redacted]"
+
+// Redact removes every secret from a message: the configured ones, and the user info and query
+// string of every URL in it (an API key often travels as ?api_key=... or user:token@).
 func (c *Config) Redact(msg string) string {
 	for _, s := range c.Secrets {
 		if len(s) >= 3 {
-			msg = strings.ReplaceAll(msg, s, "[redacted]")
+			msg = strings.ReplaceAll(msg, s, Redacted)
 		}
 	}
-	return msg
+	return redactURLs(msg)
+}
+
+// urlInText finds URLs in running text: a scheme, then everything up to a space or a quote.
+var urlInText = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^\s"'<>]+`)
+
+// redactURLs removes the user info and the query string of every URL in s.
+func redactURLs(s string) string {
+	return urlInText.ReplaceAllStringFunc(s, func(u string) string {
+		scheme, rest, _ := strings.Cut(u, "://")
+		host, path := rest, ""
+		if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+			host, path = rest[:i], rest[i:]
+		}
+		if i := strings.LastIndexByte(host, '@'); i >= 0 {
+			host = Redacted + "@" + host[i+1:]
+		}
+		if i := strings.IndexByte(path, '?'); i >= 0 {
+			path = path[:i+1] + Redacted
+		}
+		return scheme + "://" + host + path
+	})
+}
+
+// urlSecrets are the parts of an endpoint URL that must never be printed, also outside the URL
+// itself (an exporter may quote them): the password and the query's values, as given and decoded.
+func urlSecrets(raw string) []string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	if pw, ok := u.User.Password(); ok && pw != "" {
+		out = append(out, pw)
+	}
+	for _, kv := range strings.Split(u.RawQuery, "&") {
+		if _, v, ok := strings.Cut(kv, "="); ok && v != "" {
+			out = append(out, v)
+			if d, err := url.QueryUnescape(v); err == nil && d != v {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
 }
 
 // PromListenAddr is where the Prometheus endpoint listens: the base port plus the local rank,

@@ -85,7 +85,7 @@ func TestConfigValues(t *testing.T) {
 		t.Errorf("config %+v (listen %s)", c, c.PromListenAddr())
 	}
 	// The password is gone from the endpoint; secrets never reach a message.
-	if c.Endpoint != "https://collector.example:4317" {
+	if c.Endpoint != "https://[redacted]@collector.example:4317" {
 		t.Errorf("endpoint shown as %q", c.Endpoint)
 	}
 	msg := c.Redact("POST https://alice:pa55word@collector.example failed with header Bearer tok3n-value " +
@@ -100,6 +100,16 @@ func TestConfigValues(t *testing.T) {
 		"OTEL_EXPORTER_PROMETHEUS_PORT", "9000", "OMPI_COMM_WORLD_LOCAL_RANK", "1"))
 	if c.PromListenAddr() != "[::1]:9501" {
 		t.Errorf("listen %s, want [::1]:9501", c.PromListenAddr())
+	}
+	// The Prometheus endpoint defaults to classic buckets (every scraper reads them); asked
+	// for, it serves exponential ones as native histograms.
+	c, _ = FromEnv(envOf("NCCLPROF_METRICS", "prometheus"))
+	if c.Histogram != HistogramExplicit {
+		t.Errorf("Prometheus endpoint: histogram %s by default, want explicit", c.Histogram)
+	}
+	c, _ = FromEnv(envOf("NCCLPROF_METRICS", "prometheus", "NCCLPROF_METRICS_HISTOGRAM", "exponential"))
+	if c.Histogram != HistogramExponential {
+		t.Errorf("Prometheus endpoint asked for exponential: %s", c.Histogram)
 	}
 	// NCCLPROF_METRICS_HISTOGRAM wins over the OTLP variable.
 	c, _ = FromEnv(envOf("NCCLPROF_METRICS_HISTOGRAM", "exponential",
@@ -151,5 +161,40 @@ func TestLocalRank(t *testing.T) {
 		if got := LocalRank(envOf(tc.env...)); got != tc.want {
 			t.Errorf("%v: local rank %d, want %d", tc.env, got, tc.want)
 		}
+	}
+}
+
+// TestRedactQueryAndUserinfo: an API key in the endpoint's query string or user info never
+// reaches a message, however the message quotes the URL (issue 14 item 12).
+func TestRedactQueryAndUserinfo(t *testing.T) {
+	c, probs := FromEnv(envOf("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+		"https://t0ken-user@collector.example:4318/v1/metrics?api_key=qu3ry%2Fs3cret&tenant=acme-ml"))
+	if c.Endpoint != "https://[redacted]@collector.example:4318/v1/metrics?[redacted]" {
+		t.Errorf("endpoint shown as %q", c.Endpoint)
+	}
+	if len(probs) != 1 || !strings.Contains(probs[0], "OTEL_EXPORTER_OTLP_HEADERS") || strings.Contains(probs[0], "qu3ry") {
+		t.Errorf("want one problem saying the query is not sent and to use a header, got %q", probs)
+	}
+	for _, msg := range []string{
+		c.Describe(),
+		`Post "https://t0ken-user@collector.example:4318/v1/metrics?api_key=qu3ry%2Fs3cret&tenant=acme-ml": EOF`,
+		"export to grpc://u:p4ss@h:4317?api_key=qu3ry%2Fs3cret failed",
+		"the collector said: bad api_key qu3ry/s3cret for tenant acme-ml",
+		"see http://docs.example/page?token=an0ther-key#frag (and a plain sentence)",
+	} {
+		got := c.Redact(msg)
+		for _, secret := range []string{"t0ken-user", "qu3ry", "s3cret", "acme-ml", "p4ss", "an0ther-key"} {
+			if strings.Contains(got, secret) {
+				t.Errorf("Redact(%q) = %q still shows %q", msg, got, secret)
+			}
+		}
+		if !strings.Contains(got, "[redacted]") {
+			t.Errorf("Redact(%q) = %q: nothing marked as redacted", msg, got)
+		}
+	}
+	// What is not secret stays readable.
+	if got := c.Redact("see http://docs.example/page?token=x (and a plain sentence)"); got !=
+		"see http://docs.example/page?[redacted] (and a plain sentence)" {
+		t.Errorf("got %q", got)
 	}
 }

@@ -59,37 +59,55 @@ func TestDocsListEverything(t *testing.T) {
 func promLabels() map[string]bool {
 	m := map[string]bool{"le": true, "job": true, "instance": true}
 	for _, a := range []string{AttrCommHash, AttrCommName, AttrRank, AttrNRanks, AttrNNodes, AttrOp, AttrAlgo,
-		AttrProto, AttrNChannels, AttrPeer, AttrChannel, AttrStep, AttrFit, AttrReason, AttrKind, AttrExporter} {
+		AttrProto, AttrNChannels, AttrPeer, AttrChannel, AttrStep, AttrFit, AttrReason, AttrKind, AttrExporter,
+		AttrDirection} {
 		m[strings.ReplaceAll(a, ".", "_")] = true
 	}
 	return m
 }
 
+// dashboard is what the tests read of the Grafana dashboard.
+type dashboard struct {
+	Title      string `json:"title"`
+	UID        string `json:"uid"`
+	Templating struct {
+		List []struct {
+			Name       string `json:"name"`
+			Definition string `json:"definition"`
+		} `json:"list"`
+	} `json:"templating"`
+	Panels []struct {
+		Type    string `json:"type"`
+		Title   string `json:"title"`
+		Targets []struct {
+			Expr         string `json:"expr"`
+			LegendFormat string `json:"legendFormat"`
+		} `json:"targets"`
+	} `json:"panels"`
+}
+
+func readDashboard(t *testing.T) dashboard {
+	t.Helper()
+	var dash dashboard
+	if err := json.Unmarshal([]byte(readRepoFile(t, "examples/metrics/grafana/ncclprof-dashboard.json")), &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	return dash
+}
+
+// dashboardQueries counts the PromQL expressions of the dashboard's panels.
+func dashboardQueries(t *testing.T) int {
+	n := 0
+	for _, p := range readDashboard(t).Panels {
+		n += len(p.Targets)
+	}
+	return n
+}
+
 // TestDashboardUsesExportedNames: every metric and label in the Grafana dashboard is one ncclprof
 // exports (under its Prometheus name), and every expression is balanced.
 func TestDashboardUsesExportedNames(t *testing.T) {
-	raw := readRepoFile(t, "examples/metrics/grafana/ncclprof-dashboard.json")
-	var dash struct {
-		Title      string `json:"title"`
-		UID        string `json:"uid"`
-		Templating struct {
-			List []struct {
-				Name       string `json:"name"`
-				Definition string `json:"definition"`
-			} `json:"list"`
-		} `json:"templating"`
-		Panels []struct {
-			Type    string `json:"type"`
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr         string `json:"expr"`
-				LegendFormat string `json:"legendFormat"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal([]byte(raw), &dash); err != nil {
-		t.Fatalf("dashboard JSON: %v", err)
-	}
+	dash := readDashboard(t)
 	metrics := map[string]bool{}
 	hists := map[string]bool{}
 	for _, d := range Catalog {

@@ -37,10 +37,42 @@ func built(t *testing.T) (lib, host string) {
 	return hosttest.Path(t, "libnccl-profiler-ncclprof.so"), hosttest.Path(t, "ncclprof-testhost")
 }
 
+// builtTool is a program the tests run that a script in tools/ builds once and caches: the
+// path in the variable env if set, else what the script prints.
+type builtTool struct {
+	env, script string
+	once        sync.Once
+	path        string
+	err         error
+}
+
+func (b *builtTool) get(t *testing.T) (string, error) {
+	t.Helper()
+	b.once.Do(func() {
+		if p := os.Getenv(b.env); p != "" {
+			b.path = p
+			if _, err := os.Stat(p); err != nil {
+				b.err = fmt.Errorf("%s=%s: %v", b.env, p, err)
+			}
+			return
+		}
+		script := filepath.Join(repoRoot(t), b.script)
+		cmd := exec.Command(script)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			b.err = fmt.Errorf("%s failed: %v\n%s", script, err, stderr.String())
+			return
+		}
+		b.path = strings.TrimSpace(string(out))
+	})
+	return b.path, b.err
+}
+
 var (
-	collectorOnce sync.Once
-	collectorPath string
-	collectorErr  error
+	collectorTool   = &builtTool{env: "NCCLPROF_OTELCOL", script: "tools/otelcol/build.sh"}
+	prometheus3Tool = &builtTool{env: "NCCLPROF_PROMETHEUS3", script: "tools/prometheus/build.sh"}
 )
 
 // collectorBinary is the OpenTelemetry Collector the tests run: $NCCLPROF_OTELCOL, or what
@@ -48,32 +80,13 @@ var (
 // never skips, when there is none: CI must build it.
 func collectorBinary(t *testing.T) string {
 	t.Helper()
-	collectorOnce.Do(func() {
-		if p := os.Getenv("NCCLPROF_OTELCOL"); p != "" {
-			collectorPath = p
-			if _, err := os.Stat(p); err != nil {
-				collectorErr = fmt.Errorf("NCCLPROF_OTELCOL=%s: %v", p, err)
-			}
-			return
-		}
-		script := filepath.Join(repoRoot(t), "tools", "otelcol", "build.sh")
-		cmd := exec.Command(script)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			collectorErr = fmt.Errorf("%s failed: %v\n%s", script, err, stderr.String())
-			return
-		}
-		collectorPath = strings.TrimSpace(string(out))
-	})
-	if collectorErr != nil {
+	p, err := collectorTool.get(t)
+	if err != nil {
 		t.Fatalf("the end-to-end metrics tests need an OpenTelemetry Collector with the OTLP receiver "+
 			"and the file exporter, and none is available: %v\nBuild it with tools/otelcol/build.sh "+
-			"(about 3 minutes; needs Go and the module proxy), or point NCCLPROF_OTELCOL at such a binary.",
-			collectorErr)
+			"(about 3 minutes; needs Go and the module proxy), or point NCCLPROF_OTELCOL at such a binary.", err)
 	}
-	return collectorPath
+	return p
 }
 
 func freePort(t *testing.T) int {

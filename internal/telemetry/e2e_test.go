@@ -143,8 +143,8 @@ func checkTruth(t *testing.T, v view, r hostRun, ck checks) {
 			if p := v.one(t, MOps, want); p.value != float64(o.Count) || !p.monotonic {
 				t.Errorf("%s %s: %s = %v, truth %d", c.Name, o.Func, MOps, p.value, o.Count)
 			}
-			if p := v.one(t, MOpBytes, want); p.value != float64(o.Bytes) {
-				t.Errorf("%s %s: %s = %v, truth %d", c.Name, o.Func, MOpBytes, p.value, o.Bytes)
+			if p := v.one(t, MOpIO, want); p.value != float64(o.Bytes) {
+				t.Errorf("%s %s: %s = %v, truth %d", c.Name, o.Func, MOpIO, p.value, o.Bytes)
 			}
 			if p := v.one(t, MOpSize, want); p.count != o.Count || p.sum != float64(o.Bytes) || p.kind != "exponentialHistogram" || p.unit != "By" {
 				t.Errorf("%s %s: %s count/sum/kind = %d/%v/%s, truth %d/%d exponentialHistogram",
@@ -202,12 +202,17 @@ func checkTruth(t *testing.T, v view, r hostRun, ck checks) {
 			for k, v := range base {
 				want[k] = v
 			}
-			for name, truth := range map[string]uint64{MPairSendBytes: p.SentBytes, MPairSendXfers: p.SendTransfers,
-				MPairRecvBytes: p.RecvBytes, MPairRecvXfers: p.RecvTransfers} {
-				if got := v.one(t, name, want); got.value != float64(truth) {
-					t.Errorf("%s peer %d: %s = %v, truth %d", c.Name, p.Peer, name, got.value, truth)
+			for _, m := range []struct {
+				name, dir string
+				truth     uint64
+			}{{MPairIO, DirTransmit, p.SentBytes}, {MPairTransfers, DirTransmit, p.SendTransfers},
+				{MPairIO, DirReceive, p.RecvBytes}, {MPairTransfers, DirReceive, p.RecvTransfers}} {
+				want[AttrDirection] = m.dir
+				if got := v.one(t, m.name, want); got.value != float64(m.truth) {
+					t.Errorf("%s peer %d: %s %s = %v, truth %d", c.Name, p.Peer, m.name, m.dir, got.value, m.truth)
 				}
 			}
+			delete(want, AttrDirection)
 			// Latency and bandwidth are exported exactly when the plugin's own fit (in its
 			// summary) is trusted, with its values; a clean fit recovers the host's model.
 			want[AttrFit] = "min"
@@ -243,7 +248,7 @@ func checkTruth(t *testing.T, v view, r hostRun, ck checks) {
 			if got := v.one(t, MChanTransfers, want); got.value != float64(ch.Transfers) {
 				t.Errorf("%s channel %d: transfers %v, truth %d", c.Name, ch.Channel, got.value, ch.Transfers)
 			}
-			if got := v.one(t, MChanBytes, want); got.value != float64(ch.Bytes) {
+			if got := v.one(t, MChanIO, want); got.value != float64(ch.Bytes) {
 				t.Errorf("%s channel %d: bytes %v, truth %d", c.Name, ch.Channel, got.value, ch.Bytes)
 			}
 			if got := v.one(t, MChanTime, want); got.value <= 0 {
@@ -266,8 +271,8 @@ func checkSummary(t *testing.T, v view, r hostRun) {
 			if p := v.one(t, MOps, want); p.value != op["count"].(float64) {
 				t.Errorf("%s %s: %s = %v, summary %v", hash, op["func"], MOps, p.value, op["count"])
 			}
-			if p := v.one(t, MOpBytes, want); p.value != op["bytes"].(float64) {
-				t.Errorf("%s %s: %s = %v, summary %v", hash, op["func"], MOpBytes, p.value, op["bytes"])
+			if p := v.one(t, MOpIO, want); p.value != op["bytes"].(float64) {
+				t.Errorf("%s %s: %s = %v, summary %v", hash, op["func"], MOpIO, p.value, op["bytes"])
 			}
 		}
 	}
@@ -320,13 +325,13 @@ func noSecret(t *testing.T, out, secret string) {
 func TestE2ECollectorGRPC(t *testing.T) {
 	col := startCollector(t)
 	r := runHost(t, otlpEnv("grpc", col.grpcPort,
-		"OTEL_SERVICE_NAME=e2e-train", "OTEL_RESOURCE_ATTRIBUTES=deployment.environment=e2e,team=ml",
+		"OTEL_SERVICE_NAME=e2e-train", "OTEL_RESOURCE_ATTRIBUTES=deployment.environment.name=e2e,team=ml",
 		"LOCAL_RANK=3", "CUDA_VISIBLE_DEVICES=0,1,2,3", "POD_NAME=trainer-0", "POD_NAMESPACE=research",
 		"OTEL_EXPORTER_OTLP_HEADERS=x-ncclprof-token=e2e-s3cr3t"),
 		"--iters", "200", "p2p")
 	v := waitCollected(t, col, r)
 	checkTruth(t, v, r, checks{})
-	checkResource(t, v, map[string]string{"service.name": "e2e-train", "deployment.environment": "e2e",
+	checkResource(t, v, map[string]string{"service.name": "e2e-train", "deployment.environment.name": "e2e",
 		"team": "ml", KeyLocalRank: "3", KeyGPU: "3", "k8s.pod.name": "trainer-0",
 		"k8s.namespace.name": "research", KeyVersion: "0.1.0"})
 	noSecret(t, r.stderr, "e2e-s3cr3t")
@@ -410,7 +415,7 @@ func TestE2EStepLabelFromC(t *testing.T) {
 	root := repoRoot(t)
 	bin := filepath.Join(t.TempDir(), "steplabel")
 	srcs := []string{filepath.Join(root, "internal", "telemetry", "testdata", "steplabel.c")}
-	for _, f := range []string{"emit.c", "world.c", "scenarios.c"} {
+	for _, f := range []string{"emit.c", "calllog.c", "world.c", "scenarios.c"} {
 		srcs = append(srcs, filepath.Join(root, "testhost", f))
 	}
 	args := append([]string{"-std=gnu11", "-O1", "-o", bin, "-I" + filepath.Join(root, "testhost")}, srcs...)
@@ -440,7 +445,7 @@ func TestE2EStepLabelFromC(t *testing.T) {
 }
 
 // TestE2ETraceBytes: the trace writer's byte count (published by the trace sink for
-// ncclprof_stats) reaches ncclprof.trace.bytes. The writer publishes once per drainer pass, so
+// ncclprof_stats) reaches ncclprof.trace.io. The writer publishes once per drainer pass, so
 // the value lags the file by at most a pass and the final windows.
 func TestE2ETraceBytes(t *testing.T) {
 	r := runHost(t, []string{"NCCLPROF_METRICS=file", "NCCLPROF_TRACE=1", "OTEL_METRIC_EXPORT_INTERVAL=100"},
@@ -456,10 +461,10 @@ func TestE2ETraceBytes(t *testing.T) {
 	if len(files) != 1 || len(traces) == 0 {
 		t.Fatalf("metrics files %v, trace files %v", files, traces)
 	}
-	tb := readOTLP(t, files[0], r.truth.PID).one(t, MTraceBytes, nil).value
-	t.Logf("trace files hold %d bytes; %s = %v", size, MTraceBytes, tb)
+	tb := readOTLP(t, files[0], r.truth.PID).one(t, MTraceIO, nil).value
+	t.Logf("trace files hold %d bytes; %s = %v", size, MTraceIO, tb)
 	if tb <= 0 || tb > float64(size) {
-		t.Errorf("%s = %v, the trace files hold %d bytes", MTraceBytes, tb, size)
+		t.Errorf("%s = %v, the trace files hold %d bytes", MTraceIO, tb, size)
 	}
 }
 

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,7 +16,6 @@ import (
 
 	"github.com/ncclprof/ncclprof/internal/outfile"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
@@ -79,7 +78,8 @@ type fileExporter struct {
 	mu        sync.Mutex
 	f         *os.File
 	path      string
-	size      int64
+	size      int64 // bytes of whole lines in f
+	partial   bool  // a failed write left part of a line after size
 	rotations uint64
 	closed    bool
 }
@@ -112,10 +112,16 @@ func (e *fileExporter) open() error {
 	return nil
 }
 
+// encodeError is an export that could not be encoded: a bug, not a problem of the disk.
+type encodeError struct{ err error }
+
+func (e encodeError) Error() string { return "cannot encode the export: " + e.err.Error() }
+func (e encodeError) Unwrap() error { return e.err }
+
 func (e *fileExporter) Export(ctx context.Context, rm *metricdata.ResourceMetrics) error {
 	b, err := otlpJSON(rm)
 	if err != nil {
-		return err
+		return encodeError{err}
 	}
 	b = append(b, '\n')
 	e.mu.Lock()
@@ -133,9 +139,40 @@ func (e *fileExporter) Export(ctx context.Context, rm *metricdata.ResourceMetric
 			return err
 		}
 	}
+	return e.writeLine(b)
+}
+
+// writeLine appends one line, whole or not at all. A short write (the disk is full) is cut back
+// off the file, so the file holds only whole lines and the next export does not continue a
+// partial one; if cutting back fails, it is tried again before anything else is written.
+func (e *fileExporter) writeLine(b []byte) error {
+	if e.partial {
+		if err := e.cutBack(); err != nil {
+			return fmt.Errorf("cannot remove a partly written line from %s: %w", e.path, err)
+		}
+	}
 	n, err := e.f.Write(b) // one write: a line is never interleaved or split by another export
-	e.size += int64(n)
+	if err == nil {
+		e.size += int64(n)
+		return nil
+	}
+	if n > 0 {
+		e.partial = true
+		_ = e.cutBack()
+	}
 	return err
+}
+
+// cutBack truncates the file to its last whole line.
+func (e *fileExporter) cutBack() error {
+	if err := e.f.Truncate(e.size); err != nil {
+		return err
+	}
+	if _, err := e.f.Seek(e.size, io.SeekStart); err != nil {
+		return err
+	}
+	e.partial = false
+	return nil
 }
 
 // rotate moves the full file to <name>.prev.jsonl (replacing the previous one) and starts the
@@ -143,6 +180,9 @@ func (e *fileExporter) Export(ctx context.Context, rm *metricdata.ResourceMetric
 // any length. Under cumulative temporality (the default) every line holds all totals, so
 // rotating loses only older history, never a count.
 func (e *fileExporter) rotate() error {
+	if e.partial {
+		_ = e.cutBack()
+	}
 	err := e.f.Close()
 	e.f, e.size = nil, 0
 	if err != nil {
@@ -387,12 +427,8 @@ func (r *Recorder) prometheusReader() (sdkmetric.Reader, error) {
 			"The job continues without a metrics endpoint.", addr, err))
 		return exp, nil
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorHandling: promhttp.ContinueOnError, EnableOpenMetrics: true, Timeout: 10 * time.Second}))
-	r.prom = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute}
+	r.prom, r.promConns = promServer(reg, ln)
 	r.promAddr = ln.Addr().String()
-	go func() { _ = r.prom.Serve(ln) }()
+	go func() { _ = r.prom.Serve(r.promConns) }()
 	return exp, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ncclprof/ncclprof/internal/aggregate"
 	"github.com/ncclprof/ncclprof/internal/event"
+	"github.com/ncclprof/ncclprof/internal/hosttest"
 )
 
 type warnings struct {
@@ -164,6 +165,54 @@ func TestFileExporterRotates(t *testing.T) {
 	}
 }
 
+// TestFileExporterDiskFull (issue 14 item 9): an export that meets a full disk (a real tmpfs)
+// fails as a whole: the file keeps only whole lines, and once there is space again the next
+// export is a line of its own, not glued to a partial one.
+func TestFileExporterDiskFull(t *testing.T) {
+	dir := hosttest.SmallDisk(t, "256k")
+	var w warnings
+	r := fileRecorder(t, dir, 256<<20, &w)
+	r.RecordOp(allReduce(1, 1<<20, 2e6, 1e4, 0, 0, nil, nil))
+	if err := r.FinalFlush(); err != nil {
+		t.Fatal(err)
+	}
+	path := r.Stats().File
+	first, _ := os.ReadFile(path)
+	filler := hosttest.FillDisk(t, dir)
+	r.RecordOp(allReduce(2, 1<<20, 2e6, 1e4, 0, 0, nil, nil))
+	if err := r.FinalFlush(); err == nil {
+		t.Fatal("an export to a full disk succeeded")
+	}
+	if b, _ := os.ReadFile(path); string(b) != string(first) {
+		t.Errorf("after the failed export the file has %d bytes, want the %d of the first line alone", len(b), len(first))
+	}
+	os.Remove(filler)
+	r.RecordOp(allReduce(3, 1<<20, 2e6, 1e4, 0, 0, nil, nil))
+	if err := r.FinalFlush(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want 2 (the failed export leaves none)", len(lines))
+	}
+	for i, l := range lines {
+		var req colpb.ExportMetricsServiceRequest
+		if err := protojson.Unmarshal(l, &req); err != nil {
+			t.Errorf("line %d is not whole OTLP/JSON: %v", i+1, err)
+		}
+	}
+	if p := readOTLP(t, path, 4242).one(t, MOps, map[string]string{AttrOp: "AllReduce"}); p.value != 3 {
+		t.Errorf("ops in the last line = %v, want 3 (cumulative: nothing lost)", p.value)
+	}
+	if s := r.Stats(); s.ExportFailures != 1 || s.Exports != 2 {
+		t.Errorf("stats %+v, want 2 exports and 1 failure", s)
+	}
+	if ws := w.all(); len(ws) != 1 || !strings.Contains(ws[0], "space") {
+		t.Errorf("want one warning about space, got %q", ws)
+	}
+}
+
 // TestFileExporterUnwritable: a directory that cannot be created costs a warning, not the job.
 func TestFileExporterUnwritable(t *testing.T) {
 	parent := t.TempDir()
@@ -221,7 +270,7 @@ func TestPrometheus(t *testing.T) {
 	for _, want := range []string{
 		`ncclprof_ops_total{nccl_algo="RING",nccl_comm_hash="0xa11edce000000001",nccl_comm_name="tp",nccl_nchannels="2",nccl_nnodes="2",nccl_nranks="8",nccl_op="AllReduce",nccl_proto="SIMPLE",nccl_rank="2"`,
 		`ncclprof_events_dropped_total{ncclprof_reason="windows_full"`,
-		`ncclprof_trace_bytes_total{`,
+		`ncclprof_trace_io_bytes_total{`,
 		`ncclprof_op_completion_duration_seconds_bucket{`,
 	} {
 		if !strings.Contains(text, want) {
@@ -261,11 +310,11 @@ func TestOTLPFailure(t *testing.T) {
 	for _, proto := range []string{"grpc", "http/protobuf"} {
 		t.Run(strings.ReplaceAll(proto, "/", "_"), func(t *testing.T) {
 			port := freePort(t)
-			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", fmt.Sprintf("http://ncclprof:pa55w0rd@127.0.0.1:%d", port))
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", fmt.Sprintf("http://ncclprof:pa55w0rd@127.0.0.1:%d/?api_key=k3y-in-url", port))
 			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", proto)
 			t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20s3cr3t-t0ken")
 			cfg, probs := FromEnv(os.Getenv)
-			if cfg.Exporter != ExporterOTLP || len(probs) != 0 {
+			if cfg.Exporter != ExporterOTLP || len(probs) != 1 { // the query string is not sent
 				t.Fatalf("config %+v %v", cfg, probs)
 			}
 			cfg.Interval = time.Hour
@@ -292,7 +341,7 @@ func TestOTLPFailure(t *testing.T) {
 			if len(ws) != 1 || !strings.Contains(ws[0], fmt.Sprintf("127.0.0.1:%d", port)) {
 				t.Fatalf("want one warning naming the endpoint, got %q", ws)
 			}
-			for _, secret := range []string{"pa55w0rd", "s3cr3t-t0ken"} {
+			for _, secret := range []string{"pa55w0rd", "s3cr3t-t0ken", "k3y-in-url"} {
 				if strings.Contains(ws[0], secret) {
 					t.Errorf("the warning shows %q: %s", secret, ws[0])
 				}

@@ -35,7 +35,7 @@ const (
 	nCounters
 )
 
-var counterNames = [nCounters]string{MOps, MOpBytes, MOpIncomplete, MOpTransfers, MOpTransferBytes}
+var counterNames = [nCounters]string{MOps, MOpIO, MOpIncomplete, MOpTransfers, MOpTransferBytes}
 
 // Histograms, in opInstruments.hists order.
 const (
@@ -93,17 +93,26 @@ type counterAdd struct {
 type opRecorder struct {
 	closed  atomic.Bool
 	in      *opInstruments
+	fix     *repairs
 	series  map[opAttrKey]*series // drainer goroutine only
 	queue   chan sample
 	dropped atomic.Uint64 // histogram samples skipped
+	// behind: a wait for room timed out; until the worker has emptied half the queue, samples
+	// that find it full are dropped without waiting (drainer goroutine only).
+	behind bool
 }
+
+// queueWait is how long the drainer waits for the worker when a burst of completed operations
+// fills the queue: it is the drainer's goroutine, never NCCL's threads, and its windows hold
+// far more than this, so a burst the worker absorbs a moment later costs no values.
+const queueWait = 50 * time.Millisecond
 
 // maxSeriesCache bounds the attribute-set cache (the SDK's cardinality limit bounds the
 // exported series themselves).
 const maxSeriesCache = 8192
 
-func newOpRecorder(in *opInstruments) *opRecorder {
-	o := &opRecorder{in: in, series: map[opAttrKey]*series{}, queue: make(chan sample, opQueue)}
+func newOpRecorder(in *opInstruments, fix *repairs) *opRecorder {
+	o := &opRecorder{in: in, fix: fix, series: map[opAttrKey]*series{}, queue: make(chan sample, opQueue)}
 	go o.work()
 	return o
 }
@@ -157,13 +166,15 @@ func (o *opRecorder) seriesOf(op *aggregate.Op, step string) *series {
 	if s, ok := o.series[k]; ok {
 		return s
 	}
-	kv := commAttrs(op.Comm, op.Comm.Hash, op.Comm.Rank)
-	kv = append(kv, attribute.String(AttrOp, op.Func), attribute.Int(AttrNChannels, op.NChannels))
+	comm := op.Comm
+	comm.Name = o.fix.str(comm.Name)
+	kv := commAttrs(comm, comm.Hash, comm.Rank)
+	kv = append(kv, attribute.String(AttrOp, o.fix.str(op.Func)), attribute.Int(AttrNChannels, op.NChannels))
 	if op.Algo != "" {
-		kv = append(kv, attribute.String(AttrAlgo, op.Algo))
+		kv = append(kv, attribute.String(AttrAlgo, o.fix.str(op.Algo)))
 	}
 	if op.Proto != "" {
-		kv = append(kv, attribute.String(AttrProto, op.Proto))
+		kv = append(kv, attribute.String(AttrProto, o.fix.str(op.Proto)))
 	}
 	if step != "" {
 		kv = append(kv, attribute.String(AttrStep, step))
@@ -190,6 +201,12 @@ func (o *opRecorder) record(op *aggregate.Op, step string) {
 		return
 	}
 	s := o.seriesOf(op, step)
+	if op.Untimed > 0 { // operations counted without records: counts and bytes, no times
+		s.sums[cOps] += int64(op.Untimed)
+		s.sums[cBytes] += int64(op.Bytes)
+		s.dirty = true
+		return
+	}
 	s.sums[cOps]++
 	s.sums[cBytes] += int64(op.Bytes)
 	if op.Incomplete {
@@ -218,8 +235,8 @@ func (o *opRecorder) record(op *aggregate.Op, step string) {
 		set(hAPI, op.APINs/1e9)
 	}
 	if op.Transfers > 0 {
-		set(hTransferSize, op.TransferSize.Mean())
-		set(hTransferTime, op.TransferTime.Mean()/1e9)
+		set(hTransferSize, float64(op.TransferBytes)/float64(op.Transfers))
+		set(hTransferTime, op.TransferNs/float64(op.Transfers)/1e9)
 	}
 	if usable(op.AlgBWGBps) {
 		set(hAlgBW, op.AlgBWGBps*1e9)
@@ -227,9 +244,27 @@ func (o *opRecorder) record(op *aggregate.Op, step string) {
 			set(hBusBW, op.BusBWGBps*1e9)
 		}
 	}
+	o.enqueue(smp)
+}
+
+// enqueue hands a sample to the worker, waiting up to queueWait when the queue is full.
+func (o *opRecorder) enqueue(smp sample) {
 	select {
 	case o.queue <- smp:
+		return
 	default:
+	}
+	if o.behind && len(o.queue) > cap(o.queue)/2 {
+		o.dropped.Add(1)
+		return
+	}
+	t := time.NewTimer(queueWait)
+	defer t.Stop()
+	select {
+	case o.queue <- smp:
+		o.behind = false
+	case <-t.C:
+		o.behind = true
 		o.dropped.Add(1)
 	}
 }
@@ -323,6 +358,7 @@ func (r *Recorder) Pass() {
 		return
 	}
 	r.rec.flushCounters()
+	r.warnRepairs()
 }
 
 // Sync makes every operation recorded so far visible to the next collection, waiting at most

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/exemplar"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 
 	"github.com/ncclprof/ncclprof/internal/aggregate"
 	"github.com/ncclprof/ncclprof/internal/event"
@@ -53,15 +54,17 @@ type Recorder struct {
 	warnFn   func(string)
 	counters func() map[string]uint64
 
-	provider *sdkmetric.MeterProvider
-	push     *pusher // nil for Prometheus and injected readers
-	file     *fileExporter
-	host     Host
-	getenv   Getenv
-	prom     *http.Server
-	promAddr string
+	provider  *sdkmetric.MeterProvider
+	push      *pusher // nil for Prometheus and injected readers
+	file      *fileExporter
+	host      Host
+	getenv    Getenv
+	prom      *http.Server
+	promConns *connGuard // the endpoint's listener (promserve.go)
+	promAddr  string
 
 	ops     opInstruments
+	fix     repairs // strings from outside made valid UTF-8 (valid.go)
 	labels  *labelHistory
 	rec     *opRecorder
 	lastObs time.Time
@@ -74,7 +77,7 @@ type Recorder struct {
 	exportFailures, droppedPoints, exportsOK atomic.Uint64
 	lastFailed                               atomic.Bool
 	warnedExport, warnedListen, warnedSDK    atomic.Bool
-	warnedLabels, warnedPanic                atomic.Bool
+	warnedLabels, warnedPanic, warnedUTF8    atomic.Bool
 }
 
 // New starts metrics as configured. With Config.Exporter "none" it returns (nil, nil): a nil
@@ -94,6 +97,8 @@ func New(ctx context.Context, o Options) (*Recorder, error) {
 	if err != nil && res == nil {
 		return nil, fmt.Errorf("cannot build the metrics resource: %w", err)
 	}
+	res = r.fix.resource(res)
+	r.warnRepairs()
 	reader := o.Reader
 	switch {
 	case reader != nil:
@@ -114,7 +119,7 @@ func New(ctx context.Context, o Options) (*Recorder, error) {
 		// The plugin has no trace context, so exemplars would never be sampled: skip the work.
 		sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter),
 	)
-	r.rec = newOpRecorder(&r.ops) // its worker reads r.ops only once operations arrive
+	r.rec = newOpRecorder(&r.ops, &r.fix) // its worker reads r.ops only once operations arrive
 	if err := r.instruments(); err != nil {
 		r.rec.stop(ctx)
 		_ = r.provider.Shutdown(ctx)
@@ -149,8 +154,11 @@ func views(hist string) []sdkmetric.View {
 		sdkmetric.Stream{Aggregation: sdkmetric.AggregationBase2ExponentialHistogram{MaxSize: 160, MaxScale: 20}})}
 }
 
+// meter is ncclprof's instrumentation scope: its name, the plugin's version and the semantic
+// conventions its attribute names follow.
 func (r *Recorder) meter() metric.Meter {
-	return r.provider.Meter(ScopeName)
+	return r.provider.Meter(ScopeName, metric.WithInstrumentationVersion(r.host.Version),
+		metric.WithSchemaURL(semconv.SchemaURL))
 }
 
 func (r *Recorder) instruments() error {
@@ -217,6 +225,7 @@ func (r *Recorder) SetStepLabel(label string, at event.Ticks) string {
 	if r == nil {
 		return label
 	}
+	label = r.fix.str(label)
 	got := r.labels.set(label, at)
 	if got != label {
 		r.warnOnce(&r.warnedLabels, fmt.Sprintf("more than %d distinct step labels; later ones are "+
@@ -271,8 +280,9 @@ type commSnap struct {
 // keepFinal is how many collections a finalized communicator's results stay exported.
 const keepFinal = 2
 
-func snapshot(res *aggregate.Result) *commSnap {
+func snapshot(res *aggregate.Result, fix *repairs) *commSnap {
 	s := &commSnap{comm: res.Comm, health: res.Health}
+	s.comm.Name = fix.str(s.comm.Name)
 	for k, p := range res.Pairs {
 		avg, mn := p.Fits()
 		s.pairs = append(s.pairs, pairSnap{rank: k.Rank, peer: k.Peer, hash: k.CommHash,
@@ -303,7 +313,7 @@ func (r *Recorder) ObserveResults(results []*aggregate.Result) {
 	r.lastObs = time.Now()
 	snaps := make([]*commSnap, 0, len(results))
 	for _, res := range results {
-		snaps = append(snaps, snapshot(res))
+		snaps = append(snaps, snapshot(res, &r.fix))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -319,7 +329,7 @@ func (r *Recorder) FinalResult(res *aggregate.Result) {
 		return
 	}
 	defer r.recoverPanic("copying final results")
-	s := snapshot(res)
+	s := snapshot(res, &r.fix)
 	s.final = true
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -377,9 +387,13 @@ func (r *Recorder) observe(o metric.Observer, obs map[string]metric.Observable) 
 	if f := r.traceBytes.Load(); f != nil && *f != nil {
 		tb = (*f)()
 	}
-	i64(MTraceBytes, tb)
+	i64(MTraceIO, tb)
 	i64(MLabelsOverflowed, r.labels.overflowed())
 	i64(MOpSamplesDropped, r.rec.dropped.Load())
+	i64(MConditions, r.fix.n.Load(), with(attribute.String(AttrKind, KindInvalidUTF8)))
+	if r.promConns != nil {
+		i64(MConditions, r.promConns.refused.Load(), with(attribute.String(AttrKind, KindPromRefused)))
+	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -409,11 +423,12 @@ func (r *Recorder) observeComm(s *commSnap, i64 func(string, uint64, ...metric.O
 	}
 	for _, p := range s.pairs {
 		kv := append(commAttrs(s.comm, p.hash, p.rank), attribute.Int(AttrPeer, p.peer))
-		set := with(kv...)
-		i64(MPairSendBytes, p.sendB, set)
-		i64(MPairSendXfers, p.sendT, set)
-		i64(MPairRecvBytes, p.recvB, set)
-		i64(MPairRecvXfers, p.recvT, set)
+		tx := with(append(kv, attribute.String(AttrDirection, DirTransmit))...)
+		rx := with(append(kv, attribute.String(AttrDirection, DirReceive))...)
+		i64(MPairIO, p.sendB, tx)
+		i64(MPairTransfers, p.sendT, tx)
+		i64(MPairIO, p.recvB, rx)
+		i64(MPairTransfers, p.recvT, rx)
 		for _, f := range p.fits {
 			if !f.Trusted {
 				continue
@@ -428,7 +443,7 @@ func (r *Recorder) observeComm(s *commSnap, i64 func(string, uint64, ...metric.O
 		kv := append(commAttrs(s.comm, c.hash, c.rank), attribute.Int(AttrChannel, c.channel))
 		set := with(kv...)
 		i64(MChanTransfers, c.transfers, set)
-		i64(MChanBytes, c.bytes, set)
+		i64(MChanIO, c.bytes, set)
 		f64(MChanTime, c.timeNs/1e9, set)
 		if c.fit.Trusted {
 			fs := with(append(kv, attribute.String(AttrFit, c.fit.Mode.String()))...)
@@ -461,6 +476,9 @@ func (r *Recorder) exportFailed(err error, points uint64) {
 	case ExporterConsole, ExporterPrometheus:
 		advice = "set NCCLPROF_METRICS=none to turn metrics off"
 	}
+	if errors.As(err, new(encodeError)) {
+		what, advice = "encoding metrics failed", "this is a bug in ncclprof: please report this message"
+	}
 	r.warnOnce(&r.warnedExport, fmt.Sprintf("%s: %v. The job continues; metrics that cannot be "+
 		"exported are dropped and counted (ncclprof.export.failures); %s. This warning is "+
 		"printed once.", what, err, advice))
@@ -479,6 +497,10 @@ type Stats struct {
 	// File is the metrics file (file exporter, after its first export); PrometheusAddr the
 	// address the Prometheus endpoint listens on.
 	File, PrometheusAddr string
+	// PrometheusConns is how many connections the endpoint holds now; PrometheusRefused how
+	// many it closed at once or evicted to stay within its bounds (promserve.go).
+	PrometheusConns   int
+	PrometheusRefused uint64
 }
 
 // Stats returns the Recorder's counts.
@@ -490,6 +512,9 @@ func (r *Recorder) Stats() Stats {
 		DroppedPoints: r.droppedPoints.Load(), PrometheusAddr: r.promAddr}
 	if r.file != nil {
 		s.File, s.FileRotations = r.file.Path(), r.file.Rotations()
+	}
+	if r.promConns != nil {
+		s.PrometheusConns, s.PrometheusRefused = r.promConns.open(), r.promConns.refused.Load()
 	}
 	return s
 }
@@ -575,6 +600,15 @@ func (r *Recorder) warn(msg string) {
 func (r *Recorder) warnOnce(flag *atomic.Bool, msg string) {
 	if flag.CompareAndSwap(false, true) {
 		r.warn(msg)
+	}
+}
+
+// warnRepairs warns once that strings had to be repaired (valid.go).
+func (r *Recorder) warnRepairs() {
+	if r.fix.n.Load() > 0 {
+		r.warnOnce(&r.warnedUTF8, "a communicator name, operation string, step label or resource "+
+			"attribute is not valid UTF-8; it is exported with U+FFFD in place of the invalid bytes "+
+			"(counted in ncclprof.plugin.conditions{ncclprof.kind=\"invalid_utf8\"}). Printed once.")
 	}
 }
 

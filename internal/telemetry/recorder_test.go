@@ -30,10 +30,7 @@ func allReduce(start event.Ticks, bytes uint64, completionNs, enqueueNs, gpuNs, 
 	for i := range sizes {
 		o.Transfers++
 		o.TransferBytes += uint64(sizes[i])
-		o.TransferSize.N++
-		o.TransferSize.Sum += sizes[i]
-		o.TransferTime.N++
-		o.TransferTime.Sum += times[i]
+		o.TransferNs += times[i]
 	}
 	// What aggregate.emit computes (nccl-tests' definitions).
 	f, _ := aggregate.Factor(o.Func, o.Comm.NRanks)
@@ -66,8 +63,8 @@ func TestRecordOpValues(t *testing.T) {
 	if p := onePoint(t, rm, MOps, opAttrs); p.value != 3 || !p.monotonic || p.temporality != metricdata.CumulativeTemporality {
 		t.Errorf("%s = %+v, want 3 (monotonic, cumulative)", MOps, p)
 	}
-	if p := onePoint(t, rm, MOpBytes, opAttrs); p.value != 3*(4<<20) {
-		t.Errorf("%s = %v, want %d", MOpBytes, p.value, 3*(4<<20))
+	if p := onePoint(t, rm, MOpIO, opAttrs); p.value != 3*(4<<20) {
+		t.Errorf("%s = %v, want %d", MOpIO, p.value, 3*(4<<20))
 	}
 	hist := func(name string, n uint64, sum, mn, mx float64) {
 		t.Helper()
@@ -246,10 +243,14 @@ func TestObserveResults(t *testing.T) {
 	tr.ObserveResults([]*aggregate.Result{testResult(ppComm)})
 	rm := tr.collect(t)
 	peer1 := map[string]any{AttrCommHash: "0x9292929200000002", AttrRank: 0, AttrPeer: 1, AttrNRanks: 4}
-	for name, want := range map[string]float64{MPairSendBytes: 1000, MPairRecvBytes: 2000,
-		MPairSendXfers: 10, MPairRecvXfers: 20} {
-		if p := onePoint(t, rm, name, peer1); p.value != want || !p.monotonic {
-			t.Errorf("%s = %+v, want %v (monotonic)", name, p, want)
+	for _, c := range []struct {
+		name, dir string
+		want      float64
+	}{{MPairIO, DirTransmit, 1000}, {MPairIO, DirReceive, 2000}, {MPairTransfers, DirTransmit, 10},
+		{MPairTransfers, DirReceive, 20}} {
+		peer1[AttrDirection] = c.dir
+		if p := onePoint(t, rm, c.name, peer1); p.value != c.want || !p.monotonic {
+			t.Errorf("%s %s = %+v, want %v (monotonic)", c.name, c.dir, p, c.want)
 		}
 	}
 	// MIN fit: the minimum per size is the noiseless model, so it recovers it exactly.
@@ -268,7 +269,7 @@ func TestObserveResults(t *testing.T) {
 		t.Errorf("avg-fit latency = %g s, want 3.515e-6", p.value)
 	}
 	// Peer 3: counted, but its fit is not trusted (two sizes): no latency/bandwidth/R².
-	if p := onePoint(t, rm, MPairSendBytes, map[string]any{AttrPeer: 3}); p.value != 300 {
+	if p := onePoint(t, rm, MPairIO, map[string]any{AttrPeer: 3, AttrDirection: DirTransmit}); p.value != 300 {
 		t.Errorf("peer 3 bytes = %v", p.value)
 	}
 	for _, name := range []string{MPairLatency, MPairBandwidth, MPairR2} {
@@ -280,7 +281,7 @@ func TestObserveResults(t *testing.T) {
 	if p := onePoint(t, rm, MChanTransfers, ch); p.value != 16 {
 		t.Errorf("channel transfers = %v", p.value)
 	}
-	if p := onePoint(t, rm, MChanBytes, ch); p.value != 16<<20 {
+	if p := onePoint(t, rm, MChanIO, ch); p.value != 16<<20 {
 		t.Errorf("channel bytes = %v", p.value)
 	}
 	if p := onePoint(t, rm, MChanTime, ch); !near(p.value, 8e-3, 1e-12) {
@@ -310,18 +311,18 @@ func TestFinalResults(t *testing.T) {
 	fin := testResult(ppComm)
 	fin.Pairs[aggregate.PairKey{CommHash: ppComm.Hash, Rank: 0, Peer: 1}].SentBytes = 5000
 	tr.FinalResult(fin)
-	peer1 := map[string]any{AttrCommHash: "0x9292929200000002", AttrPeer: 1}
+	peer1 := map[string]any{AttrCommHash: "0x9292929200000002", AttrPeer: 1, AttrDirection: DirTransmit}
 	for i := 0; i < keepFinal; i++ {
 		rm := tr.collect(t)
-		if p := onePoint(t, rm, MPairSendBytes, peer1); p.value != 5000 {
+		if p := onePoint(t, rm, MPairIO, peer1); p.value != 5000 {
 			t.Fatalf("collection %d: final bytes = %v, want 5000", i, p.value)
 		}
 	}
 	rm := tr.collect(t)
-	if ps := pointsOf(t, rm, MPairSendBytes, peer1); len(ps) != 0 {
+	if ps := pointsOf(t, rm, MPairIO, peer1); len(ps) != 0 {
 		t.Errorf("finalized communicator still exported after %d collections: %+v", keepFinal, ps)
 	}
-	if ps := pointsOf(t, rm, MPairSendBytes, map[string]any{AttrCommHash: "0xa11edce000000001"}); len(ps) != 2 {
+	if ps := pointsOf(t, rm, MPairIO, map[string]any{AttrCommHash: "0xa11edce000000001", AttrDirection: DirTransmit}); len(ps) != 2 {
 		t.Errorf("the live communicator must stay: %+v", ps)
 	}
 
@@ -332,7 +333,7 @@ func TestFinalResults(t *testing.T) {
 	r2 := testResult(again)
 	r2.Pairs[aggregate.PairKey{CommHash: ppComm.Hash, Rank: 0, Peer: 1}].SentBytes = 7
 	tr.ObserveResults([]*aggregate.Result{r2})
-	if p := onePoint(t, tr.collect(t), MPairSendBytes, peer1); p.value != 7 {
+	if p := onePoint(t, tr.collect(t), MPairIO, peer1); p.value != 7 {
 		t.Errorf("after re-creation, bytes = %v, want 7 (the new communicator only)", p.value)
 	}
 }
@@ -356,13 +357,13 @@ func TestHealthAndTraceBytes(t *testing.T) {
 	check(MWindows, 12, nil)
 	check(MConditions, 3, map[string]any{AttrKind: "stale_handle"})
 	check(MConditions, 9, map[string]any{AttrKind: "late_records"})
-	check(MTraceBytes, 4096, nil)
+	check(MTraceIO, 4096, nil)
 	check(MExportFailures, 0, map[string]any{AttrExporter: "otlp"})
 	counters["events"] = 2500
 	written = 8192
 	rm = tr.collect(t)
 	check(MEvents, 2500, nil)
-	check(MTraceBytes, 8192, nil)
+	check(MTraceIO, 8192, nil)
 }
 
 func TestNilRecorder(t *testing.T) {
@@ -409,13 +410,43 @@ func TestOverload(t *testing.T) {
 	if ops := onePoint(t, rm, MOps, opAttrs).value; ops != n {
 		t.Errorf("%s = %v, want exactly %d", MOps, ops, n)
 	}
-	if b := onePoint(t, rm, MOpBytes, opAttrs).value; b != n*(1<<20) {
-		t.Errorf("%s = %v, want exactly %d", MOpBytes, b, n*(1<<20))
+	if b := onePoint(t, rm, MOpIO, opAttrs).value; b != n*(1<<20) {
+		t.Errorf("%s = %v, want exactly %d", MOpIO, b, n*(1<<20))
 	}
 	if float64(size.count)+dropped != n {
 		t.Errorf("histogram values %d + skipped %v != %d operations", size.count, dropped, n)
 	}
 	if dropped == 0 {
 		t.Logf("the worker kept up with %d operations in %v", n, took)
+	}
+}
+
+// TestScopeAndNames (issue 16 item 5): the instrumentation scope has a version and a schema,
+// and metric names follow OpenTelemetry's conventions: no unit words (the unit is metadata),
+// one metric per quantity with direction as an attribute rather than send/recv in the name.
+func TestScopeAndNames(t *testing.T) {
+	tr := newTestRecorder(t, Config{}, nil)
+	rm := tr.collect(t)
+	if len(rm.ScopeMetrics) != 1 {
+		t.Fatalf("%d scopes", len(rm.ScopeMetrics))
+	}
+	if s := rm.ScopeMetrics[0].Scope; s.Name != ScopeName || s.Version != "0.1.0" ||
+		!strings.HasPrefix(s.SchemaURL, "https://opentelemetry.io/schemas/") {
+		t.Errorf("scope %+v, want %s version 0.1.0 with a schema URL", s, ScopeName)
+	}
+	units := map[string]bool{"bytes": true, "byte": true, "seconds": true, "second": true, "ms": true,
+		"us": true, "ns": true, "bits": true, "percent": true, "ratio": true}
+	for _, d := range Catalog {
+		if strings.HasPrefix(d.Name, "ncclprof.op.transfer") {
+			continue // per-operation transfer statistics: being replaced by per-transfer ones
+		}
+		for _, w := range strings.FieldsFunc(d.Name, func(r rune) bool { return r == '.' || r == '_' }) {
+			if units[w] {
+				t.Errorf("%s has the unit word %q in its name (its unit is %s)", d.Name, w, d.Unit)
+			}
+			if w == "send" || w == "recv" || w == "sent" || w == "received" {
+				t.Errorf("%s: direction belongs in %s, not the name", d.Name, AttrDirection)
+			}
+		}
 	}
 }

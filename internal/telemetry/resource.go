@@ -19,7 +19,8 @@ const (
 	KeyLocalRank  = "ncclprof.local_rank"
 	KeyGlobalRank = "ncclprof.global_rank"
 	KeyWorldSize  = "ncclprof.world_size"
-	KeyGPU        = "ncclprof.gpu"
+	KeyGPU        = "ncclprof.gpu"      // int: the CUDA device index, like the ranks
+	KeyGPUUUID    = "ncclprof.gpu.uuid" // string: when the device is named by a GPU-/MIG- UUID
 	KeyCgroup     = "ncclprof.cgroup"
 	KeySlurmJob   = "ncclprof.slurm_job_id"
 )
@@ -80,7 +81,11 @@ func ResourceAttributes(h Host) []attribute.KeyValue {
 		}
 	}
 	if g := GPU(getenv, h.LocalRank); g != "" {
-		kv = append(kv, attribute.String(KeyGPU, g))
+		if n, err := strconv.Atoi(g); err == nil && n >= 0 {
+			kv = append(kv, attribute.Int(KeyGPU, n))
+		} else {
+			kv = append(kv, attribute.String(KeyGPUUUID, g))
+		}
 	}
 	if h.ReadFile != nil {
 		if b, err := h.ReadFile("/proc/self/cgroup"); err == nil {
@@ -101,14 +106,28 @@ func ResourceAttributes(h Host) []attribute.KeyValue {
 
 // NewResource is the resource for ncclprof's metrics: the detected attributes, then the SDK's
 // own (telemetry.sdk.*), then OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, later ones
-// overriding earlier ones.
+// overriding earlier ones. A deprecated deployment.environment given there is also reported
+// as its replacement, deployment.environment.name, unless that is given too.
 func NewResource(h Host) (*resource.Resource, error) {
-	return resource.New(context.Background(),
+	res, err := resource.New(context.Background(),
 		resource.WithAttributes(ResourceAttributes(h)...),
 		resource.WithTelemetrySDK(),
 		resource.WithFromEnv(),
 	)
+	if res == nil {
+		return res, err
+	}
+	set := res.Set()
+	if env, ok := set.Value(deprecatedEnvironment); ok && !set.HasValue(semconv.DeploymentEnvironmentNameKey) {
+		res, _ = resource.Merge(res, resource.NewWithAttributes(res.SchemaURL(),
+			semconv.DeploymentEnvironmentName(env.Emit())))
+	}
+	return res, err
 }
+
+// deprecatedEnvironment is deployment.environment, renamed deployment.environment.name in the
+// semantic conventions 1.27.
+const deprecatedEnvironment = attribute.Key("deployment.environment")
 
 // GPU is the device this process uses as CUDA_VISIBLE_DEVICES names it (an index or a
 // GPU-/MIG- UUID): NCCLPROF_GPU if set; the only visible device; the visible device at the

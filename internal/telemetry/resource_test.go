@@ -112,10 +112,55 @@ func TestResourceFromEnv(t *testing.T) {
 	for it := res.Iter(); it.Next(); {
 		got[string(it.Attribute().Key)] = it.Attribute().Value.Emit()
 	}
+	// The deprecated deployment.environment is also reported under its current name.
 	for k, w := range map[string]string{"service.name": "llama-pretrain", "deployment.environment": "prod",
-		"host.name": "override", "team": "infra", "process.pid": "5", "telemetry.sdk.language": "go"} {
+		"deployment.environment.name": "prod", "host.name": "override", "team": "infra", "process.pid": "5",
+		"telemetry.sdk.language": "go"} {
 		if got[k] != w {
 			t.Errorf("%s = %q, want %q (resource %v)", k, got[k], w, got)
+		}
+	}
+	// Given both, each keeps its own value.
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=old,deployment.environment.name=new")
+	res, _ = NewResource(Host{Name: "node7", PID: 5, LocalRank: -1})
+	if v, _ := res.Set().Value("deployment.environment.name"); v.AsString() != "new" {
+		t.Errorf("deployment.environment.name = %q, want the one given", v.Emit())
+	}
+}
+
+// TestGPUType: ncclprof.gpu is an int like the ranks beside it; a device named by UUID goes to
+// ncclprof.gpu.uuid instead.
+func TestGPUType(t *testing.T) {
+	for _, tc := range []struct {
+		cvd     string
+		key     string
+		typ     attribute.Type
+		want    string
+		without string
+	}{
+		{"4,5,6,7", KeyGPU, attribute.INT64, "5", KeyGPUUUID},
+		{"GPU-8a1b,GPU-9c2d", KeyGPUUUID, attribute.STRING, "GPU-9c2d", KeyGPU},
+	} {
+		kvs := ResourceAttributes(Host{Name: "n", PID: 1, LocalRank: 1, Getenv: envOf("CUDA_VISIBLE_DEVICES", tc.cvd)})
+		found := false
+		for _, kv := range kvs {
+			switch string(kv.Key) {
+			case tc.key:
+				found = true
+				if kv.Value.Type() != tc.typ || kv.Value.Emit() != tc.want {
+					t.Errorf("CUDA_VISIBLE_DEVICES=%s: %s = %v (%v), want %s (%v)", tc.cvd, tc.key, kv.Value.Emit(),
+						kv.Value.Type(), tc.want, tc.typ)
+				}
+			case tc.without:
+				t.Errorf("CUDA_VISIBLE_DEVICES=%s: %s is set too", tc.cvd, tc.without)
+			case KeyLocalRank:
+				if kv.Value.Type() != attribute.INT64 {
+					t.Errorf("%s is a %v", KeyLocalRank, kv.Value.Type())
+				}
+			}
+		}
+		if !found {
+			t.Errorf("CUDA_VISIBLE_DEVICES=%s: no %s", tc.cvd, tc.key)
 		}
 	}
 }

@@ -1,9 +1,13 @@
 package tracecheck
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/ncclprof/ncclprof/internal/jsonscan"
 	"github.com/ncclprof/ncclprof/internal/testtraces"
+	"github.com/ncclprof/ncclprof/internal/traceevent"
 )
 
 func real(t *testing.T, name string) string { return testtraces.Kineto(t, name) }
@@ -65,5 +69,44 @@ func TestRules(t *testing.T) {
 		if got := r.Count(c.code); got != c.count {
 			t.Errorf("%s: %s = %d, want %d (%+v)", name, c.code, got, c.count, r.Findings)
 		}
+	}
+}
+
+// Two slices that meet exactly in decimal µs, far from the base: Perfetto rounds each ts and
+// dur to the ns on its own, and the first then ends a ns after the second starts (Step 0 ends
+// at …724287, Step 1 starts at …724286 in a merged real trace). check must see what Perfetto
+// sees.
+func TestNestingAsPerfettoRounds(t *testing.T) {
+	var doc string
+	for d := int64(0); d < 1000; d++ {
+		ts, dur := int64(4_458_677_009_853_421)+d*7, int64(866)
+		a, _ := traceevent.PerfettoNs(string(jsonscan.AppendMicros(nil, ts)))
+		b, _ := traceevent.PerfettoNs(string(jsonscan.AppendMicros(nil, dur)))
+		c, _ := traceevent.PerfettoNs(string(jsonscan.AppendMicros(nil, ts+dur)))
+		if a+b > c {
+			doc = fmt.Sprintf(`{"traceEvents": [
+{"ph": "X", "name": "Step 0", "pid": 1, "tid": 2, "ts": %s, "dur": %s},
+{"ph": "X", "name": "Step 1", "pid": 1, "tid": 2, "ts": %s, "dur": 1.000}]}`,
+				jsonscan.AppendMicros(nil, ts), jsonscan.AppendMicros(nil, dur), jsonscan.AppendMicros(nil, ts+dur))
+			break
+		}
+	}
+	if doc == "" {
+		t.Fatal("no overlapping pair found")
+	}
+	r := Check("t.json", []byte(doc))
+	if r.Count(CodeOverlap) != 1 {
+		t.Fatalf("want the 1 ns overlap Perfetto makes reported, got %+v", r.Findings)
+	}
+}
+
+// Bytes that are not UTF-8 make a file JSON readers refuse: an error, not silence.
+func TestInvalidUTF8IsAnError(t *testing.T) {
+	r := Check("t.json", []byte("{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"gemm\xff\xfe\", \"pid\": 1, \"tid\": 2, \"ts\": 1, \"dur\": 1}]}"))
+	if r.OK() || r.Count(CodeInvalidUTF8) != 1 {
+		t.Fatalf("want one invalid_utf8 error, got %+v", r.Findings)
+	}
+	if ex := r.byCode[CodeInvalidUTF8].Examples[0]; !strings.Contains(ex, "2 bytes") || !strings.Contains(ex, "byte 42") {
+		t.Errorf("the error should count the bytes and say where the first is: %s", ex)
 	}
 }

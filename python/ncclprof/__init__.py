@@ -18,19 +18,19 @@ from ._errors import (BinaryMissingError, MergeError, NcclprofError, NcclprofWar
                       PluginConflictError, TooLateError)
 from ._paths import library_path, ncclmerge_path
 from ._enable import enable, is_enabled, parse_event_mask, settings
-from ._control import (FLUSHED, FORKED_CHILD, NOT_STARTED, TIMEOUT, UNAVAILABLE, counters, flush,
-                       flush_metrics, get_event_mask as _get_event_mask, in_forked_child,
+from ._control import (FLUSHED, FORKED_CHILD, NOT_STARTED, TIMEOUT, UNAVAILABLE, WRITTEN, counters,
+                       dump_inflight, flush, flush_metrics, get_event_mask as _get_event_mask, in_forked_child,
                        plugin_version, set_step, stats, trace_start, trace_stop)
 from ._merge import check, merge
 from ._dist import rank_info, worker_name
 
 __all__ = [
     "__version__", "enable", "is_enabled", "settings", "profile", "trace_handler", "set_step",
-    "set_event_mask", "get_event_mask", "flush", "flush_metrics", "counters", "stats",
+    "set_event_mask", "get_event_mask", "flush", "flush_metrics", "dump_inflight", "counters", "stats",
     "trace_start", "trace_stop", "plugin_version", "merge", "check", "library_path",
     "ncclmerge_path", "rank_info", "worker_name", "in_forked_child", "parse_event_mask",
     "NcclprofError", "NcclprofWarning", "TooLateError", "PluginConflictError", "BinaryMissingError", "MergeError",
-    "FLUSHED", "TIMEOUT", "NOT_STARTED", "FORKED_CHILD", "UNAVAILABLE",
+    "FLUSHED", "TIMEOUT", "NOT_STARTED", "FORKED_CHILD", "UNAVAILABLE", "WRITTEN",
 ]
 
 

@@ -19,6 +19,7 @@ MERGE_COMMANDS = {
     "skew": "find the ranks that arrive late at collectives and make the others wait",
     "pprof": "communication time as a pprof profile (flame graph: go tool pprof -http)",
     "report": "one offline HTML page of plots: bandwidth, time per rank, skew, slowest operations",
+    "hang": "name the rank, operation and link a hung job waits for, from the plugin's in-flight dumps",
     "demo": "a simulated multi-rank job through the plugin (needs a source checkout: make)",
     "bench": "merge, stats or skew throughput and memory on large synthesized traces",
 }

@@ -137,6 +137,7 @@ def _declare(lib) -> None:
         "ncclprof_set_step": (ctypes.c_int, [ctypes.c_char_p]),
         "ncclprof_stats": (ctypes.c_int, [u64p, ctypes.c_int]),
         "ncclprof_metrics_flush": (ctypes.c_int, [ctypes.c_int]),
+        "ncclprof_dump_inflight": (ctypes.c_int, []),
         "ncclprof_started": (ctypes.c_int, []),
         "ncclprof_counter_name": (ctypes.c_char_p, [ctypes.c_int]),
         "ncclprof_stat_name": (ctypes.c_char_p, [ctypes.c_int]),
@@ -261,6 +262,22 @@ def flush(timeout: float = 5.0) -> str:
         return FORKED_CHILD
     ms = max(0, min(int(timeout * 1000), 2**31 - 1))
     return {0: FLUSHED, 1: TIMEOUT, 2: NOT_STARTED, 3: FORKED_CHILD}.get(lb.ncclprof_flush(ms), TIMEOUT)
+
+
+WRITTEN = "written"
+
+
+def dump_inflight() -> str:
+    """Writes this process's hang dump now: what is in flight inside NCCL, per communicator
+    (ncclprof-hang-<host>-<pid>.json in NCCLPROF_OUTPUT_DIR; docs/hang.md). Call it from a
+    timeout handler (torch.distributed's watchdog, a signal handler of your own) before the
+    process is torn down, on every rank, then run `ncclmerge hang` over the dumps. Returns
+    "written", "timeout" (not written within 10 s), "not_started" (no NCCL communicator yet) or
+    "forked_child"."""
+    lb = lib()
+    if lb is None:
+        return FORKED_CHILD
+    return {0: WRITTEN, 1: TIMEOUT, 2: NOT_STARTED, 3: FORKED_CHILD}.get(lb.ncclprof_dump_inflight(), TIMEOUT)
 
 
 def flush_metrics(timeout: float = 2.0) -> str:

@@ -10,12 +10,16 @@ the same directory are <worker>.1.*, <worker>.2.*, ...
 
 from __future__ import annotations
 
+import gzip
+import inspect
 import json
 import logging
 import os
+import shutil
 import subprocess
 import threading
 import warnings
+import weakref
 
 import torch.profiler
 
@@ -94,13 +98,23 @@ class _Session:
         stem = self._stem(worker)
         os.makedirs(self.dir, exist_ok=True)
         kineto = os.path.join(self.dir, f"{stem}.pt.trace.json.gz")
-        prof.export_chrome_trace(kineto)
         rec = {"worker": worker, "kineto": kineto, "nccl": list(self._files), "merged": None,
                "summary": None, "error": None, "plugin": self._status}
         self._files = []
+        try:
+            prof.export_chrome_trace(kineto)
+        except Exception as e:  # the job goes on; the plugin's trace is kept
+            rec["kineto"], rec["error"] = None, f"exporting torch.profiler's trace failed: {e}"
+            hint = (" torch saves a trace once and another on_trace_ready saved it first: call "
+                    "ncclprof's handler before yours, or give yours to "
+                    "ncclprof.profile(on_trace_ready=...).") if "already saved" in str(e) else ""
+            _warn_once(f"export:{e}", f"ncclprof: torch.profiler's trace could not be exported "
+                       f"to {kineto} ({type(e).__name__}: {e}), so nothing was merged; the "
+                       f"plugin's trace is kept ({', '.join(rec['nccl']) or 'none written'})."
+                       + hint)
         if not rec["nccl"]:
             self._explain_no_nccl()
-        if self.merge:
+        if self.merge and rec["kineto"]:
             out = os.path.join(self.dir, f"{stem}.merged.json.gz")
             try:
                 rec["summary"] = _merge.merge(kineto, rec["nccl"], out)
@@ -148,11 +162,17 @@ class _Session:
                            f"{self.dir} is writable and not full.")
 
 
+# ncclprof.profile's own keyword arguments, after torch.profiler.profile's (see _mirror_torch).
+_OWN_ARGS = (("trace_dir", None), ("worker_name", None), ("merge", True), ("label_steps", True),
+             ("flush_timeout", 10.0))
+
+
 class profile(torch.profiler.profile):
     """A drop-in for ``torch.profiler.profile`` that also records what NCCL did.
 
-    Takes every argument of ``torch.profiler.profile`` (``activities``, ``schedule``,
-    ``on_trace_ready``, ``record_shapes``, …) and in addition:
+    Takes every argument of ``torch.profiler.profile`` of the installed torch (``activities``,
+    ``schedule``, ``on_trace_ready``, ``record_shapes``, …; its signature is torch's) and in
+    addition:
 
     Args:
         trace_dir: where the traces go (default: ``enable(trace_dir=...)``, else
@@ -167,12 +187,14 @@ class profile(torch.profiler.profile):
 
     While torch records (its active steps), the plugin's trace window is open; on each
     trace-ready the Kineto trace is exported, the plugin's trace completed, and both merged into
-    ``<trace_dir>/<worker>.merged.json.gz``. A given ``on_trace_ready`` runs afterwards.
-    ``outputs`` lists what each trace-ready wrote. Calls ``ncclprof.enable()`` (defaults) if the
-    program did not.
+    ``<trace_dir>/<worker>.merged.json.gz``. A given ``on_trace_ready`` runs afterwards, and may
+    export the trace itself (``tensorboard_trace_handler``), as may the program after the
+    ``with``: torch saves a cycle's trace once, so those exports get a copy of the file ncclprof
+    saved (the same bytes). ``outputs`` lists what each trace-ready wrote. Calls
+    ``ncclprof.enable()`` (defaults) if the program did not.
     """
 
-    def __init__(self, *, trace_dir=None, worker_name=None, merge=True, label_steps=True,
+    def __init__(self, *args, trace_dir=None, worker_name=None, merge=True, label_steps=True,
                  flush_timeout=10.0, on_trace_ready=None, **kwargs):
         user = on_trace_ready
         if isinstance(user, TraceHandler):
@@ -184,7 +206,7 @@ class profile(torch.profiler.profile):
         else:
             self._ncclprof = _Session(trace_dir, worker_name, merge, label_steps, flush_timeout)
         self._ncclprof_user_ready = user
-        super().__init__(on_trace_ready=self._ncclprof_ready, **kwargs)
+        super().__init__(*args, on_trace_ready=self._ncclprof_ready, **kwargs)
 
     @property
     def outputs(self) -> list:
@@ -196,6 +218,11 @@ class profile(torch.profiler.profile):
         self._ncclprof.trace_ready(prof)
         if self._ncclprof_user_ready is not None:
             self._ncclprof_user_ready(prof)
+
+    def export_chrome_trace(self, path, *args, **kwargs):
+        return _export_once(self, super().export_chrome_trace, path, args, kwargs)
+
+    export_chrome_trace.__doc__ = torch.profiler.profile.export_chrome_trace.__doc__
 
     def start_trace(self) -> None:
         self._ncclprof.open_window()
@@ -216,6 +243,109 @@ class profile(torch.profiler.profile):
     def step(self) -> None:
         super().step()
         self._ncclprof.label(self.step_num)
+
+
+def _mirror_torch(init) -> None:
+    """Gives `init` the signature of the installed torch's profile.__init__ with ncclprof's
+    keyword arguments added, so that help() and inspect show what is accepted: every torch
+    argument is passed on untouched (tests/test_torch_dropin.py compares the two)."""
+    sig = inspect.signature(torch.profiler.profile.__init__)
+    params = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    clash = sorted(set(sig.parameters) & {name for name, _ in _OWN_ARGS})
+    if clash:  # a newer torch took one of our names: ours would hide torch's
+        _warn_once("clash", f"ncclprof.profile: torch.profiler.profile now has an argument "
+                   f"named {', '.join(clash)}, which ncclprof.profile takes for itself; pass it "
+                   "to torch.profiler.profile with ncclprof.trace_handler instead.")
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+               for name, default in _OWN_ARGS if name not in sig.parameters]
+    params += [p for p in sig.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
+    init.__signature__ = sig.replace(parameters=params)
+
+
+_mirror_torch(profile.__init__)
+
+
+# -- one Kineto save per cycle, any number of exports
+#
+# A cycle's Kineto trace can be saved once: torch's export_chrome_trace saves it through
+# ProfilerResult.save, which moves the recorded buffers out and refuses a second call with
+# "Trace is already saved." (torch 2.7 to 2.15 at least). ncclprof exports at every
+# trace-ready, and the program may export the same cycle again (its on_trace_ready,
+# tensorboard_trace_handler, export_chrome_trace after the `with`). So the first save of a
+# cycle is remembered and a later export of that cycle is a copy of its file, gzip'd or not as
+# the path asks: the bytes torch would have written.
+
+def _export_once(prof, export, path, args, kwargs):
+    """Calls torch's `export` (prof's export_chrome_trace, bound) unless this cycle's trace is
+    already saved, in which case the saved file is copied to `path`."""
+    cycle = _cycle(prof)
+    first = getattr(prof, "_ncclprof_saved", None)
+    saved = first[1] if first is not None and cycle is not None and first[0]() is cycle else None
+    plain = _plain_save(export, path, args, kwargs)
+    if saved and plain:
+        return _copy_trace(saved, os.fspath(path))
+    try:
+        ret = export(path, *args, **kwargs)
+    except RuntimeError as e:
+        # An export with other options (torch 2.15's python exporter reads the trace without
+        # saving it) that still took the save path: serve the copy all the same.
+        if saved and "already saved" in str(e):
+            return _copy_trace(saved, os.fspath(path))
+        raise
+    if cycle is not None and plain and not saved:
+        prof._ncclprof_saved = (_weak(cycle), os.path.abspath(os.fspath(path)))
+    return ret
+
+
+def _cycle(prof):
+    """The recorded cycle an export would save: torch's ProfilerResult (a new one per cycle,
+    also with acc_events=True), or None where there is none to identify."""
+    return getattr(getattr(prof, "profiler", None), "kineto_results", None)
+
+
+def _weak(obj):
+    try:
+        return weakref.ref(obj)
+    except TypeError:  # not weakly referenceable: holding it until the next cycle is fine
+        return lambda: obj
+
+
+def _plain_save(export, path, args, kwargs) -> bool:
+    """Whether the call is export(path) with every other argument at its default: the call
+    that saves the Kineto trace."""
+    if not args and not kwargs:
+        return True
+    try:
+        sig = inspect.signature(export)
+        bound = sig.bind(path, *args, **kwargs)
+    except (TypeError, ValueError):
+        return False
+    first = next(iter(sig.parameters))
+    return all(name == first or _same(value, sig.parameters[name].default)
+               for name, value in bound.arguments.items())
+
+
+def _same(a, b) -> bool:
+    try:
+        return a is b or bool(a == b)
+    except Exception:  # a value that does not compare (an array): not the default
+        return False
+
+
+def _copy_trace(src: str, dst: str) -> None:
+    if os.path.abspath(dst) == src:
+        return None
+    if not os.path.isfile(src):
+        raise RuntimeError(f"this profiling cycle's trace was saved to {src}, which is gone; "
+                           "torch saves a cycle's trace once (ncclprof serves later exports from "
+                           "that file): keep it until the exports are done")
+    if src.endswith(".gz") == dst.endswith(".gz"):
+        shutil.copyfile(src, dst)
+        return None
+    with (gzip.open(src, "rb") if src.endswith(".gz") else open(src, "rb")) as fin, \
+            (gzip.open(dst, "wb") if dst.endswith(".gz") else open(dst, "wb")) as fout:
+        shutil.copyfileobj(fin, fout, 1 << 20)
+    return None
 
 
 def _add_metadata(prof, session) -> None:
@@ -248,8 +378,11 @@ class TraceHandler:
         return self.session.outputs
 
     def __call__(self, prof) -> dict:
+        first = id(prof) not in self._hooked
+        if first:
+            _hook_export(prof)  # before this trace-ready's export, so that it is remembered
         rec = self.session.trace_ready(prof)
-        if id(prof) not in self._hooked:
+        if first:
             self._hooked.add(id(prof))
             _hook(prof, self.session)
         return rec
@@ -299,6 +432,22 @@ def _hook(prof, session) -> None:
         session.label(prof.step_num)
 
     prof.step = wrapped_step
+
+
+def _hook_export(prof) -> None:
+    """Makes `prof`'s export_chrome_trace serve a cycle's later exports from its first save,
+    as ncclprof.profile's does (see _export_once): the program's own export after the `with`
+    works although the handler already saved the trace."""
+    export = getattr(prof, "export_chrome_trace", None)
+    if export is None or getattr(export, "_ncclprof", False):
+        return
+
+    def export_chrome_trace(path, *args, **kwargs):
+        return _export_once(prof, export, path, args, kwargs)
+
+    export_chrome_trace._ncclprof = True
+    export_chrome_trace.__doc__ = export.__doc__
+    prof.export_chrome_trace = export_chrome_trace
 
 
 def trace_handler(trace_dir=None, worker_name=None, merge=True, label_steps=True,

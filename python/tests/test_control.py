@@ -226,3 +226,26 @@ def test_event_mask_set_before_nccl_starts_applies_from_its_first_communicator()
     """).stdout)
     assert r["MASK"] == 0x202
     assert r["EVENTS"] == 2  # the CollApi and the Coll of the all-reduce; nothing of the send/recv
+
+
+def test_dump_inflight_names_the_open_operation():
+    # With KernelCh recorded, an AllReduce whose kernel never starts is in flight: a dump asked
+    # for from Python (as a timeout handler would) shows it, with NCCL's seq and count.
+    r = _results(run_py(PRELUDE, """
+        ncclprof.enable(event_mask="default,kernelch")
+        out("BEFORE", ncclprof.dump_inflight())
+        nccl = NCCL()
+        c = nccl.comm(nranks=1)
+        c.allreduce(count=4096)
+        c.allreduce(count=8192)
+        out("DUMP", ncclprof.dump_inflight())
+        d = json.load(open(glob.glob("ncclprof-out/ncclprof-hang-*.json")[0]))
+        out("REASON", [d["reason"], d["dumps_written"], d["simulated"]])
+        out("OPEN", [[o["func"], o["seq"], o["count"], len(o["kernel_channels"])]
+                     for cm in d["comms"] for o in cm["open_ops"]])
+        c.finalize()
+    """).stdout)
+    assert r["BEFORE"] == "not-started"  # no communicator yet
+    assert r["DUMP"] == "written"
+    assert r["REASON"] == ["request", 1, False]
+    assert r["OPEN"] == [["AllReduce", 0, 4096, 0], ["AllReduce", 1, 8192, 0]]

@@ -72,6 +72,7 @@ NCCLMERGE_HELP = {
     "skew": "median absolute deviation",
     "pprof": "go tool pprof -http",
     "report": "inline SVG",
+    "hang": "Exit status: 0 a suspect is named",
     "demo": "labelled SIMULATED",
     "bench": "--what merge",
 }
@@ -102,6 +103,23 @@ def test_cli_version_help_and_passthrough(tmp_path):
     assert _cli("library").stdout.strip() == ncclprof.library_path()
     info = _cli("info").stdout
     assert f"plugin library: {ncclprof.library_path()}" in info and "loads here: yes" in info
+
+
+def test_cli_hang_exit_status(tmp_path):
+    # A dump written on request by a process with nothing in flight (docs/hang.md): the bundled
+    # ncclmerge reads it, says so, and its exit status 3 (nothing in flight) comes through.
+    import json
+    dump = {"ncclprof_hang_version": 1, "host": "h", "pid": 7, "plugin_version": "", "simulated": True,
+            "reason": "request", "timeout_s": 0, "event_mask": 3871, "written_unix_ns": 1800000000000000000,
+            "first_detected_unix_ns": 0, "dumps_written": 1,
+            "health": {"partial": False, "events_dropped": 0, "comms_not_tracked": 0, "ops_not_listed": 0},
+            "comms": [{"comm_hash": "0x00000000000000aa", "name": "world", "rank": 0, "nranks": 2, "nnodes": 1,
+                       "abi_version": 6, "completed": [], "p2p_completed": [], "ops_completed": 0, "open_ops": []}]}
+    (tmp_path / "ncclprof-hang-h-7.json").write_text(json.dumps(dump))
+    p = _cli("hang", str(tmp_path), check=False)
+    assert p.returncode == 3, p.stderr
+    assert p.stdout.startswith("nothing in flight: no dump shows an open NCCL operation")
+    assert _cli("hang", str(tmp_path / "none"), check=False).returncode == 1
 
 
 def test_cli_env_for_launchers(tmp_path):

@@ -28,27 +28,10 @@ command -v "$go_bin" >/dev/null 2>&1 || die "the Go toolchain ('$go_bin') is not
 [ -r "$manifest" ] || die "cannot read $manifest"
 
 hash="$( (echo "$OTELCOL_VERSION"; cat "$manifest") | sha256sum | cut -c1-12)"
-cache_root="${NCCLPROF_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ncclprof}"
+. "$here/../cache.sh"
 dest="$cache_root/otelcol-$OTELCOL_VERSION-$hash"
 bin="$dest/ncclprof-otelcol"
-
-if [ -x "$bin" ]; then
-  echo "$bin"
-  exit 0
-fi
-if [ "${1:-}" = "--check" ]; then
-  echo "tools/otelcol/build.sh: no collector built yet at $bin; run tools/otelcol/build.sh" >&2
-  exit 1
-fi
-
-mkdir -p "$cache_root"
-# One build at a time per machine (parallel CI jobs share the cache).
-exec 9>"$cache_root/.otelcol-$OTELCOL_VERSION-$hash.lock"
-flock 9
-if [ -x "$bin" ]; then # built by whoever held the lock before us
-  echo "$bin"
-  exit 0
-fi
+cache_lookup "$bin" "${1:-}"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/ncclprof-otelcol-build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
@@ -82,10 +65,6 @@ done < <(sed -n 's/^[[:space:]]*-[[:space:]]*gomod:[[:space:]]*\([^[:space:]]*\)
 "$work/dist/ncclprof-otelcol" components >/dev/null 2>&1 ||
   die "the built collector does not run ($work/dist/ncclprof-otelcol components failed)"
 
-# Publish atomically: a half-copied binary is never visible under its final name.
 mkdir -p "$dest"
-cp "$work/dist/ncclprof-otelcol" "$dest/.ncclprof-otelcol.tmp"
 cp "$manifest" "$dest/manifest.yaml"
-mv -f "$dest/.ncclprof-otelcol.tmp" "$bin"
-echo "tools/otelcol/build.sh: built $bin" >&2
-echo "$bin"
+cache_publish "$work/dist/ncclprof-otelcol" "$bin"

@@ -1,0 +1,225 @@
+package aggregate
+
+import (
+	"slices"
+
+	"github.com/ncclprof/ncclprof/internal/event"
+)
+
+// In-flight state: what a hang dump (internal/hang) shows of a communicator — how far each
+// function got, and every operation still open with its channels and ProxyOps — and what tells
+// a hang from a ProxyOp NCCL simply never stops.
+
+// KernelSeen is one KernelCh channel of an operation.
+type KernelSeen struct {
+	Handle            uint64
+	Channel           int
+	Start             event.Ticks // when the plugin heard of the start
+	GPUStart, GPUStop uint64      // %globaltimer (v4+; 0: unknown)
+	Stopped           bool
+}
+
+// ProxySeen is a ProxyOp of an operation that has stopped (open ones are read live from the
+// plugin's arena, where their steps' progress is).
+type ProxySeen struct {
+	Channel, Peer     int
+	IsSend            bool
+	NSteps, StepsDone int
+	Start             event.Ticks
+}
+
+// FuncDone is the progress of one collective function: operations completed, last seq.
+type FuncDone struct {
+	Ops     uint64
+	LastSeq int64
+}
+
+// P2pDone counts the point-to-point operations completed with one peer.
+type P2pDone struct{ Sends, Recvs uint64 }
+
+type p2pKey struct {
+	peer int
+	send bool
+}
+
+// progress is a communicator's completed work and its P2P ordinals.
+type progress struct {
+	byFunc map[string]*FuncDone
+	byPeer map[int]*P2pDone
+	ops    uint64
+	next   map[p2pKey]int64 // the ordinal the next Send/Recv with a peer gets
+}
+
+// nextP2P numbers a Send or Recv with a peer: NCCL gives P2P no seq, so the plugin counts them
+// per (communicator, peer, direction) from 0, the same way on every rank.
+func (p *progress) nextP2P(peer int, send bool) int64 {
+	if p.next == nil {
+		p.next = map[p2pKey]int64{}
+	}
+	k := p2pKey{peer, send}
+	n := p.next[k]
+	p.next[k] = n + 1
+	return n
+}
+
+func (p *progress) done(o *Op) {
+	p.ops++
+	switch o.Func {
+	case "Send", "Recv":
+		if p.byPeer == nil {
+			p.byPeer = map[int]*P2pDone{}
+		}
+		d := p.byPeer[o.Peer]
+		if d == nil {
+			d = &P2pDone{}
+			p.byPeer[o.Peer] = d
+		}
+		if o.Func == "Send" {
+			d.Sends++
+		} else {
+			d.Recvs++
+		}
+	default:
+		if p.byFunc == nil {
+			p.byFunc = map[string]*FuncDone{}
+		}
+		d := p.byFunc[o.Func]
+		if d == nil {
+			d = &FuncDone{}
+			p.byFunc[o.Func] = d
+		}
+		d.Ops++
+		d.LastSeq = max(d.LastSeq, int64(o.Seq))
+	}
+}
+
+// OpenOp is an operation still in flight, as a hang dump shows it.
+type OpenOp struct {
+	Handle     uint64
+	Kind       event.Type // Coll or P2p
+	Func       string
+	Seq        int64 // collectives: NCCL's seq; P2P: the plugin's ordinal
+	Peer       int
+	Count      uint64
+	Dtype      string
+	Algo       string
+	Proto      string
+	NChannels  int
+	Start      event.Ticks
+	Stopped    bool  // NCCL stopped its Coll/P2p event (the enqueue finished)
+	Launched   *bool // a KernelLaunch of its group was seen (v5+; nil before)
+	Kernels    []KernelSeen
+	Proxies    []ProxySeen // its ProxyOps that have stopped
+	OpenKids   int         // children started and not stopped
+	AwaitsKern bool        // KernelCh is recorded and no channel of its kernel started
+}
+
+// Progress is a communicator's completed work, for a hang dump.
+type Progress struct {
+	ByFunc map[string]FuncDone
+	ByPeer map[int]P2pDone
+	Ops    uint64
+}
+
+// InFlight gives communicator c's progress and the operations pending in it, oldest first.
+// Each operation returned is pinned: however long it stays in flight, it is not given up by age
+// (a hang must stay visible for as long as it lasts), though it still completes normally if its
+// children stop.
+func (a *Aggregator) InFlight(c Comm) (Progress, []OpenOp) {
+	cs := a.comms[c.Index]
+	if cs == nil || cs.info.Incarnation != c.Incarnation {
+		return Progress{}, nil
+	}
+	p := Progress{ByFunc: map[string]FuncDone{}, ByPeer: map[int]P2pDone{}, Ops: cs.progress.ops}
+	for f, d := range cs.progress.byFunc {
+		p.ByFunc[f] = *d
+	}
+	for peer, d := range cs.progress.byPeer {
+		p.ByPeer[peer] = *d
+	}
+	var out []OpenOp
+	for _, e := range cs.opOrder {
+		if a.inFlight(cs, e) {
+			e.pinned = true
+			out = append(out, a.openOp(cs, e))
+		}
+	}
+	slices.SortStableFunc(out, func(x, y OpenOp) int { return cmpTicks(x.Start, y.Start) })
+	return p, out
+}
+
+func (a *Aggregator) openOp(cs *commState, e *opEntry) OpenOp {
+	o := &e.op
+	r := OpenOp{Handle: e.handle, Kind: event.Coll, Func: o.Func, Seq: int64(o.Seq), Peer: o.Peer,
+		Count: o.Count, Dtype: o.Dtype, Algo: o.Algo, Proto: o.Proto, NChannels: o.NChannels,
+		Start: o.Start, Stopped: e.stopped, Kernels: slices.Clone(e.kernels),
+		Proxies: slices.Clone(e.proxies), OpenKids: e.open, AwaitsKern: a.awaitsKernel(cs, e)}
+	if o.Peer >= 0 {
+		r.Kind, r.Seq = event.P2p, e.p2pSeq
+	}
+	if cs.info.ABI >= 5 && e.api != nil && e.api.group != nil {
+		l := e.api.group.launched
+		r.Launched = &l
+	}
+	return r
+}
+
+// inFlight: the operation is not done, as opposed to done and waiting QuietNs before it is
+// declared complete: its enqueue is unfinished, a child is open, or its kernel never started.
+func (a *Aggregator) inFlight(cs *commState, e *opEntry) bool {
+	return !e.stopped || e.open > 0 || a.awaitsKernel(cs, e)
+}
+
+// OldestInFlight is when the oldest operation of communicator c still in flight started.
+func (a *Aggregator) OldestInFlight(c Comm) (event.Ticks, bool) {
+	cs := a.comms[c.Index]
+	if cs == nil || cs.info.Incarnation != c.Incarnation {
+		return 0, false
+	}
+	var oldest event.Ticks
+	found := false
+	for _, e := range cs.opOrder {
+		if a.inFlight(cs, e) && (!found || e.born < oldest) {
+			oldest, found = e.born, true
+		}
+	}
+	return oldest, found
+}
+
+// awaitsKernel: KernelCh is recorded and none of the operation's channels has started, so its
+// kernel has not begun: it is in flight however quiet it looks.
+func (a *Aggregator) awaitsKernel(cs *commState, e *opEntry) bool {
+	return a.KernelRecorded && cs.info.ABI >= 3 && len(e.kernels) == 0
+}
+
+// Carried reports whether communicator c has ProxyOps that were open when read (their stops
+// still to come), the ones FinishDone may finish.
+func (a *Aggregator) Carried(c Comm) bool {
+	cs := a.comms[c.Index]
+	return cs != nil && cs.info.Incarnation == c.Incarnation && len(cs.proxies) > 0
+}
+
+// FinishDone finishes carried ProxyOps the plugin reports finished in substance (every step
+// done, none open: NCCL never stops some ProxyOps, on CollNet and in the CE copy modes), so
+// their operations complete instead of waiting out MaxAgeNs as if they hung. done maps a
+// ProxyOp's handle to when its last step stopped; quiet ones (QuietNs after it) are finished.
+func (a *Aggregator) FinishDone(c Comm, done map[uint64]event.Ticks) {
+	cs := a.comms[c.Index]
+	if cs == nil || cs.info.Incarnation != c.Incarnation {
+		return
+	}
+	for h, p := range cs.proxies {
+		last, ok := done[h]
+		if !ok || !a.since(cs, last, a.QuietNs) {
+			continue
+		}
+		p.rec.Stop = last
+		p.rec.Flags &^= event.Open
+		if p.op != nil {
+			p.op.open--
+			a.proxyDone(p.op, &p.rec)
+		}
+		delete(cs.proxies, h)
+		cs.res.Health.NeverStopped++
+	}
+}

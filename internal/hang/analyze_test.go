@@ -1,0 +1,222 @@
+package hang
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const t0 = 1_800_000_000_000_000_000
+
+// proc is a dump of one process, built for a test.
+func proc(host string, pid int, comms ...Comm) *Dump {
+	return &Dump{Host: host, PID: pid, Reason: ReasonTimeout, TimeoutS: 60, EventMask: 3871, WrittenUnixNs: t0 + 61e9, Comms: comms}
+}
+
+func comm(hash string, rank, nranks int, open ...Op) Comm {
+	return Comm{Hash: hash, Name: "c" + hash[len(hash)-2:], Rank: rank, NRanks: nranks, Open: open}
+}
+
+func coll(fn string, seq int64, proxy ...ProxyOp) Op {
+	return Op{Kind: KindColl, Func: fn, Seq: seq, NChannels: 1, StartUnixNs: t0, Proxy: proxy}
+}
+
+func p2p(fn string, seq int64, peer int, proxy ...ProxyOp) Op {
+	return Op{Kind: KindP2p, Func: fn, Seq: seq, Peer: &peer, NChannels: 1, StartUnixNs: t0, Proxy: proxy}
+}
+
+// pop is a ProxyOp on channel 0 whose open steps are in the given states from step `done`.
+func pop(dir string, peer, done int, states ...string) ProxyOp {
+	p := ProxyOp{Channel: 0, Peer: peer, Direction: dir, NSteps: 8, StepsDone: done, StartUnixNs: t0 + 1000}
+	for i, s := range states {
+		p.Open = append(p.Open, Step{Step: done + i, State: s, SinceUnixNs: t0 + 2000})
+	}
+	return p
+}
+
+func run(t *testing.T, dumps []*Dump, extra map[string]string) *Result {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range dumps {
+		if _, err := Write(dir, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, body := range extra {
+		os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644)
+	}
+	in, err := Load([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Analyze(in)
+}
+
+func one(t *testing.T, r *Result) Suspect {
+	t.Helper()
+	if len(r.Suspects) != 1 {
+		t.Fatalf("%d suspects, want 1:\n%s", len(r.Suspects), r.Verdict)
+	}
+	return r.Suspects[0]
+}
+
+// Point-to-point: rank 1's Send #4 to rank 0 waits for a receive buffer; rank 0's dump shows it
+// completed 4 receives from rank 1 and has nothing open: it never posted Recv #4.
+func TestP2pNeverPosted(t *testing.T) {
+	r := run(t, []*Dump{
+		proc("a", 1, comm("0x00000000000000bb", 1, 2, p2p("Send", 4, 0, pop(Send, 0, 0, SendPeerWait)))),
+		proc("b", 2, Comm{Hash: "0x00000000000000bb", Rank: 0, NRanks: 2, P2pCompleted: []P2pCompleted{{Peer: 1, Sends: 4, Recvs: 4}}}),
+	}, nil)
+	s := one(t, r)
+	if s.Rank != 0 || s.Kind != StateAbsent || s.Func != "Recv" || s.Seq != 4 || s.P2pPeer == nil || *s.P2pPeer != 1 || s.Basis != BasisOwnDump {
+		t.Errorf("suspect %+v", s)
+	}
+	if !strings.Contains(s.Why, "rank 0 (b, pid 2) never posted Recv #4 with rank 1") {
+		t.Errorf("verdict %q", s.Why)
+	}
+}
+
+// Point-to-point over a link: both sides are in the matching pair, the send went to the network
+// and never completed while the receive waits for the same step.
+func TestP2pLink(t *testing.T) {
+	r := run(t, []*Dump{
+		proc("a", 1, comm("0x00000000000000bb", 1, 2, p2p("Send", 4, 0, pop(Send, 0, 2, SendWait, SendWait)))),
+		proc("b", 2, comm("0x00000000000000bb", 0, 2, p2p("Recv", 4, 1, pop(Recv, 1, 2, RecvWait, RecvWait)))),
+	}, nil)
+	s := one(t, r)
+	if s.Kind != "link" || s.Rank != 1 || *s.Peer != 0 || *s.Channel != 0 || *s.Step != 2 {
+		t.Errorf("suspect %+v", s)
+	}
+	if !strings.Contains(s.Why, "rank 0 still waits for that step (RecvWait)") {
+		t.Errorf("verdict %q", s.Why)
+	}
+}
+
+// A rank absent from a collective because its dump shows it stuck in another communicator's
+// operation: named, with where it is, after the hang it waits in.
+func TestAbsentBusyElsewhere(t *testing.T) {
+	r := run(t, []*Dump{
+		proc("a", 1, comm("0x00000000000000aa", 0, 2, coll("AllReduce", 5, pop(Send, 1, 0, SendPeerWait), pop(Recv, 1, 0, RecvWait)))),
+		proc("b", 2, Comm{Hash: "0x00000000000000aa", Name: "dp", Rank: 1, NRanks: 2, Completed: []Completed{{Func: "AllReduce", Ops: 5, LastSeq: 4}}},
+			comm("0x00000000000000cc", 0, 2, coll("AllGather", 9, pop(Recv, 1, 0, RecvWait)))),
+	}, nil)
+	if len(r.Suspects) != 2 {
+		t.Fatalf("%d suspects:\n%s", len(r.Suspects), r.Verdict)
+	}
+	first, busy := r.Suspects[0], r.Suspects[1]
+	if first.Comm != "0x00000000000000cc" || first.Rank != 1 || first.Basis != BasisNoDump {
+		t.Errorf("first suspect %+v: want rank 1 of 0x…cc, which wrote no dump", first)
+	}
+	if busy.Comm != "0x00000000000000aa" || busy.Rank != 1 || busy.BusyIn == nil || busy.BusyIn.Comm != "0x00000000000000cc" || busy.BusyIn.Seq != 9 {
+		t.Errorf("second suspect %+v", busy)
+	}
+	if !strings.HasSuffix(busy.Why, "it is in AllGather seq 9 on comm 0x00000000000000cc (ccc) instead") {
+		t.Errorf("verdict %q", busy.Why)
+	}
+}
+
+// A rank without a dump whose summary says it destroyed the communicator before the operation
+// (it left the training loop early) is named from its summary; one whose summary counts the
+// operation completed it.
+func TestSummaryOfRankThatLeft(t *testing.T) {
+	ring := func(rank int) *Dump {
+		return proc("h", 10+rank, Comm{Hash: "0x00000000000000aa", Rank: rank, NRanks: 4, Completed: []Completed{{Func: "AllReduce", Ops: 3, LastSeq: 2}},
+			Open: []Op{coll("AllReduce", 3)}})
+	}
+	summary := func(pid, rank int, count int) string {
+		return fmt.Sprintf(`{"ncclprof_summary_version":1,"host":"h","pid":%d,"comm":{"comm_hash":"0x00000000000000aa","rank":%d,"nranks":4},"operations":[{"func":"AllReduce","count":%d}]}`, pid, rank, count)
+	}
+	r := run(t, []*Dump{ring(0), ring(1)}, map[string]string{
+		"ncclprof-summary-h-12-00000000000000aa-r2.json": summary(12, 2, 3),
+		"ncclprof-summary-h-13-00000000000000aa-r3.json": summary(13, 3, 4),
+	})
+	s := one(t, r)
+	if s.Rank != 2 || s.Kind != StateAbsent || s.Basis != BasisSummary || s.PID != 12 {
+		t.Errorf("suspect %+v", s)
+	}
+	if !strings.Contains(s.Why, "rank 2 (h, pid 12) destroyed comm 0x00000000000000aa after 3 AllReduce") {
+		t.Errorf("verdict %q", s.Why)
+	}
+	if g := r.Hangs[0].Ranks[3]; g.State != StateFinished {
+		t.Errorf("rank 3, whose summary counts the operation: %+v", g)
+	}
+}
+
+// Dumps with nothing open (written on request in a healthy job) name nobody; the same dump
+// found twice counts once.
+func TestNothingInFlight(t *testing.T) {
+	d := proc("a", 1, Comm{Hash: "0x00000000000000aa", Rank: 0, NRanks: 2})
+	d.Reason = ReasonRequest
+	dir := t.TempDir()
+	if _, err := Write(dir, d); err != nil {
+		t.Fatal(err)
+	}
+	copyDir := t.TempDir()
+	b, _ := os.ReadFile(filepath.Join(dir, FileName("a", 1)))
+	os.WriteFile(filepath.Join(copyDir, FileName("a", 1)), b, 0o644)
+	in, err := Load([]string{dir, copyDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Analyze(in)
+	if len(r.Suspects) != 0 || len(r.Hangs) != 0 || r.Dumps.Read != 1 || r.Dumps.NothingInFlight != 1 || r.Dumps.Requested != 1 {
+		t.Errorf("%+v", r)
+	}
+	if r.Verdict != "nothing in flight: no dump shows an open NCCL operation" {
+		t.Errorf("verdict %q", r.Verdict)
+	}
+}
+
+// Every rank in the kernel and nothing else to go on (intra-node, nobody missing): no suspect,
+// and the verdict says so rather than guessing.
+func TestNoSuspect(t *testing.T) {
+	in := func(rank int) *Dump {
+		o := coll("AllReduce", 7)
+		o.Kernel = []KernelCh{{Channel: 0, Started: true, StartUnixNs: t0 + 10}}
+		d := proc("h", 10+rank, Comm{Hash: "0x00000000000000aa", Rank: rank, NRanks: 2, Open: []Op{o}})
+		d.EventMask |= kernelChBit
+		return d
+	}
+	r := run(t, []*Dump{in(0), in(1)}, nil)
+	if len(r.Suspects) != 0 || len(r.Hangs) != 1 || !strings.Contains(r.Verdict, "the dumps name no rank to blame") {
+		t.Errorf("verdict %q, suspects %+v", r.Verdict, r.Suspects)
+	}
+	if g := r.Hangs[0].Groups; len(g) != 1 || g[0].Ranks != "0-1" || g[0].State != StateInKernel {
+		t.Errorf("groups %+v", g)
+	}
+}
+
+func TestRanges(t *testing.T) {
+	for in, want := range map[string]string{"": "", "5": "5", "0 1 2 4 6 7": "0-2,4,6-7", "9 3 4": "3-4,9"} {
+		var rs []int
+		for _, f := range strings.Fields(in) {
+			var v int
+			fmt.Sscan(f, &v)
+			rs = append(rs, v)
+		}
+		if got := Ranges(rs); got != want {
+			t.Errorf("Ranges(%s) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// NCCL 2.23-2.26 do not tell the plugin a communicator's size (nranks 0): the ranks the dumps
+// name, their peers included, give it, and a rank without a dump is still found by its peers.
+func TestUnknownSize(t *testing.T) {
+	ring := func(rank int, p ...ProxyOp) *Dump {
+		c := comm("0x00000000000000aa", rank, 0, coll("AllReduce", 3, p...))
+		c.ABI = 3
+		return proc("h", 10+rank, c)
+	}
+	r := run(t, []*Dump{
+		ring(0, pop(Send, 1, 1, SendGPUWait), pop(Recv, 3, 0, RecvWait)),
+		ring(1, pop(Send, 2, 2, SendGPUWait), pop(Recv, 0, 1, RecvWait)),
+		ring(2, pop(Send, 3, 0, SendPeerWait), pop(Recv, 1, 2, RecvGPUWait)),
+	}, nil)
+	s := one(t, r)
+	if s.Rank != 3 || s.Kind != StateAbsent || s.Basis != BasisPeers || r.Hangs[0].NRanks != 4 {
+		t.Errorf("suspect %+v of %d ranks", s, r.Hangs[0].NRanks)
+	}
+}

@@ -1,0 +1,250 @@
+package hang
+
+import (
+	"cmp"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+
+	"github.com/ncclprof/ncclprof/internal/commops"
+)
+
+// rankView is one rank of a communicator as its process's dump shows it.
+type rankView struct {
+	dump *Loaded
+	comm *Comm
+}
+
+// commView gathers a communicator across every dump.
+type commView struct {
+	hash   string
+	name   string
+	nranks int
+	ranks  map[int]*rankView
+}
+
+// sideInfo is what summaries and traces say about a rank that wrote no dump.
+type sideInfo struct {
+	host string
+	pid  int
+	// left: the rank destroyed the communicator (its summary exists) after these operations.
+	left    bool
+	leftOps map[string]uint64
+	// started: per function, the last seq its trace shows it starting.
+	started map[string]tracedOp
+	source  string // the file that says so
+}
+
+type tracedOp struct {
+	seq int64
+}
+
+type index struct {
+	in    *Input
+	comms map[string]*commView
+	order []string // hashes, sorted
+	side  map[string]map[int]*sideInfo
+	notes []string
+	// tracesRead: traces of processes without a dump were read (once, when a rank was missing).
+	tracesRead bool
+}
+
+func buildIndex(in *Input) *index {
+	x := &index{in: in, comms: map[string]*commView{}, side: map[string]map[int]*sideInfo{}}
+	for i := range in.Dumps {
+		l := &in.Dumps[i]
+		for j := range l.Comms {
+			c := &l.Comms[j]
+			v := x.comms[c.Hash]
+			if v == nil {
+				v = &commView{hash: c.Hash, name: c.Name, nranks: c.NRanks, ranks: map[int]*rankView{}}
+				x.comms[c.Hash] = v
+				x.order = append(x.order, c.Hash)
+			}
+			if c.NRanks != v.nranks && c.NRanks > 0 && v.nranks > 0 {
+				x.notes = append(x.notes, fmt.Sprintf("communicator %s: %s says %d ranks, another dump %d; the larger is used", c.Hash, filepath.Base(l.Path), c.NRanks, v.nranks))
+			}
+			v.nranks = max(v.nranks, c.NRanks, c.maxRank()+1)
+			if old := v.ranks[c.Rank]; old != nil {
+				x.notes = append(x.notes, fmt.Sprintf("communicator %s rank %d is in two dumps, %s and %s (dumps of two jobs in one directory?); the newer is used",
+					c.Hash, c.Rank, filepath.Base(old.dump.Path), filepath.Base(l.Path)))
+				if old.dump.WrittenUnixNs >= l.WrittenUnixNs {
+					continue
+				}
+			}
+			v.ranks[c.Rank] = &rankView{dump: l, comm: c}
+		}
+	}
+	slices.Sort(x.order)
+	for _, s := range in.Summaries {
+		if v := x.comms[s.Hash]; v != nil && v.ranks[s.Rank] == nil {
+			si := x.sideOf(s.Hash, s.Rank)
+			si.host, si.pid, si.left, si.leftOps, si.source = s.Host, s.PID, true, s.Ops, s.Path
+		}
+	}
+	return x
+}
+
+func (x *index) sideOf(hash string, rank int) *sideInfo {
+	m := x.side[hash]
+	if m == nil {
+		m = map[int]*sideInfo{}
+		x.side[hash] = m
+	}
+	if m[rank] == nil {
+		m[rank] = &sideInfo{}
+	}
+	return m[rank]
+}
+
+var traceNameRE = regexp.MustCompile(`^ncclprof-(.+)-(\d+)-\d+\.trace\.json(\.gz)?$`)
+
+// readTraces reads, once, the traces of processes that wrote no dump: they tell which operations
+// such a rank started. A trace lags the process by the plugin's window (up to a second), so it
+// can show that a rank started an operation, not that it did not.
+func (x *index) readTraces() {
+	if x.tracesRead {
+		return
+	}
+	x.tracesRead = true
+	dumped := map[string]bool{}
+	for _, l := range x.in.Dumps {
+		dumped[fmt.Sprintf("%s/%d", l.Host, l.PID)] = true
+	}
+	var paths []string
+	for _, p := range x.in.Traces {
+		m := traceNameRE.FindStringSubmatch(filepath.Base(p))
+		if m != nil && dumped[m[1]+"/"+m[2]] {
+			continue // the dump says more than the trace
+		}
+		paths = append(paths, p)
+	}
+	if len(paths) == 0 {
+		return
+	}
+	set, err := commops.Read(paths, commops.Options{})
+	if err != nil {
+		x.notes = append(x.notes, fmt.Sprintf("the traces of processes without a dump were not used: %v", err))
+		return
+	}
+	for _, o := range set.Ops {
+		if o.Seq < 0 {
+			continue
+		}
+		hash := FormatHash(set.Comms[o.Comm].Hash)
+		if v := x.comms[hash]; v == nil || v.ranks[int(o.Rank)] != nil {
+			continue
+		}
+		si := x.sideOf(hash, int(o.Rank))
+		if si.started == nil {
+			si.started = map[string]tracedOp{}
+		}
+		p := set.Procs[o.Proc]
+		si.host, si.pid = p.Host, int(p.Pid)
+		if si.source == "" && len(p.Files) > 0 {
+			si.source = p.Files[0]
+		}
+		if t, ok := si.started[o.Func]; !ok || o.Seq >= t.seq {
+			si.started[o.Func] = tracedOp{seq: o.Seq}
+		}
+	}
+}
+
+// maxRank is the highest rank the communicator's entry names (its own, its peers'): the size of
+// a communicator whose nranks the plugin was not told is at least that plus one.
+func (c *Comm) maxRank() int {
+	m := c.Rank
+	for _, p := range c.P2pCompleted {
+		m = max(m, p.Peer)
+	}
+	for _, o := range c.Open {
+		if o.Peer != nil {
+			m = max(m, *o.Peer)
+		}
+		for _, p := range o.Proxy {
+			m = max(m, p.Peer)
+		}
+	}
+	return m
+}
+
+// completedSeq is the last seq of func the rank completed (-1: none).
+func (c *Comm) completedSeq(fn string) int64 {
+	for _, d := range c.Completed {
+		if d.Func == fn {
+			return d.LastSeq
+		}
+	}
+	return -1
+}
+
+func (c *Comm) completedOps(fn string) uint64 {
+	for _, d := range c.Completed {
+		if d.Func == fn {
+			return d.Ops
+		}
+	}
+	return 0
+}
+
+// p2pDone is how many sends to (or receives from) peer the rank completed.
+func (c *Comm) p2pDone(peer int, dir string) uint64 {
+	for _, p := range c.P2pCompleted {
+		if p.Peer == peer {
+			if dir == Send {
+				return p.Sends
+			}
+			return p.Recvs
+		}
+	}
+	return 0
+}
+
+// find is the rank's open operation with this key (nil: none).
+func (c *Comm) find(k opKey) *Op {
+	for i := range c.Open {
+		if keyOf(&c.Open[i]) == k {
+			return &c.Open[i]
+		}
+	}
+	return nil
+}
+
+// opKey identifies an operation on a rank: collectives by (function, seq); P2P by (function,
+// peer, ordinal).
+type opKey struct {
+	kind, fn string
+	seq      int64
+	peer     int
+}
+
+func keyOf(o *Op) opKey {
+	k := opKey{kind: o.Kind, fn: o.Func, seq: o.Seq, peer: -1}
+	if o.Peer != nil {
+		k.peer = *o.Peer
+	}
+	return k
+}
+
+func (k opKey) String() string {
+	if k.kind == KindP2p {
+		return fmt.Sprintf("%s #%d with rank %d", k.fn, k.seq, k.peer)
+	}
+	return k.fn + " seq " + strconv.FormatInt(k.seq, 10)
+}
+
+// ranksSorted lists the ranks a communicator has views for.
+func (v *commView) ranksSorted() []int {
+	out := make([]int, 0, len(v.ranks))
+	for r := range v.ranks {
+		out = append(out, r)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func cmpOpStart(a, b *Op) int {
+	return cmp.Or(cmp.Compare(a.StartUnixNs, b.StartUnixNs), cmp.Compare(a.Seq, b.Seq))
+}

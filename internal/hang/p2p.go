@@ -1,0 +1,78 @@
+package hang
+
+import "fmt"
+
+// Point-to-point operations have no seq from NCCL: the plugin numbers each (communicator, peer,
+// direction) from 0, so rank a's k-th Send to b is matched with b's k-th Recv from a.
+
+// counterpart is the peer's operation that exchanges data with the rank's hung one: the same
+// collective, or the matching receive or send (nil: the peer has none open).
+func (h *hangCtx) counterpart(rs *RankState, peer int) *Op {
+	if h.key.kind == KindColl {
+		return h.ranks[peer].op
+	}
+	pv := h.v.ranks[peer]
+	if pv == nil || rs.op == nil {
+		return nil
+	}
+	return pv.comm.find(matching(rs.op, rs.Rank))
+}
+
+// matching is the key of the operation that pairs with a P2P operation of rank r.
+func matching(o *Op, r int) opKey {
+	fn := "Recv"
+	if o.Func == "Recv" {
+		fn = "Send"
+	}
+	return opKey{kind: KindP2p, fn: fn, seq: o.Seq, peer: r}
+}
+
+// judgeP2p judges each rank's oldest open point-to-point operation: its own ProxyOps (GPU, link),
+// then whether its peer ever posted the matching operation.
+func (h *hangCtx) judgeP2p() {
+	for _, rs := range h.in() {
+		if rs.facts.gpuStuck() {
+			h.suspect(rs, StateGPU, BasisOwnDump, h.gpuWhy(rs, false))
+		}
+	}
+	h.judgeLinks()
+	for _, rs := range h.in() {
+		if rs.State == StateGPU || rs.State == StateLinkSend || rs.State == StateLinkRecv {
+			continue
+		}
+		peer := *rs.op.Peer
+		want := matching(rs.op, rs.Rank)
+		pv, ps := h.v.ranks[peer], h.ranks[peer]
+		dir := Recv
+		if want.fn == "Send" {
+			dir = Send
+		}
+		switch {
+		case pv == nil:
+			sg := h.peerSigns(peer)
+			if len(sg.noBuffer) > 0 && !sg.tookPart() && ps.State == StateNoDump {
+				h.p2pAbsent(ps, want, BasisPeers, fmt.Sprintf("it wrote no dump and never posted a receive buffer for %s (SendPeerWait at step 0)", h.who(rs.Rank)))
+			}
+		case pv.comm.find(want) != nil:
+		case pv.comm.p2pDone(rs.Rank, dir) > uint64(rs.op.Seq):
+		default:
+			busy := ""
+			if o := oldest(pv.comm); o != nil {
+				busy = fmt.Sprintf("; it is in %s instead", keyOf(o))
+			}
+			h.p2pAbsent(ps, want, BasisOwnDump, fmt.Sprintf("its dump has it completing %d %ss with rank %d%s", pv.comm.p2pDone(rs.Rank, dir), want.fn, rs.Rank, busy))
+		}
+	}
+}
+
+// p2pAbsent blames a rank for never posting the operation a peer waits for.
+func (h *hangCtx) p2pAbsent(ps *RankState, want opKey, basis, detail string) {
+	for _, s := range h.sus {
+		if s.Rank == ps.Rank && s.Func == want.fn && s.Seq == want.seq && s.P2pPeer != nil && *s.P2pPeer == want.peer {
+			return
+		}
+	}
+	why := fmt.Sprintf("%s never posted %s #%d with rank %d on %s: %s; %s waits for it", h.who(ps.Rank), want.fn, want.seq, want.peer, h.commText(), detail, h.who(want.peer))
+	s := h.suspect(ps, StateAbsent, basis, why)
+	s.Func, s.Seq, s.P2pPeer, s.Waiting = want.fn, want.seq, &want.peer, 1
+}

@@ -1,0 +1,244 @@
+package hang
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Loaded is a dump and the file it came from.
+type Loaded struct {
+	Path string
+	*Dump
+}
+
+// Problem is an input that could not be used, and why, in words for the user.
+type Problem struct {
+	Path string `json:"path"`
+	Msg  string `json:"problem"`
+}
+
+// Input is what the analysis reads: every process's dump, and beside them the plugin's
+// communicator summaries and traces, which tell about processes that wrote no dump.
+type Input struct {
+	Dumps     []Loaded
+	Summaries []Summary
+	Traces    []string
+	Problems  []Problem
+}
+
+var (
+	dumpRE    = regexp.MustCompile(`^ncclprof-hang-.+-\d+\.json$`)
+	summaryRE = regexp.MustCompile(`^ncclprof-summary-.+\.json$`)
+	traceRE   = regexp.MustCompile(`\.trace\.json(\.gz)?$`)
+)
+
+// IsDumpName says whether a file name is a dump's.
+func IsDumpName(name string) bool { return dumpRE.MatchString(filepath.Base(name)) }
+
+// Found is what Find found.
+type Found struct {
+	Dumps, Summaries, Traces []string
+	// Others are files named explicitly (or matched by a glob) that are none of those by their
+	// names: ncclmerge hang reads them as dumps (a renamed copy), ncclmerge report as traces.
+	Others []string
+}
+
+// Find sorts the arguments (files, directories, quoted globs) into dumps, summaries and traces by
+// their names. A directory gives the files of those three kinds directly in it.
+func Find(args []string) (*Found, error) {
+	f := &Found{}
+	add := func(p string, named bool) {
+		switch b := filepath.Base(p); {
+		case summaryRE.MatchString(b):
+			f.Summaries = append(f.Summaries, p)
+		case traceRE.MatchString(b):
+			f.Traces = append(f.Traces, p)
+		case dumpRE.MatchString(b):
+			f.Dumps = append(f.Dumps, p)
+		case named:
+			f.Others = append(f.Others, p)
+		}
+	}
+	for _, a := range args {
+		st, serr := os.Stat(a)
+		switch {
+		case serr == nil && st.IsDir():
+			ents, rerr := os.ReadDir(a)
+			if rerr != nil {
+				return nil, rerr
+			}
+			for _, e := range ents {
+				if !e.IsDir() {
+					add(filepath.Join(a, e.Name()), false)
+				}
+			}
+		case serr == nil:
+			add(a, true)
+		default:
+			m, _ := filepath.Glob(a)
+			if len(m) == 0 {
+				return nil, fmt.Errorf("%s: no such file or directory, and no file matches it as a pattern", a)
+			}
+			for _, p := range m {
+				add(p, true)
+			}
+		}
+	}
+	return f, nil
+}
+
+// Load finds and reads the inputs. A dump that cannot be read (cut short, not JSON, of another
+// format) is a Problem, and its process is treated as one without a dump; so is an unreadable
+// summary. Two dumps of the same process (the same file found twice, or copies) count once: the
+// newest.
+func Load(args []string) (*Input, error) {
+	f, err := Find(args)
+	if err != nil {
+		return nil, err
+	}
+	f.Dumps, f.Others = append(f.Dumps, f.Others...), nil
+	return f.Load(), nil
+}
+
+// Load reads what was found (Others are left out).
+func (f *Found) Load() *Input {
+	dumps, sums := f.Dumps, f.Summaries
+	in := &Input{Traces: f.Traces}
+	loaded := make([]*Dump, len(dumps))
+	errs := make([]error, len(dumps))
+	parallel(len(dumps), func(i int) { loaded[i], errs[i] = ReadFile(dumps[i]) })
+	seen := map[string]int{}
+	for i, d := range loaded {
+		if errs[i] != nil {
+			in.Problems = append(in.Problems, Problem{dumps[i], errs[i].Error()})
+			continue
+		}
+		key := fmt.Sprintf("%s/%d", d.Host, d.PID)
+		if j, ok := seen[key]; ok {
+			if in.Dumps[j].WrittenUnixNs < d.WrittenUnixNs {
+				in.Dumps[j] = Loaded{dumps[i], d}
+			}
+			continue
+		}
+		seen[key] = len(in.Dumps)
+		in.Dumps = append(in.Dumps, Loaded{dumps[i], d})
+	}
+	for _, p := range sums {
+		s, err := readSummary(p)
+		if err != nil {
+			in.Problems = append(in.Problems, Problem{p, err.Error()})
+			continue
+		}
+		in.Summaries = append(in.Summaries, s)
+	}
+	slices.SortFunc(in.Problems, func(a, b Problem) int { return cmp.Compare(a.Path, b.Path) })
+	return in
+}
+
+// ReadFile reads and validates one dump. Its errors say what to make of the file.
+func ReadFile(path string) (*Dump, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(b)
+}
+
+// Parse reads a dump from its bytes.
+func Parse(b []byte) (*Dump, error) {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, errors.New("empty: its process is treated as one without a dump")
+	}
+	var d Dump
+	if err := json.Unmarshal(b, &d); err != nil {
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) && syn.Offset >= int64(len(bytes.TrimRight(b, " \n\r\t"))) || strings.Contains(err.Error(), "unexpected end of JSON input") {
+			return nil, fmt.Errorf("cut short after %d bytes (the plugin renames a complete file into place, so this one was copied or truncated afterwards): its process is treated as one without a dump", len(b))
+		}
+		return nil, fmt.Errorf("not a hang dump (%v): its process is treated as one without a dump", err)
+	}
+	if d.FormatVersion == 0 {
+		return nil, errors.New("not a hang dump (no ncclprof_hang_version): its process is treated as one without a dump")
+	}
+	if d.FormatVersion > Version {
+		return nil, fmt.Errorf("written in format %d by a newer ncclprof; this ncclmerge reads format %d: update ncclmerge", d.FormatVersion, Version)
+	}
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid (%w): its process is treated as one without a dump", err)
+	}
+	return &d, nil
+}
+
+// Summary is what a communicator summary says about a rank: the plugin writes one when NCCL
+// destroys the communicator, so the rank had left it, after the operations counted here.
+type Summary struct {
+	Path   string
+	Host   string
+	PID    int
+	Hash   string
+	Rank   int
+	NRanks int
+	Ops    map[string]uint64 // completed operations per function
+}
+
+func readSummary(path string) (Summary, error) {
+	var raw struct {
+		Version int    `json:"ncclprof_summary_version"`
+		Host    string `json:"host"`
+		PID     int    `json:"pid"`
+		Comm    struct {
+			Hash   string `json:"comm_hash"`
+			Rank   int    `json:"rank"`
+			NRanks int    `json:"nranks"`
+		} `json:"comm"`
+		Ops []struct {
+			Func  string `json:"func"`
+			Count uint64 `json:"count"`
+		} `json:"operations"`
+	}
+	b, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(b, &raw)
+	}
+	if err == nil && (raw.Version == 0 || !hashRE.MatchString(raw.Comm.Hash)) {
+		err = errors.New("no ncclprof_summary_version or comm_hash")
+	}
+	if err != nil {
+		return Summary{}, fmt.Errorf("summary not used: %v", err)
+	}
+	s := Summary{Path: path, Host: raw.Host, PID: raw.PID, Hash: raw.Comm.Hash, Rank: raw.Comm.Rank, NRanks: raw.Comm.NRanks, Ops: map[string]uint64{}}
+	for _, o := range raw.Ops {
+		s.Ops[o.Func] += o.Count
+	}
+	return s, nil
+}
+
+// parallel runs f(0..n-1) on every CPU.
+func parallel(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < min(n, runtime.GOMAXPROCS(0)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				f(i)
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
