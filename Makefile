@@ -1,5 +1,6 @@
 # ncclprof — build, test and benchmark.
-#   make          the plugin library, ncclmerge, the test host, the empty plugin (benchmark floor)
+#   make          the plugin (its two libraries), ncclmerge, the test host, the empty plugin
+#                 (benchmark floor)
 #   make demo     the embedded default: a simulated 4-rank job through the real plugin, merged
 #   make test     every test (Go, Python, sanitizers); needs no GPU
 #   make wheel    the Python package as a platform wheel (carries the plugin and ncclmerge)
@@ -11,15 +12,20 @@ BUILD   := build
 VERSION := 0.1.0
 
 PLUGIN  := $(BUILD)/libnccl-profiler-ncclprof.so
+DRAIN   := $(BUILD)/libncclprof-drain.so
 HOST    := $(BUILD)/ncclprof-testhost
 EMPTY   := $(BUILD)/libnccl-profiler-empty.so
 MERGE   := $(BUILD)/ncclmerge
 
-CORE_SRC := plugin/core.c plugin/adapters.c plugin/control.c
-CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h
+# The library NCCL loads is every C file in plugin/ (pure C: hot path, ABI tables, control API,
+# loader); the Go files there are the drainer library it loads (plugin/drainapi.h). Each C file
+# starts with the line //go:build ncclprof_front, which keeps go build from compiling it into
+# the Go library.
+CORE_SRC := $(wildcard plugin/*.c)
+CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h plugin/drainapi.h
 HOST_SRC := testhost/main.c testhost/emit.c testhost/world.c testhost/scenarios.c \
             testhost/fuzz.c testhost/bench.c testhost/soak.c testhost/skew.c testhost/hang.c \
-            testhost/drainbench.c
+            testhost/drainbench.c testhost/races.c
 HOST_HDR := testhost/emit.h testhost/world.h testhost/scenarios.h plugin/abi.h plugin/core.h
 GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(wildcard go.sum)
 
@@ -28,16 +34,25 @@ HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN)
 
 .PHONY: all test test-go test-python bench demo clean sanitize soak otelcol prometheus wheel
 
-all: $(PLUGIN) $(HOST) $(EMPTY) $(MERGE)
+all: $(PLUGIN) $(DRAIN) $(HOST) $(EMPTY) $(MERGE)
 
 $(MERGE): $(GO_SRC)
 	@mkdir -p $(BUILD)
 	$(GO) build -trimpath -o $@ ./cmd/ncclmerge
 
-$(PLUGIN): $(GO_SRC) $(CORE_SRC) $(CORE_HDR)
+# -z nodelete: NCCL dlcloses the plugin between communicator lifetimes, and the Go library
+# this one starts holds pointers into it (and cannot be unloaded itself).
+FRONT_CFLAGS := -std=gnu11 -O2 -fPIC -shared -fvisibility=hidden $(WARN) -Werror=incompatible-pointer-types
+$(PLUGIN): $(CORE_SRC) $(CORE_HDR)
+	@mkdir -p $(BUILD)
+	@for f in $(CORE_SRC); do head -1 $$f | grep -qx '//go:build ncclprof_front' || \
+	  { echo "$$f: a C file of plugin/ must start with //go:build ncclprof_front (see CORE_SRC)"; exit 1; }; done
+	$(CC) $(FRONT_CFLAGS) -o $@ $(CORE_SRC) -Wl,-z,nodelete -Wl,--no-undefined -ldl -lpthread
+
+$(DRAIN): $(GO_SRC) $(CORE_HDR)
 	@mkdir -p $(BUILD)
 	$(GO) build -buildmode=c-shared -trimpath -ldflags='-s -w' -o $@ ./plugin
-	@rm -f $(BUILD)/libnccl-profiler-ncclprof.h
+	@rm -f $(BUILD)/libncclprof-drain.h
 
 $(HOST): $(HOST_SRC) $(HOST_HDR)
 	@mkdir -p $(BUILD)
@@ -52,14 +67,14 @@ SAN_SRC := $(CORE_SRC) testhost/cdrain.c
 $(BUILD)/asan/libnccl-profiler-ncclprof.so: $(SAN_SRC) $(CORE_HDR)
 	@mkdir -p $(BUILD)/asan
 	$(CC) -std=gnu11 -O1 -g -fPIC -shared -fsanitize=address,undefined -fno-omit-frame-pointer \
-	  -fno-sanitize-recover=undefined $(WARN) -o $@ $(SAN_SRC) -lpthread
+	  -fno-sanitize-recover=undefined $(WARN) -o $@ $(SAN_SRC) -Wl,-z,nodelete -ldl -lpthread
 $(BUILD)/asan/ncclprof-testhost: $(HOST_SRC) $(HOST_HDR)
 	@mkdir -p $(BUILD)/asan
 	$(CC) $(HOST_CFLAGS) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
 	  -fno-sanitize-recover=undefined -o $@ $(HOST_SRC) -ldl -lpthread
 $(BUILD)/tsan/libnccl-profiler-ncclprof.so: $(SAN_SRC) $(CORE_HDR)
 	@mkdir -p $(BUILD)/tsan
-	$(CC) -std=gnu11 -O1 -g -fPIC -shared -fsanitize=thread -DNP_TSAN $(WARN) -o $@ $(SAN_SRC) -lpthread
+	$(CC) -std=gnu11 -O1 -g -fPIC -shared -fsanitize=thread -DNP_TSAN $(WARN) -o $@ $(SAN_SRC) -Wl,-z,nodelete -ldl -lpthread
 $(BUILD)/tsan/ncclprof-testhost: $(HOST_SRC) $(HOST_HDR)
 	@mkdir -p $(BUILD)/tsan
 	$(CC) $(HOST_CFLAGS) -O1 -fsanitize=thread -o $@ $(HOST_SRC) -ldl -lpthread

@@ -30,6 +30,12 @@ static void usage(void) {
           "  manycomms  --comms communicators (1100), more than the plugin's table holds\n"
           "  fork       allreduce with a fork() halfway; the child exits without NCCL\n"
           "  flood      AllReduces in 64-byte chunks: thousands of ProxySteps per operation\n"
+          "  stalefin   a finalize of a context whose table entry another communicator took over\n"
+          "  finwhile   finalize while another thread keeps calling into the communicator\n"
+          "             (--slack-ms: the finalizing thread's timer slack)\n"
+          "  reinit     callbacks on a context while it is finalized and created again, --cycles\n"
+          "  late       stops and states for events whose windows were recycled, for --seconds\n"
+          "  forkinit   a forked child creates a communicator: disabled, no Go runtime of its own\n"
           "  skew       ranks on one schedule with a planted slow rank (its own options: see skew.c)\n"
           "  hang       ranks of a job that stops, the culprit planted (its own options: see hang.c)\n"
           "options:\n"
@@ -40,7 +46,8 @@ static void usage(void) {
           "  --labels (allreduce: label each iteration with ncclprof_set_step, no window)\n"
           "  --mask-api M (call ncclprof_set_event_mask(M) before the first communicator)\n"
           "  --fast (no modelled transfer times)  --seconds S (fuzz, 5)  --threads N (fuzz, 3)\n"
-          "  --seed N  --truth FILE (write ground truth JSON)  --empty-lib PATH  --reps N (7)\n");
+          "  --seed N  --truth FILE (write ground truth JSON)  --empty-lib PATH  --reps N (7)\n"
+          "  --logger (pass init a logger, as NCCL does: the plugin's messages come through it)\n");
   exit(2);
 }
 
@@ -73,6 +80,8 @@ int main(int argc, char** argv) {
     else if (ARG("--reps")) o.reps = atoi(v);
     else if (ARG("--rate")) o.rate = atof(v);
     else if (ARG("--steps")) o.steps = atoi(v);
+    else if (ARG("--slack-ms")) o.slack_ms = atoi(v);
+    else if (!strcmp(a, "--logger")) o.logger = 1;
     else if (!strcmp(a, "--kernel")) o.kernel = 1;
     else if (!strcmp(a, "--control")) o.control = 1;
     else if (!strcmp(a, "--labels")) o.labels = 1;
@@ -95,6 +104,7 @@ int main(int argc, char** argv) {
     return scenario_drain(&o);
   }
   world_init(o.lib, o.abi, o.rank, o.nranks, o.realtime, o.seed);
+  if (o.logger) host_logger = host_log;
   if (o.mask_api >= 0) { /* as Python may: before the first communicator */
     int (*set_mask)(int) = (int (*)(int))dlsym(W.plugin.lib, "ncclprof_set_event_mask");
     if (set_mask) set_mask(o.mask_api);
@@ -112,6 +122,11 @@ int main(int argc, char** argv) {
   else if (!strcmp(o.scenario, "manycomms")) scenario_manycomms(&o);
   else if (!strcmp(o.scenario, "fork")) scenario_fork(&o);
   else if (!strcmp(o.scenario, "flood")) scenario_flood(&o);
+  else if (!strcmp(o.scenario, "stalefin")) scenario_stalefin(&o);
+  else if (!strcmp(o.scenario, "finwhile")) scenario_finwhile(&o);
+  else if (!strcmp(o.scenario, "reinit")) scenario_reinit(&o);
+  else if (!strcmp(o.scenario, "late")) scenario_late(&o);
+  else if (!strcmp(o.scenario, "forkinit")) scenario_forkinit(&o);
   else usage();
   world_finalize_all();
   if (o.truth) {
