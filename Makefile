@@ -18,9 +18,7 @@ EMPTY   := $(BUILD)/libnccl-profiler-empty.so
 MERGE   := $(BUILD)/ncclmerge
 
 # The library NCCL loads is every C file in plugin/ (pure C: hot path, ABI tables, control API,
-# loader); the Go files there are the drainer library it loads (plugin/drainapi.h). Each C file
-# starts with the line //go:build ncclprof_front, which keeps go build from compiling it into
-# the Go library.
+# loader); the Go files there are the drainer library it loads (plugin/drainapi.h).
 CORE_SRC := $(wildcard plugin/*.c)
 CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h plugin/drainapi.h
 HOST_SRC := testhost/main.c testhost/emit.c testhost/world.c testhost/scenarios.c \
@@ -40,19 +38,14 @@ $(MERGE): $(GO_SRC)
 	@mkdir -p $(BUILD)
 	$(GO) build -trimpath -o $@ ./cmd/ncclmerge
 
-# -z nodelete: NCCL dlcloses the plugin between communicator lifetimes, and the Go library
-# this one starts holds pointers into it (and cannot be unloaded itself).
-FRONT_CFLAGS := -std=gnu11 -O2 -fPIC -shared -fvisibility=hidden $(WARN) -Werror=incompatible-pointer-types
-$(PLUGIN): $(CORE_SRC) $(CORE_HDR)
+# Both libraries are built by tools/build/plugin.sh (python/setup.py uses it too).
+$(PLUGIN): $(CORE_SRC) $(CORE_HDR) tools/build/plugin.sh
 	@mkdir -p $(BUILD)
-	@for f in $(CORE_SRC); do head -1 $$f | grep -qx '//go:build ncclprof_front' || \
-	  { echo "$$f: a C file of plugin/ must start with //go:build ncclprof_front (see CORE_SRC)"; exit 1; }; done
-	$(CC) $(FRONT_CFLAGS) -o $@ $(CORE_SRC) -Wl,-z,nodelete -Wl,--no-undefined -ldl -lpthread
+	CC=$(CC) tools/build/plugin.sh c $@
 
-$(DRAIN): $(GO_SRC) $(CORE_HDR)
+$(DRAIN): $(GO_SRC) $(CORE_HDR) tools/build/plugin.sh
 	@mkdir -p $(BUILD)
-	$(GO) build -buildmode=c-shared -trimpath -ldflags='-s -w' -o $@ ./plugin
-	@rm -f $(BUILD)/libncclprof-drain.h
+	GO=$(GO) tools/build/plugin.sh go $@
 
 $(HOST): $(HOST_SRC) $(HOST_HDR)
 	@mkdir -p $(BUILD)
