@@ -19,7 +19,7 @@
  * parent had started (or begun starting) one (a copied runtime without its threads must not be
  * entered, and a second one is not what anybody wants).
  *
- * The measured needs and the margins are in docs/reliability.md ("Resources at load").
+ * The measured needs and the margins are in docs/loading.md.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -41,7 +41,7 @@
 
 #define NP_DRAIN_LIB "libncclprof-drain.so"
 
-/* What the Go part needs, measured (docs/reliability.md, "Resources at load": the test host
+/* What the Go part needs, measured (docs/loading.md, "What the Go part needs": the test host
  * under ulimit with the checks built out, -DNP_NEED_FDS=0 -DNP_NEED_AS_MIB=0):
  *   - descriptors: the runtime's poller takes 2 as it starts (with fewer it aborts the
  *     process); with a summary, the metrics file, a trace and the Prometheus listener the

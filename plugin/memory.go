@@ -15,7 +15,7 @@ import (
 // allocation the runtime cannot map is fatal for the whole process, so the C library starts
 // this library only when enough is left (loader.c), the heap gets a soft limit from what was
 // left then, and the drainer gives up tracing (its one part that grows with what it is asked
-// to write) rather than grow into the limit. Numbers measured: docs/reliability.md.
+// to write) rather than grow into the limit. Numbers measured: docs/loading.md.
 const (
 	// runtimeReserve is the address space the Go part takes besides its heap: the runtime's
 	// reservations, its threads' stacks and their malloc arenas (measured: 1.1 GiB at start,
