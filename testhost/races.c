@@ -130,13 +130,19 @@ typedef struct late_ring {
   int done;
 } late_ring;
 
+/* How far the stopper stays behind, in events, changing every 1000 stops: about a window's
+ * worth (the event's window is being closed, sealed or read: a stop then races with the
+ * window's release and refill) and far more (recycled long ago). */
+static const unsigned long long late_lags[] = {150, 200, 260, 400, LATE_RING / 2};
+
 static void* late_stopper(void* arg) {
   late_ring* q = (late_ring*)arg;
   for (unsigned long long tail = 0;; ) {
     unsigned long long head = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
     int done = __atomic_load_n(&q->done, __ATOMIC_ACQUIRE);
     if (tail == head && done) return NULL;
-    if (head - tail < LATE_RING / 2 && !done) continue; /* stay far behind */
+    unsigned long long lag = late_lags[tail / 1000 % (sizeof late_lags / sizeof late_lags[0])];
+    if (head - tail < lag && !done) continue;
     unsigned long long i = tail % LATE_RING;
     host_op_in_progress(&W.plugin, q->op[i]);
     host_stop(&W.plugin, q->op[i]);
