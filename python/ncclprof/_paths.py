@@ -75,8 +75,9 @@ def ncclmerge_path() -> str:
 
 
 def drain_path(library: str) -> str:
-    """The drainer library the plugin library at `library` loads: the one beside it."""
-    return os.path.join(os.path.dirname(os.path.abspath(library)), DRAIN_NAME)
+    """The drainer library the plugin library at `library` loads: the one beside the file it
+    resolves to (a symlink is followed, as the plugin's own lookup does)."""
+    return os.path.join(os.path.dirname(os.path.realpath(library)), DRAIN_NAME)
 
 
 def check_library(path: str) -> None:

@@ -78,6 +78,26 @@ func TestDrainLibraryMissing(t *testing.T) {
 	}
 }
 
+// NCCL finds the plugin by name on LD_LIBRARY_PATH (NCCL_PROFILER_PLUGIN=ncclprof), or through
+// a symlink in another directory: either way the C library finds its Go drainer beside the file
+// it really is, and every figure is exact.
+func TestFoundByNameOrThroughSymlink(t *testing.T) {
+	Build(t)
+	t.Run("by-name", func(t *testing.T) {
+		r := Start(t, Options{Lib: "libnccl-profiler-ncclprof.so", Env: []string{"LD_LIBRARY_PATH=" + filepath.Dir(Path(t, "x"))},
+			Args: args(6, "--iters", "50", "--fast", "allreduce")})
+		CheckExact(t, r, r.Truth[0])
+	})
+	t.Run("symlink", func(t *testing.T) {
+		link := filepath.Join(t.TempDir(), "libnccl-profiler-ncclprof.so")
+		if err := os.Symlink(Path(t, "libnccl-profiler-ncclprof.so"), link); err != nil {
+			t.Fatal(err)
+		}
+		r := Start(t, Options{Lib: link, Args: args(6, "--iters", "50", "--fast", "allreduce")})
+		CheckExact(t, r, r.Truth[0])
+	})
+}
+
 // A forked child that creates a communicator after its parent started the drainer gets a
 // disabled context and mask 0 (one message) and no Go runtime (it stays one thread); the
 // parent's figures stay exact.
