@@ -36,6 +36,8 @@ static void usage(void) {
           "  reinit     callbacks on a context while it is finalized and created again, --cycles\n"
           "  late       stops and states for events whose windows were recycled, for --seconds\n"
           "  forkinit   a forked child creates a communicator: disabled, no Go runtime of its own\n"
+          "  asgrow     under ulimit -v, the job reserves address space until --leave-mib (150) is\n"
+          "             left, halfway through --iters, and runs on for 2.5 s\n"
           "  skew       ranks on one schedule with a planted slow rank (its own options: see skew.c)\n"
           "  hang       ranks of a job that stops, the culprit planted (its own options: see hang.c)\n"
           "options:\n"
@@ -81,6 +83,7 @@ int main(int argc, char** argv) {
     else if (ARG("--rate")) o.rate = atof(v);
     else if (ARG("--steps")) o.steps = atoi(v);
     else if (ARG("--slack-ms")) o.slack_ms = atoi(v);
+    else if (ARG("--leave-mib")) o.leave_mib = atoi(v);
     else if (!strcmp(a, "--logger")) o.logger = 1;
     else if (!strcmp(a, "--kernel")) o.kernel = 1;
     else if (!strcmp(a, "--control")) o.control = 1;
@@ -127,6 +130,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(o.scenario, "reinit")) scenario_reinit(&o);
   else if (!strcmp(o.scenario, "late")) scenario_late(&o);
   else if (!strcmp(o.scenario, "forkinit")) scenario_forkinit(&o);
+  else if (!strcmp(o.scenario, "asgrow")) scenario_asgrow(&o);
   else usage();
   world_finalize_all();
   if (o.truth) {

@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -210,5 +212,51 @@ void scenario_forkinit(const opts* o) {
     exit(4);
   }
   run_ops(c, o->iters - o->iters / 2, o->kernel);
+  proxy_stop();
+}
+
+/* Address space left after the job grows (under ulimit -v). */
+static long long as_left_mib(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return -1;
+  FILE* f = fopen("/proc/self/statm", "r");
+  unsigned long long pages = 0;
+  if (f) {
+    if (fscanf(f, "%llu", &pages) != 1) pages = 0;
+    fclose(f);
+  }
+  return ((long long)rl.rlim_cur - (long long)(pages * (unsigned long long)sysconf(_SC_PAGESIZE))) >> 20;
+}
+
+/* The job grows into its own ulimit -v while the plugin runs: after the first half of the
+ * operations and 1.2 s, it reserves address space until only --leave-mib is left (default
+ * 150), then runs the rest for 2.5 s or more. The plugin must not grow into what is left: it stops
+ * tracing (one message) and goes on with its summaries. */
+void scenario_asgrow(const opts* o) {
+  proxy_start();
+  hcomm* c = world_comm("asgrow", 0xA5A5000000000001ull, o->nranks, o->rank, 1);
+  run_ops(c, o->iters / 2, o->kernel);
+  struct timespec settle = {1, 200000000}; /* the plugin reads its first windows meanwhile */
+  nanosleep(&settle, NULL);
+  long long left = as_left_mib(), leave = o->leave_mib > 0 ? o->leave_mib : 150;
+  if (left < 0) {
+    fprintf(stderr, "testhost: asgrow needs a ulimit -v\n");
+    exit(2);
+  }
+  if (left > leave) {
+    size_t bytes = (size_t)(left - leave) << 20;
+    if (mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
+      perror("testhost: asgrow mmap");
+      exit(2);
+    }
+  }
+  double end = now_ns() + 2.5e9;
+  int done = o->iters / 2;
+  while (now_ns() < end || done < o->iters) {
+    run_ops(c, 1, o->kernel);
+    done++;
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
   proxy_stop();
 }

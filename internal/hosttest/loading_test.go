@@ -78,6 +78,29 @@ func TestDrainLibraryMissing(t *testing.T) {
 	}
 }
 
+// The job grows into its own `ulimit -v` while the plugin runs (asgrow: it reserves address
+// space until 150 MiB are left): the drainer stops tracing rather than grow into the limit, says
+// so once, completes the trace file it had open, and keeps every operation in the summary.
+func TestAddressSpaceShortStopsTracing(t *testing.T) {
+	r := Start(t, Options{Ulimit: []string{"-v 2300000"}, Args: args(6, "--logger", "--iters", "200", "--fast", "asgrow"),
+		Env: []string{"NCCLPROF_TRACE=1", "NCCLPROF_WINDOW_MS=100"}})
+	checkOneMessage(t, r, "address space is short (", "tracing is off for the rest of this process", "ulimit -v")
+	CheckExact(t, r, r.Truth[0])
+	traces := ReadTraces(t, r.Dir)
+	if len(traces) != 1 {
+		t.Fatalf("%d trace files, want the one open when memory ran short", len(traces))
+	}
+	slices := 0
+	for _, e := range traces[0].Events {
+		if e.Ph == "X" {
+			slices++
+		}
+	}
+	if string(traces[0].End["complete"]) != "true" || slices == 0 {
+		t.Errorf("the trace was not completed (complete: %s) or holds no slices (%d)", traces[0].End["complete"], slices)
+	}
+}
+
 // NCCL finds the plugin by name on LD_LIBRARY_PATH (NCCL_PROFILER_PLUGIN=ncclprof), or through
 // a symlink in another directory: either way the C library finds its Go drainer beside the file
 // it really is, and every figure is exact.
