@@ -1,5 +1,6 @@
 # ncclprof — build, test and benchmark.
-#   make          the plugin library, ncclmerge, the test host, the empty plugin (benchmark floor)
+#   make          the plugin (its two libraries), ncclmerge, the test host, the empty plugin
+#                 (benchmark floor)
 #   make demo     the embedded default: a simulated 4-rank job through the real plugin, merged
 #   make test     every test (Go, Python, sanitizers); needs no GPU; installs what it lacks first
 #                 (tools/deps.sh), or stops at once with the one command to run
@@ -12,6 +13,7 @@ BUILD   := build
 VERSION := 0.1.0
 
 PLUGIN  := $(BUILD)/libnccl-profiler-ncclprof.so
+DRAIN   := $(BUILD)/libncclprof-drain.so
 HOST    := $(BUILD)/ncclprof-testhost
 EMPTY   := $(BUILD)/libnccl-profiler-empty.so
 # A plugin that logs every call it gets (NCCLPROF_CHAIN tests), and variants exporting one
@@ -21,11 +23,13 @@ RECORDER_VARIANTS := $(foreach v,1 2 3 4 5 6,$(BUILD)/recorder/librecorder-v$(v)
                      $(BUILD)/recorder/librecorder-badtable.so
 MERGE   := $(BUILD)/ncclmerge
 
-CORE_SRC := plugin/core.c plugin/adapters.c plugin/control.c plugin/chain.c
-CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h plugin/chain.h
+# The library NCCL loads is every C file in plugin/ (pure C: hot path, ABI tables, control API,
+# loader, chaining); the Go files there are the drainer library it loads (plugin/drainapi.h).
+CORE_SRC := $(wildcard plugin/*.c)
+CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h plugin/drainapi.h plugin/chain.h
 HOST_SRC := testhost/main.c testhost/emit.c testhost/calllog.c testhost/world.c testhost/scenarios.c \
             testhost/fuzz.c testhost/bench.c testhost/soak.c testhost/skew.c testhost/hang.c \
-            testhost/drainbench.c testhost/job.c
+            testhost/drainbench.c testhost/job.c testhost/races.c
 HOST_HDR := testhost/emit.h testhost/calllog.h testhost/world.h testhost/scenarios.h plugin/abi.h plugin/core.h
 GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(wildcard go.sum)
 
@@ -34,7 +38,7 @@ HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN)
 
 .PHONY: all test test-go test-python deps gocheck bench demo clean sanitize soak otelcol prometheus wheel hta
 
-all: $(PLUGIN) $(HOST) $(EMPTY) $(MERGE) $(RECORDER) $(RECORDER_VARIANTS)
+all: $(PLUGIN) $(DRAIN) $(HOST) $(EMPTY) $(MERGE) $(RECORDER) $(RECORDER_VARIANTS)
 
 # Every Go build first checks that the Go on PATH can build this module (go.mod: go 1.26), and
 # says in one line what to do where it cannot (GOTOOLCHAIN=local with an older Go).
@@ -45,10 +49,14 @@ $(MERGE): $(GO_SRC) | gocheck
 	@mkdir -p $(BUILD)
 	$(GO) build -trimpath -o $@ ./cmd/ncclmerge
 
-$(PLUGIN): $(GO_SRC) $(CORE_SRC) $(CORE_HDR) | gocheck
+# Both libraries are built by tools/build/plugin.sh (python/setup.py uses it too).
+$(PLUGIN): $(CORE_SRC) $(CORE_HDR) tools/build/plugin.sh
 	@mkdir -p $(BUILD)
-	$(GO) build -buildmode=c-shared -trimpath -ldflags='-s -w' -o $@ ./plugin
-	@rm -f $(BUILD)/libnccl-profiler-ncclprof.h
+	CC=$(CC) tools/build/plugin.sh c $@
+
+$(DRAIN): $(GO_SRC) $(CORE_HDR) tools/build/plugin.sh | gocheck
+	@mkdir -p $(BUILD)
+	GO=$(GO) tools/build/plugin.sh go $@
 
 $(HOST): $(HOST_SRC) $(HOST_HDR)
 	@mkdir -p $(BUILD)
@@ -75,14 +83,14 @@ SAN_SRC := $(CORE_SRC) testhost/cdrain.c
 $(BUILD)/asan/libnccl-profiler-ncclprof.so: $(SAN_SRC) $(CORE_HDR)
 	@mkdir -p $(BUILD)/asan
 	$(CC) -std=gnu11 -O1 -g -fPIC -shared -fsanitize=address,undefined -fno-omit-frame-pointer \
-	  -fno-sanitize-recover=undefined $(WARN) -o $@ $(SAN_SRC) -lpthread
+	  -fno-sanitize-recover=undefined $(WARN) -o $@ $(SAN_SRC) -Wl,-z,nodelete -ldl -lpthread
 $(BUILD)/asan/ncclprof-testhost: $(HOST_SRC) $(HOST_HDR)
 	@mkdir -p $(BUILD)/asan
 	$(CC) $(HOST_CFLAGS) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
 	  -fno-sanitize-recover=undefined -o $@ $(HOST_SRC) -ldl -lpthread
 $(BUILD)/tsan/libnccl-profiler-ncclprof.so: $(SAN_SRC) $(CORE_HDR)
 	@mkdir -p $(BUILD)/tsan
-	$(CC) -std=gnu11 -O1 -g -fPIC -shared -fsanitize=thread -DNP_TSAN $(WARN) -o $@ $(SAN_SRC) -lpthread
+	$(CC) -std=gnu11 -O1 -g -fPIC -shared -fsanitize=thread -DNP_TSAN $(WARN) -o $@ $(SAN_SRC) -Wl,-z,nodelete -ldl -lpthread
 $(BUILD)/tsan/ncclprof-testhost: $(HOST_SRC) $(HOST_HDR)
 	@mkdir -p $(BUILD)/tsan
 	$(CC) $(HOST_CFLAGS) -O1 -fsanitize=thread -o $@ $(HOST_SRC) -ldl -lpthread

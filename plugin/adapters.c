@@ -1,3 +1,5 @@
+//go:build ncclprof_front
+
 /*
  * adapters.c — the exported ncclProfiler_v1 … ncclProfiler_v6 tables and one thin adapter per
  * ABI version. An adapter reads its version's descriptor and state arguments and calls the
@@ -72,7 +74,7 @@ NP_HOT np_comm* np_target(void* ctx, int type, uint64_t parent) {
   np_comm* c = NULL;
   if (type == NP_T_PROXY_STEP || type == NP_T_NET_PLUGIN) c = np_comm_of_handle(parent);
   if (c == NULL) c = np_comm_of_ctx(ctx);
-  if (NP_UNLIKELY(c == NULL) && ctx != NULL) np_count(NP_C_FOREIGN_CONTEXT);
+  if (NP_UNLIKELY(c == NULL)) np_count_bad_ctx(ctx);
   return c;
 }
 
@@ -139,8 +141,7 @@ NP_HOT np_thread* np_enter_comm(np_comm* c, void** eh) {
     *eh = (void*)NP_H_DROPPED;
     return NULL;
   }
-  uint32_t st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
-  if (NP_UNLIKELY(st != NP_COMM_ACTIVE && st != NP_COMM_FINALIZING)) {
+  if (NP_UNLIKELY(!np_comm_starts(c))) {
     np_leave(t);
     *eh = (void*)NP_H_DISABLED;
     return NULL;

@@ -1,9 +1,12 @@
+//go:build ncclprof_front
+
 /*
  * control.c — the plugin's control API, exported for Python (ctypes) and the test host.
  *
  * These are plain C functions so they work from any thread at any time: before NCCL has loaded
- * the library, before the Go runtime has started, and while NCCL's callbacks run. Requests that
- * need the drainer (flush) are posted as counters it picks up; nothing here calls into Go.
+ * the library, before (or without) the Go drainer, and while NCCL's callbacks run. Requests that
+ * need the drainer (flush) are posted as counters it picks up; the one call into Go (the
+ * metrics flush) goes through the pointer the Go side registered when it started.
  */
 #define _GNU_SOURCE
 #include <string.h>
@@ -16,12 +19,13 @@
 
 static uint64_t np_flush_req, np_flush_ack;
 
-/* The process that loaded the library. A forked child (a DataLoader worker) has a copy of the
- * plugin's memory but no drainer and a Go runtime that must not be entered: calls that wait
+/* A forked child (a DataLoader worker) of a process whose drainer had started has a copy of the
+ * plugin's memory but no drainer, and a Go runtime that must not be entered: calls that wait
  * for the drainer or enter Go return at once there (NP_IN_CHILD). */
-static pid_t np_loader_pid;
-__attribute__((constructor)) static void np_note_loader(void) { np_loader_pid = getpid(); }
-static int np_in_child(void) { return getpid() != np_loader_pid; }
+static int np_in_child(void) {
+  int owner = np_drain_owner();
+  return owner != 0 && owner != (int)getpid();
+}
 #define NP_IN_CHILD 3
 
 /* Version of the plugin. */
@@ -37,8 +41,13 @@ NP_API int ncclprof_started(void) { return np_first_init() != 0; }
  * Python package checks for it before promising that settings made from Python are seen. */
 NP_API const int ncclprof_reads_live_env = 1;
 
-/* The Go side's metrics flush (plugin/metrics.go); absent from the C-only sanitizer builds. */
-int np_go_metrics_flush(int timeout_ms) __attribute__((weak));
+/* The Go side's metrics flush (plugin/metrics.go), registered when the drainer starts; never
+ * set in the C-only sanitizer builds. */
+static np_go_flush_fn np_go_metrics_flush;
+
+void np_set_go_hooks(np_go_flush_fn metrics_flush) {
+  __atomic_store_n(&np_go_metrics_flush, metrics_flush, __ATOMIC_RELEASE);
+}
 
 /* Exports the metrics now and waits up to timeout_ms, for programs that exit without
  * destroying their communicators (call it at exit, never from NCCL's threads). Returns 0 when
@@ -46,7 +55,8 @@ int np_go_metrics_flush(int timeout_ms) __attribute__((weak));
  * child. */
 NP_API int ncclprof_metrics_flush(int timeout_ms) {
   if (np_in_child()) return NP_IN_CHILD;
-  return np_go_metrics_flush ? np_go_metrics_flush(timeout_ms) : 2;
+  np_go_flush_fn f = __atomic_load_n(&np_go_metrics_flush, __ATOMIC_ACQUIRE);
+  return f ? f(timeout_ms) : 2;
 }
 
 /* Changes the activation mask NCCL reads per operation (and what the plugin records).
@@ -89,6 +99,9 @@ static const char* const np_counter_names[NP_C_COUNT] = {
     [NP_C_LOST_OPS] = "lost_operations",
     [NP_C_LOST_UNKEYED] = "lost_operations_unkeyed",
     [NP_C_ORPHAN_STEPS] = "orphan_steps",
+    [NP_C_STALE_CONTEXT] = "stale_context",
+    [NP_C_STALE_FINALIZE] = "stale_finalize",
+    [NP_C_AFTER_FINALIZE] = "after_finalize",
 };
 static const char* const np_stat_names[NP_S_COUNT] = {
     [NP_S_TRACE_FILES] = "trace_files",
@@ -104,6 +117,7 @@ static const char* const np_stat_names[NP_S_COUNT] = {
     [NP_S_GO_HEAP] = "go_heap_bytes",
     [NP_S_DRAIN_CPU_NS] = "drain_cpu_ns",
     [NP_S_DRAIN_RECORDS] = "drain_records",
+    [NP_S_MEM_DEGRADED] = "memory_degraded",
 };
 
 NP_API const char* ncclprof_counter_name(int i) { return i >= 0 && i < NP_C_COUNT ? np_counter_names[i] : NULL; }
@@ -117,44 +131,39 @@ NP_API int ncclprof_counters(uint64_t* out, int n) {
   return NP_C_COUNT;
 }
 
+static int np_flushed(void* want) {
+  return __atomic_load_n(&np_flush_ack, __ATOMIC_ACQUIRE) >= *(uint64_t*)want || !np_drain_live();
+}
+
 /* Processes everything recorded so far (seals every window). Waits up to timeout_ms for the
- * drainer; returns 0 when done, 1 on timeout, 2 when nothing was ever initialized, 3 in a
- * forked child. */
+ * drainer; returns 0 when done, 1 on timeout, 2 when no drainer runs (nothing was initialized,
+ * or the plugin turned itself off), 3 in a forked child. */
 NP_API int ncclprof_flush(int timeout_ms) {
   if (np_in_child()) return NP_IN_CHILD;
-  if (np_cfg.nslots == 0) return 2;
+  if (np_cfg.nslots == 0 || !np_drain_live()) return 2;
   uint64_t want = __atomic_add_fetch(&np_flush_req, 1, __ATOMIC_ACQ_REL);
   np_kick();
-  for (int waited = 0; waited <= timeout_ms; waited++) {
-    if (__atomic_load_n(&np_flush_ack, __ATOMIC_ACQUIRE) >= want) return 0;
-    struct timespec ts = {0, 1000000};
-    nanosleep(&ts, NULL);
-  }
-  return 1;
+  if (!np_wait_until(np_flushed, &want, (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull))
+    return 1;
+  return np_drain_live() ? 0 : 2;
 }
 
 /* Writes this process's hang dump (ncclprof-hang-<host>-<pid>.json in NCCLPROF_OUTPUT_DIR: what
  * is in flight inside NCCL now, docs/hang.md) at once, e.g. from a PyTorch timeout handler before
  * the process is torn down. Waits up to 10 s for the drainer. Returns 0 when written, 1 if it
- * could not be written or timed out, 2 when the plugin has not started (no communicator), 3 in
- * a forked child. */
+ * could not be written or timed out, 2 when no drainer runs (no communicator yet, or the plugin
+ * turned itself off), 3 in a forked child. */
 static uint64_t np_dump_req, np_dump_ack, np_dump_status;
+static int np_dumped(void* want) {
+  return __atomic_load_n(&np_dump_ack, __ATOMIC_ACQUIRE) >= *(uint64_t*)want || !np_drain_live();
+}
 NP_API int ncclprof_dump_inflight(void) {
-  const long timeout_ms = 10000;
   if (np_in_child()) return NP_IN_CHILD;
-  if (np_cfg.nslots == 0) return 2;
+  if (np_cfg.nslots == 0 || !np_drain_live()) return 2;
   uint64_t want = __atomic_add_fetch(&np_dump_req, 1, __ATOMIC_ACQ_REL);
   np_kick();
-  struct timespec t0, now;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (;;) {
-    if (__atomic_load_n(&np_dump_ack, __ATOMIC_ACQUIRE) >= want)
-      return __atomic_load_n(&np_dump_status, __ATOMIC_ACQUIRE) ? 1 : 0;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >= timeout_ms) return 1;
-    struct timespec ts = {0, 1000000};
-    nanosleep(&ts, NULL);
-  }
+  if (!np_wait_until(np_dumped, &want, 10000 * 1000000ull) || !np_drain_live()) return 1;
+  return __atomic_load_n(&np_dump_status, __ATOMIC_ACQUIRE) ? 1 : 0;
 }
 
 /* Drainer side: the dump request to serve (0 if none), and its acknowledgement with status. */

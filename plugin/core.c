@@ -1,3 +1,5 @@
+//go:build ncclprof_front
+
 /*
  * core.c — everything around the hot path that is not per-callback: configuration, the
  * communicator table, thread registration, window rotation, state semantics, and the
@@ -390,7 +392,8 @@ static void np_open_comm(np_comm* c) {
   memset(c->trace_dropped, 0, sizeof c->trace_dropped);
   memset(c->xun_n, 0, sizeof c->xun_n);
   memset(c->xun_bytes, 0, sizeof c->xun_bytes);
-  c->incarnation++;
+  __atomic_store_n(&c->incarnation, c->incarnation + 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->fin_tsc, 0, __ATOMIC_RELAXED);
   uint64_t now = np_ticks();
   for (uint32_t set = 0; set < 2; set++) {
     np_wset* ws = &c->set[set];
@@ -425,29 +428,51 @@ static void np_bump_hwm(uint32_t* hwm, uint32_t v) {
 }
 
 /* The process-wide communicator that holds ProxyOps other processes' proxies started (PXN). */
+/* Takes an UNUSED entry for a new incarnation (INITIALIZING); returns 0 if it is not free. */
+static int np_claim_entry(np_comm* c) {
+  uint32_t w = __atomic_load_n(&c->state, __ATOMIC_RELAXED);
+  return NP_CS_STATE(w) == NP_COMM_UNUSED &&
+         __atomic_compare_exchange_n(&c->state, &w, NP_CS(NP_CS_INC(w), NP_COMM_INITIALIZING), 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
+
+/* Moves an entry to `st`, keeping the incarnation its state word carries. */
+static void np_set_state(np_comm* c, uint32_t st) {
+  uint32_t w = __atomic_load_n(&c->state, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->state, NP_CS(NP_CS_INC(w), st), __ATOMIC_RELEASE);
+}
+
+/* Compare-and-swap of an entry's state from `from` to `to` within the incarnation in `w`. */
+static int np_move_state(np_comm* c, uint32_t w, uint32_t from, uint32_t to) {
+  uint32_t expect = NP_CS(NP_CS_INC(w), from);
+  return __atomic_compare_exchange_n(&c->state, &expect, NP_CS(NP_CS_INC(w), to), 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
+
+/* A claimed entry goes live: its new incarnation is published with the state. */
+static void np_activate(np_comm* c) {
+  __atomic_store_n(&c->state, NP_CS(c->incarnation, NP_COMM_ACTIVE), __ATOMIC_RELEASE);
+}
+
 static np_comm* np_pxn_comm(void) {
   np_comm* c = &np_comms[NP_PXN_COMM];
-  uint32_t st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
-  if (st == NP_COMM_ACTIVE) return c;
-  uint32_t expect = NP_COMM_UNUSED;
-  if (!__atomic_compare_exchange_n(&c->state, &expect, NP_COMM_INITIALIZING, 0, __ATOMIC_ACQ_REL,
-                                   __ATOMIC_RELAXED))
-    return NULL;
+  if (np_comm_state(c) == NP_COMM_ACTIVE) return c;
+  if (!np_claim_entry(c)) return NULL;
   if (!np_map_comm(c, NP_PXN_COMM)) {
-    __atomic_store_n(&c->state, NP_COMM_UNUSED, __ATOMIC_RELEASE);
+    np_set_state(c, NP_COMM_UNUSED);
     return NULL;
   }
   np_open_comm(c);
   snprintf(c->name, sizeof c->name, "pxn");
-  c->rank = -1;
+  __atomic_store_n(&c->rank, -1, __ATOMIC_RELAXED);
   np_bump_hwm(&np_comms_hwm, 1);
-  __atomic_store_n(&c->state, NP_COMM_ACTIVE, __ATOMIC_RELEASE);
+  np_activate(c);
   return c;
 }
 
 np_comm* np_pxn_target(void) {
   np_comm* c = &np_comms[NP_PXN_COMM];
-  return __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == NP_COMM_ACTIVE ? c : NULL;
+  return np_comm_state(c) == NP_COMM_ACTIVE ? c : NULL;
 }
 
 void* np_init_comm(int abi, uint64_t comm_hash, const char* name, int nnodes, int nranks,
@@ -457,26 +482,25 @@ void* np_init_comm(int abi, uint64_t comm_hash, const char* name, int nnodes, in
     npabi_logger_t none = NULL;
     __atomic_compare_exchange_n(&np_logger, &none, logfn, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
   }
-  if (np_cfg.disabled) {
-    if (mask_ptr) *mask_ptr = 0;
+  /* Off by configuration, or the process cannot afford the drainer (loader.c, which says
+   * why once): init succeeds, NCCL is asked for nothing. */
+  if (np_cfg.disabled || !np_drain_admit()) {
+    if (mask_ptr) __atomic_store_n(mask_ptr, 0, __ATOMIC_RELEASE);
     np_count(NP_C_INIT_DISABLED);
     return NULL;
   }
   /* The mask is one process-wide int; keep its address so the control API can change it. */
   if (mask_ptr) {
-    *mask_ptr = (int)np_get_mask(); /* the mask in force, a run-time change included */
+    /* the mask in force, a run-time change included; NCCL's other threads may be reading it */
+    __atomic_store_n(mask_ptr, (int)np_get_mask(), __ATOMIC_RELEASE);
     __atomic_store_n(&np_mask_ptr, mask_ptr, __ATOMIC_RELEASE);
   }
   np_pxn_comm();
   for (uint32_t i = 1; i < NP_MAX_COMMS; i++) {
     np_comm* c = &np_comms[i];
-    uint32_t expect = NP_COMM_UNUSED;
-    if (__atomic_load_n(&c->state, __ATOMIC_RELAXED) != NP_COMM_UNUSED ||
-        !__atomic_compare_exchange_n(&c->state, &expect, NP_COMM_INITIALIZING, 0,
-                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-      continue;
+    if (!np_claim_entry(c)) continue;
     if (!np_map_comm(c, i)) {
-      __atomic_store_n(&c->state, NP_COMM_UNUSED, __ATOMIC_RELEASE);
+      np_set_state(c, NP_COMM_UNUSED);
       np_count(NP_C_INIT_DISABLED);
       np_logf(NPABI_LOG_WARN, "cannot map %zu bytes for event windows (%s); not profiling "
               "this communicator", (size_t)np_cfg.nwin * np_cfg.nslots * NP_SLOT_BYTES,
@@ -488,14 +512,15 @@ void* np_init_comm(int abi, uint64_t comm_hash, const char* name, int nnodes, in
     c->comm_hash = comm_hash;
     c->nnodes = nnodes;
     c->nranks = nranks;
-    c->rank = rank;
+    /* A late callback that still names the entry's previous context may read it meanwhile. */
+    __atomic_store_n(&c->rank, rank, __ATOMIC_RELAXED);
     __atomic_store_n(&c->learned, abi >= 4, __ATOMIC_RELEASE);
     c->log = logfn;
     snprintf(c->name, sizeof c->name, "%s", name ? name : "");
     np_bump_hwm(&np_comms_hwm, i + 1);
-    __atomic_store_n(&c->state, NP_COMM_ACTIVE, __ATOMIC_RELEASE);
+    np_activate(c);
     np_kick();
-    return c;
+    return np_ctx_of(c, c->incarnation);
   }
   np_count(NP_C_INIT_DISABLED);
   /* Once per process: a job that makes thousands of communicators must not flood its log.
@@ -518,40 +543,60 @@ void np_learn_comm(np_comm* c, uint64_t hash, const char* name, int rank) {
   __atomic_store_n(&c->learned, 1, __ATOMIC_RELEASE);
 }
 
+uint64_t np_mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int np_wait_until(int (*done)(void*), void* arg, uint64_t timeout_ns) {
+  uint64_t deadline = np_mono_ns() + timeout_ns;
+  for (;;) {
+    if (done(arg)) return 1;
+    uint64_t now = np_mono_ns();
+    if (now >= deadline) return 0;
+    uint64_t nap = deadline - now < 1000000 ? deadline - now : 1000000; /* 1 ms */
+    struct timespec ts = {0, (long)nap};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Finalize's wait is over: the drainer processed the communicator, or there is none. */
+static int np_finalize_done(void* arg) {
+  return np_comm_state((np_comm*)arg) == NP_COMM_DRAINED || !np_drain_live();
+}
+
 void np_finalize_comm(void* context) {
   if (context == NULL) { /* NCCL 2.23–2.27 finalize a NULL context */
     np_count(NP_C_NULL_FINALIZE);
     return;
   }
-  np_comm* c = np_comm_of_ctx(context);
+  uint32_t token;
+  np_comm* c = np_ctx_entry(context, &token);
   if (c == NULL) return;
-  uint32_t expect = NP_COMM_ACTIVE;
-  if (!__atomic_compare_exchange_n(&c->state, &expect, NP_COMM_FINALIZING, 0, __ATOMIC_ACQ_REL,
-                                   __ATOMIC_RELAXED))
+  /* Only the incarnation the context was given for, and only once: a finalize of an earlier
+   * one (its entry now serves another communicator) is counted and ignored. */
+  uint32_t w = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+  if (NP_CS_STATE(w) != NP_COMM_ACTIVE || (NP_CS_INC(w) & (NP_CTX_TOKENS - 1)) != token) {
+    np_count(NP_C_STALE_FINALIZE);
     return;
+  }
+  __atomic_store_n(&c->fin_tsc, np_ticks(), __ATOMIC_RELAXED); /* published by the CAS */
+  if (!np_move_state(c, w, NP_COMM_ACTIVE, NP_COMM_FINALIZING)) {
+    np_count(NP_C_STALE_FINALIZE);
+    return;
+  }
   np_kick();
-  /* Wait (bounded) for the drainer to process what this communicator recorded, so its
-   * summary and trace are complete when NCCL's commDestroy returns. */
-  uint64_t waited = 0;
-  const uint64_t step = 1000000; /* 1 ms */
-  while (waited < np_cfg.finalize_wait_ns) {
-    if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == NP_COMM_DRAINED) {
-      __atomic_store_n(&c->state, NP_COMM_UNUSED, __ATOMIC_RELEASE);
-      return;
-    }
-    struct timespec ts = {0, (long)step};
-    nanosleep(&ts, NULL);
-    waited += step;
-  }
-  expect = NP_COMM_FINALIZING;
-  if (__atomic_compare_exchange_n(&c->state, &expect, NP_COMM_ABANDONED, 0, __ATOMIC_ACQ_REL,
-                                  __ATOMIC_RELAXED)) {
-    np_logf(NPABI_LOG_WARN, "finalize of communicator %llx rank %d did not finish processing "
-            "within NCCLPROF_FINALIZE_TIMEOUT_MS; it continues in the background",
-            (unsigned long long)c->comm_hash, c->rank);
+  /* Wait (bounded, by the clock) for the drainer to process what this communicator recorded,
+   * so its summary and trace are complete when NCCL's commDestroy returns. */
+  if (np_wait_until(np_finalize_done, c, np_cfg.finalize_wait_ns) ||
+      !np_move_state(c, w, NP_COMM_FINALIZING, NP_COMM_ABANDONED)) {
+    np_set_state(c, NP_COMM_UNUSED); /* drained, or no drainer will come */
     return;
   }
-  __atomic_store_n(&c->state, NP_COMM_UNUSED, __ATOMIC_RELEASE); /* drained meanwhile */
+  np_logf(NPABI_LOG_WARN, "finalize of communicator %llx rank %d did not finish processing "
+          "within NCCLPROF_FINALIZE_TIMEOUT_MS; it continues in the background",
+          (unsigned long long)c->comm_hash, c->rank);
 }
 
 /* ------------------------------------------------------------------- windows */
@@ -983,12 +1028,12 @@ int np_poll(np_ready* out, int max, int flush, int set_mask) {
    * processes' operations reach the summaries and traces before the job ends. */
   int finalizing = 0;
   for (uint32_t i = 1; i < hwm; i++) {
-    uint32_t st = __atomic_load_n(&np_comms[i].state, __ATOMIC_ACQUIRE);
+    uint32_t st = np_comm_state(&np_comms[i]);
     finalizing |= st == NP_COMM_FINALIZING || st == NP_COMM_ABANDONED;
   }
   for (uint32_t i = 0; i < hwm && n < max; i++) {
     np_comm* c = &np_comms[i];
-    uint32_t st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+    uint32_t st = np_comm_state(c);
     if (st != NP_COMM_ACTIVE && st != NP_COMM_FINALIZING && st != NP_COMM_ABANDONED) continue;
     int fin = flush || st != NP_COMM_ACTIVE || (i == NP_PXN_COMM && finalizing);
     for (uint32_t set = 0; set < 2 && n < max; set++)
@@ -1149,13 +1194,16 @@ int np_comm_get(uint32_t i, np_comm_info* o) {
   np_comm* c = &np_comms[i];
   memset(o, 0, sizeof *o);
   o->read_tsc = np_ticks(); /* before the windows are looked at: see np_comm_info */
-  uint32_t st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+  uint32_t st = np_comm_state(c);
   if (st != NP_COMM_ACTIVE && st != NP_COMM_FINALIZING && st != NP_COMM_ABANDONED) {
     o->state = NP_COMM_UNUSED; /* being set up or torn down: nothing to read yet */
     return 1;
   }
+  /* Once finalized, only windows opened before count: callbacks that still arrive (a stop, a
+   * state: new events are refused) land in later windows and cannot hold finalize. */
+  uint64_t fin = st == NP_COMM_ACTIVE ? 0 : __atomic_load_n(&c->fin_tsc, __ATOMIC_RELAXED);
   o->state = st == NP_COMM_ABANDONED ? NP_COMM_FINALIZING : (int32_t)st;
-  o->incarnation = c->incarnation;
+  o->incarnation = __atomic_load_n(&c->incarnation, __ATOMIC_RELAXED);
   if (__atomic_load_n(&c->learned, __ATOMIC_ACQUIRE) == 1) {
     o->comm_hash = c->comm_hash;
     o->rank = c->rank;
@@ -1183,8 +1231,8 @@ int np_comm_get(uint32_t i, np_comm_info* o) {
       uint32_t st = NP_SE_STATE(se);
       if (st == NP_W_CLOSING || st == NP_W_SEALED ||
           (st == NP_W_FILLING && __atomic_load_n(&ws->win[k].claimed, __ATOMIC_RELAXED) > 0)) {
-        o->open_windows++;
         uint64_t opened = __atomic_load_n(&ws->win[k].open_tsc, __ATOMIC_RELAXED);
+        o->open_windows += fin == 0 || opened < fin;
         if (set == NP_SET_OP && opened < o->read_tsc) o->read_tsc = opened;
       }
     }
@@ -1319,13 +1367,9 @@ void np_dropped_read(uint64_t* untracked, uint64_t* trace) {
 void np_comm_drained(uint32_t i) {
   if (i == NP_PXN_COMM || i >= NP_MAX_COMMS) return;
   np_comm* c = &np_comms[i];
-  uint32_t expect = NP_COMM_FINALIZING;
-  if (__atomic_compare_exchange_n(&c->state, &expect, NP_COMM_DRAINED, 0, __ATOMIC_ACQ_REL,
-                                  __ATOMIC_RELAXED))
-    return;
-  expect = NP_COMM_ABANDONED; /* finalize gave up waiting: the slot is free now */
-  __atomic_compare_exchange_n(&c->state, &expect, NP_COMM_UNUSED, 0, __ATOMIC_ACQ_REL,
-                              __ATOMIC_RELAXED);
+  uint32_t w = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+  if (!np_move_state(c, w, NP_COMM_FINALIZING, NP_COMM_DRAINED))
+    np_move_state(c, w, NP_COMM_ABANDONED, NP_COMM_UNUSED); /* finalize gave up waiting */
 }
 
 void np_counters_read(uint64_t* out) {
@@ -1339,10 +1383,17 @@ int np_set_mask(uint32_t mask) {
   int* p = __atomic_load_n(&np_mask_ptr, __ATOMIC_ACQUIRE);
   __atomic_store_n(&np_record_mask, mask & NPABI_ALL_TYPES, __ATOMIC_RELEASE);
   __atomic_store_n(&np_mask_from_api, 1, __ATOMIC_RELEASE);
-  if (p == NULL) return 0;
+  if (p == NULL || !np_drain_live()) return 0; /* not yet, or the plugin turned itself off */
   /* NCCL's mask also carries what a chained plugin asked for (chain.c). */
   __atomic_store_n(p, (int)((mask & NPABI_ALL_TYPES) | np_chain_nccl_mask()), __ATOMIC_RELEASE);
   return 1;
 }
+
+void np_mask_off(void) {
+  int* p = __atomic_load_n(&np_mask_ptr, __ATOMIC_ACQUIRE);
+  if (p) __atomic_store_n(p, 0, __ATOMIC_RELEASE);
+}
+
+const np_config* np_config_get(void) { return &np_cfg; }
 
 uint32_t np_get_mask(void) { return __atomic_load_n(&np_record_mask, __ATOMIC_ACQUIRE); }

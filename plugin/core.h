@@ -291,15 +291,11 @@ enum {
   NP_C_LOST_OPS,       /* Coll/P2p without a slot, counted in the lost-operation table */
   NP_C_LOST_UNKEYED,   /* ... not even there (more than NP_LOST_KEYS keys): counts are a floor */
   NP_C_ORPHAN_STEPS,   /* ProxySteps whose ProxyOp was not recorded: their transfers are not */
+  NP_C_STALE_CONTEXT,  /* callbacks naming the context of a communicator already finalized */
+  NP_C_STALE_FINALIZE, /* finalize of such a context (its entry may serve another now): ignored */
+  NP_C_AFTER_FINALIZE, /* events started on a communicator being finalized: not recorded */
   NP_C_COUNT
 };
-
-/* Control API exported to Python (control.c). */
-const char* ncclprof_version(void);
-/* The name of counter i (NP_C_*) and of statistic i (NP_S_*); NULL outside the list or if a
- * counter was given no name. */
-const char* ncclprof_counter_name(int i);
-const char* ncclprof_stat_name(int i);
 
 /* Statistics the drainer publishes for the control API (ncclprof_stats). */
 enum {
@@ -308,6 +304,7 @@ enum {
   NP_S_GOROUTINES, NP_S_GO_HEAP,
   NP_S_DRAIN_CPU_NS,  /* CPU time the drainer spent reading and processing windows */
   NP_S_DRAIN_RECORDS, /* records it read */
+  NP_S_MEM_DEGRADED,  /* 1 once the drainer stopped tracing because address space ran short */
   NP_S_COUNT
 };
 
@@ -324,6 +321,12 @@ typedef struct np_config {
   int disabled;            /* NCCLPROF_ENABLE=0 */
 } np_config;
 
+/* A Go function C calls (ncclprof_metrics_flush), registered by the Go side as it starts. */
+typedef int (*np_go_flush_fn)(int timeout_ms);
+
+/* Below: what the C library defines. The Go library (NP_GO_SIDE) sees only the types and
+ * constants above and reaches these functions through drainapi.h, at the end of this file. */
+#ifndef NP_GO_SIDE
 extern __attribute__((visibility("hidden"))) np_config np_cfg;
 extern __attribute__((visibility("hidden"))) uint64_t np_counters[NP_C_COUNT];
 
@@ -377,6 +380,11 @@ int np_comm_get(uint32_t i, np_comm_info* out);
 void np_comm_drained(uint32_t i);
 /* Counter snapshot. */
 void np_counters_read(uint64_t* out);
+/* CLOCK_MONOTONIC in ns, and a bounded wait by that clock (not by counting naps, which
+ * overshoot under load): polls done(arg) every millisecond until it returns non-zero (then 1)
+ * or timeout_ns passed (then 0). Not for NCCL's hot path. */
+uint64_t np_mono_ns(void);
+int np_wait_until(int (*done)(void*), void* arg, uint64_t timeout_ns);
 /* Clock: the hot path's counter, and a tight (counter, CLOCK_MONOTONIC_RAW, CLOCK_REALTIME)
  * reading: counter sampled before and after the two clock reads. */
 uint64_t np_now(void);
@@ -399,12 +407,39 @@ void np_stat_set(int i, uint64_t v);
 /* Flush requests from the control API: the one to serve (0: none), and its completion. */
 uint64_t np_flush_pending(void);
 void np_flush_done(uint64_t req);
+/* Failures of a chained plugin (NCCLPROF_CHAIN, chain.c), said once through NCCL's logger. */
+void np_chain_report(void);
 /* Hang-dump requests (ncclprof_dump_inflight): the one to serve, and its completion. */
 uint64_t np_dump_pending(void);
 void np_dump_done(uint64_t req, int failed);
 void np_set_tick_rate(double ticks_per_ns);
 /* Logs through NCCL's logger when one was given (warnings the drainer raises). */
 void np_log(int level, const char* msg);
+/* The configuration read at the first communicator. */
+const np_config* np_config_get(void);
+/* Address space left under RLIMIT_AS (bytes; INT64_MAX when unlimited, -1 when unknown). */
+int64_t np_as_headroom(void);
+/* The Go side's functions C calls (control API), registered when it starts. */
+void np_set_go_hooks(np_go_flush_fn metrics_flush);
+/* The control API's version string (control.c). */
+const char* ncclprof_version(void);
+int ncclprof_stats(uint64_t* out, int n);
+/* The name of counter i (NP_C_*) and of statistic i (NP_S_*); NULL outside the list or if a
+ * counter was given no name (control.c). */
+const char* ncclprof_counter_name(int i);
+const char* ncclprof_stat_name(int i);
+
+/* The loader (loader.c): at the first communicator it checks what the Go runtime needs and
+ * starts the drainer. np_drain_admit returns 1 when communicators may be profiled (the drainer
+ * runs or is starting), 0 when the plugin disabled itself (said once through the logger). */
+int np_drain_admit(void);
+/* Whether a drainer runs, or is starting, in this process (not in a parent we forked from). */
+int np_drain_live(void);
+/* The process whose drainer this is: 0 before one was started (or tried), else its pid. */
+int np_drain_owner(void);
+/* Asks NCCL for no more events (its mask set to 0): the plugin turned itself off. */
+void np_mask_off(void);
+#endif /* !NP_GO_SIDE */
 
 /* Encoded handle fields (layout at the top of this file). Epochs are 31 bits, never 0. */
 #define NP_EPOCH_MASK 0x7fffffffu
@@ -426,5 +461,7 @@ static inline uint32_t np_h_win(uint64_t h) { return (uint32_t)(h >> 51) & 7u; }
 static inline uint32_t np_h_comm(uint64_t h) { return (uint32_t)(h >> 54); }
 static inline uint32_t np_h_gen(uint64_t h) { return (uint32_t)(h >> 2) & NP_GEN_MASK; }
 static inline uint32_t np_h_cell(uint64_t h) { return (uint32_t)(h >> 32) & 0x3fffffu; }
+
+#include "drainapi.h"
 
 #endif /* NCCLPROF_CORE_H */

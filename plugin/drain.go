@@ -106,10 +106,11 @@ func (d *drain) run() {
 	d.clock = align.NewTickClock(tickSampler{}, float64(C.np_clock_nominal_hz()))
 	d.agg = aggregate.New(d.clock.TicksPerNs())
 	// An event can wait in an open window for its period plus the grace before it is read.
-	d.agg.WindowDelayNs = float64(C.np_cfg.window_ns+C.np_cfg.grace_max_ns) + float64(pollInterval)
+	cfg := C.np_config_get()
+	d.agg.WindowDelayNs = float64(cfg.window_ns+cfg.grace_max_ns) + float64(pollInterval)
 	// The export buffer lives in C memory: cgo checks every Go pointer passed to C, which for a
 	// window-sized Go array cost more than the export itself.
-	n := int(C.np_cfg.nslots)
+	n := int(cfg.nslots)
 	d.recs = unsafe.Slice((*C.np_record)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.np_record{})))), n)
 	d.xfer = unsafe.Slice((*C.np_xfer)(C.calloc(C.NP_XFER_BUCKETS, C.size_t(unsafe.Sizeof(C.np_xfer{})))), C.NP_XFER_BUCKETS)
 	d.sinks = append(d.sinks, newSummaryWriter())
@@ -125,6 +126,7 @@ func (d *drain) run() {
 	}
 	dog := newWatchdog(d) // hang dumps (plugin/hang.go)
 	lastAnchor := time.Now()
+	var mem memoryWatch
 	var ready [maxReady]C.np_ready
 	wait := pollInterval
 	for {
@@ -165,6 +167,7 @@ func (d *drain) run() {
 		trace.tick()
 		publishRuntime()
 		metrics.tick()
+		mem.check(trace)
 		d.warnDrops()
 		d.cpuNs += pass.cpuNs()
 		d.publishStats()

@@ -49,7 +49,7 @@ const (
 func newWatchdog(d *drain) *watchdog {
 	w := &watchdog{d: d, timeout: hangTimeout()}
 	w.host, _ = os.Hostname()
-	n := int(C.np_cfg.ncells)
+	n := int(C.np_config_get().ncells)
 	w.cells = unsafe.Slice((*C.np_open_cell)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.np_open_cell{})))), n)
 	if w.timeout > 0 {
 		// Pending work must outlive the timeout (and one rewrite) to be seen in a dump.

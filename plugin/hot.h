@@ -109,11 +109,11 @@ typedef struct np_lost {
 } np_lost;
 _Static_assert(sizeof(np_lost) == 64, "np_lost is one cache line");
 
-/* A communicator's table entry: a union padded to a power of two, so a context's index is a
- * shift and a foreign pointer is rejected by a mask. */
+/* A communicator's table entry: a union padded to a power of two, so the entry a context
+ * names is a shift (see np_ctx_entry). */
 typedef union np_comm {
   struct {
-    uint32_t state; /* NP_COMM_* (plus INITIALIZING, ABANDONED below) */
+    uint32_t state; /* NP_CS(incarnation, NP_COMM_*) (plus INITIALIZING, ABANDONED below) */
     uint32_t idx;
     uint64_t comm_hash, incarnation;
     int32_t rank, nranks, nnodes, abi;
@@ -134,6 +134,7 @@ typedef union np_comm {
     uint64_t dropped_type[NP_T_COUNT]; /* not tracked: their figures are missing */
     uint64_t trace_dropped[NP_T_COUNT]; /* recorded for the trace, but it could not get them */
     uint32_t dmem_ready;
+    uint64_t fin_tsc; /* when NCCL finalized it: what started before must be read first */
     uint32_t cursor __attribute__((aligned(64))); /* next arena cell: its own cache line */
     np_wset set[2] __attribute__((aligned(64))); /* NP_SET_OP, NP_SET_DETAIL */
   };
@@ -142,6 +143,26 @@ typedef union np_comm {
 _Static_assert(sizeof(np_comm) == 4096, "np_comm is 4 KiB");
 _Static_assert(offsetof(np_comm, set) - offsetof(np_comm, cursor) >= 64, "cursor has its own line");
 enum { NP_COMM_INITIALIZING = 5, NP_COMM_ABANDONED = 4 };
+
+/* An entry's state word carries the low 24 bits of its incarnation beside the NP_COMM_* state,
+ * so one compare-and-swap checks both: a finalize meant for an earlier incarnation can never
+ * finalize the communicator that took the entry over. */
+#define NP_CS(inc, st) (((uint32_t)(inc) << 8) | (uint32_t)(st))
+#define NP_CS_STATE(w) ((uint32_t)(w) & 0xffu)
+#define NP_CS_INC(w) ((uint32_t)(w) >> 8)
+static inline uint32_t np_comm_state(const np_comm* c) {
+  return NP_CS_STATE(__atomic_load_n(&c->state, __ATOMIC_ACQUIRE));
+}
+
+/* The context NCCL holds for a communicator is its entry's address plus a token, the low 12
+ * bits of the incarnation (an entry is 4 KiB): contexts of successive communicators on one
+ * entry differ, so a late callback or finalize that names an ended one is recognised (unless
+ * exactly a multiple of 4096 communicators used the entry in between). */
+#define NP_CTX_TOKENS 4096u
+_Static_assert(sizeof(np_comm) == NP_CTX_TOKENS, "a token is a byte offset into the entry");
+static inline void* np_ctx_of(np_comm* c, uint64_t incarnation) {
+  return (char*)c + (incarnation & (NP_CTX_TOKENS - 1));
+}
 
 /* Per-thread state. `active` is odd while the thread is inside a callback; only the owner
  * writes it. The caches remember the blocks of slots (per communicator and set) and of arena
@@ -227,13 +248,30 @@ NP_HOT void np_leave(np_thread* t) {
 #endif
 }
 
-/* A context NCCL passed, if it is one of ours. Never dereferences a foreign pointer: contexts
- * are elements of np_comms, so membership is an address check. Whether it is live is checked
- * by np_begin inside the active section. */
-NP_HOT np_comm* np_comm_of_ctx(void* ctx) {
+/* The entry a context points into, and the token it carries (np_ctx_of), whatever its
+ * incarnation; NULL if it is not one of ours. Address arithmetic only: a foreign pointer is
+ * never dereferenced. Entry 0 (PXN) is never a context. */
+NP_HOT np_comm* np_ctx_entry(void* ctx, uint32_t* token) {
   uintptr_t off = (uintptr_t)ctx - (uintptr_t)np_comms;
-  if (off >= sizeof(np_comms) || (off & (sizeof(np_comm) - 1)) != 0 || off == 0) return NULL;
-  return (np_comm*)ctx;
+  if (off >= sizeof(np_comms) || off < sizeof(np_comm)) return NULL;
+  *token = (uint32_t)(off & (NP_CTX_TOKENS - 1));
+  return &np_comms[off / sizeof(np_comm)];
+}
+
+/* A context NCCL passed, if it is one of ours and names the entry's current incarnation.
+ * Whether that is live is checked again by np_begin inside the active section. */
+NP_HOT np_comm* np_comm_of_ctx(void* ctx) {
+  uint32_t token;
+  np_comm* c = np_ctx_entry(ctx, &token);
+  if (c == NULL) return NULL;
+  uint32_t w = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+  return (NP_CS_INC(w) & (NP_CTX_TOKENS - 1)) == token ? c : NULL;
+}
+
+/* Counts a context np_comm_of_ctx refused: one of a finalized communicator, or not ours. */
+NP_HOT void np_count_bad_ctx(void* ctx) {
+  uint32_t token;
+  if (ctx != NULL) np_count(np_ctx_entry(ctx, &token) ? NP_C_STALE_CONTEXT : NP_C_FOREIGN_CONTEXT);
 }
 
 /* The communicator a handle belongs to, if the handle is well formed and that comm is live. */
@@ -241,7 +279,7 @@ NP_HOT np_comm* np_comm_of_handle(uint64_t h) {
   if (!(h & 1)) return NULL;
   np_comm* c = &np_comms[np_h_comm(h)];
   _Static_assert(NP_MAX_COMMS == 1024, "handles have 10 comm bits");
-  uint32_t st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+  uint32_t st = np_comm_state(c);
   if (st != NP_COMM_ACTIVE && st != NP_COMM_FINALIZING) return NULL;
   /* The window index needs no check: 3 bits index an array of 8, and windows past nwin keep
    * epoch 0, which no handle carries. Slot and cell indexes must stay inside their arrays. */
@@ -400,6 +438,17 @@ NP_HOT np_event* np_slot_new(np_comm* c, np_thread* t, int type, int abi, uint64
   return ev;
 }
 
+/* Whether an event may start on communicator c (checked inside the active section:
+ * np_init_comm waits for active callbacks before it resets a recycled entry, so a callback
+ * that raced with finalize bails here). Once NCCL finalized it, nothing new starts (counted):
+ * finalize waits only for what started before it. */
+NP_HOT int np_comm_starts(np_comm* c) {
+  uint32_t st = np_comm_state(c);
+  if (NP_LIKELY(st == NP_COMM_ACTIVE)) return 1;
+  if (st == NP_COMM_FINALIZING) np_count(NP_C_AFTER_FINALIZE);
+  return 0;
+}
+
 /* Starts an event in a window: claims a slot, stamps the time and the common fields, and
  * writes the handle NCCL gets (a sentinel when nothing could be recorded). The caller fills
  * ev->u and calls np_commit. Returns 0 when nothing was recorded. */
@@ -415,10 +464,7 @@ NP_HOT int np_begin(np_comm* c, int type, int abi, uint64_t parent, int32_t rank
     *eHandle = (void*)NP_H_DROPPED;
     return 0;
   }
-  /* Checked again inside the active section: np_init_comm waits for active callbacks before
-   * it resets a recycled communicator, so a callback that raced with finalize bails here. */
-  uint32_t st = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
-  if (NP_UNLIKELY(st != NP_COMM_ACTIVE && st != NP_COMM_FINALIZING)) {
+  if (NP_UNLIKELY(!np_comm_starts(c))) {
     np_leave(t);
     *eHandle = (void*)NP_H_DISABLED;
     return 0;
@@ -426,9 +472,10 @@ NP_HOT int np_begin(np_comm* c, int type, int abi, uint64_t parent, int32_t rank
   uint64_t h;
   np_event* ev = np_slot_new(c, t, type, abi, parent, rank, flags, &h, &p->hdr);
   if (NP_UNLIKELY(ev == NULL)) {
-    np_leave(t);
+    /* Counted before leaving: the entry's counters are reset only once no callback is in. */
     if (np_is_detail_type(type)) np_count_trace_drop(c, type);
     else np_count_drop(c, type);
+    np_leave(t);
     *eHandle = (void*)NP_H_DROPPED;
     return 0;
   }

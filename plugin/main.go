@@ -1,16 +1,22 @@
-// Command plugin is the NCCL profiler plugin, built with -buildmode=c-shared into
-// libnccl-profiler-ncclprof.so.
+// Command plugin is the Go part of the NCCL profiler plugin, built with -buildmode=c-shared
+// into libncclprof-drain.so: the drainer, aggregation, metrics and trace.
 //
-// NCCL's callbacks never enter Go: they run the C hot path (core.c, adapters.c). Go runs one
-// background goroutine that drains closed event windows, aggregates them and writes results.
-// The Go runtime of a c-shared library cannot be unloaded (it is linked -z nodelete), so all
-// state here survives NCCL's dlclose/dlopen between communicator lifetimes.
+// NCCL loads the C library (libnccl-profiler-ncclprof.so: core.c, adapters.c, control.c,
+// loader.c; every C file here is tagged ncclprof_front so that go build leaves it out of this
+// library). At the first communicator that library checks that the process can afford a Go
+// runtime and loads this one beside it, which starts the drainer (np_drain_start, start.go).
+// NCCL's callbacks never enter Go, and Go never names a C symbol: it calls the C core through
+// the table it is handed at start (drainapi.h, which makes C.np_poll(...) and the rest work
+// as plain cgo calls). The Go runtime of a c-shared library cannot be unloaded, and neither
+// can the C library (linked -z nodelete), so all state survives NCCL's dlclose/dlopen between
+// communicator lifetimes.
 package main
 
 /*
-#cgo CFLAGS: -O2 -std=gnu11 -Wall -Wno-unused-parameter -fvisibility=hidden
+#cgo CFLAGS: -O2 -std=gnu11 -Wall -Wno-unused-parameter -DNP_GO_SIDE
 #cgo LDFLAGS: -lpthread
 #include "core.h"
+const np_drain_api* np_api; // drainapi.h: the one definition
 */
 import "C"
 
@@ -19,6 +25,6 @@ import "runtime"
 func main() {}
 
 func init() {
+	// Nothing here may call C: the table arrives with np_drain_start.
 	runtime.GOMAXPROCS(goMaxProcs()) // again after syncEnv, at the first communicator
-	go drainer.run()
 }

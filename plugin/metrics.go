@@ -4,7 +4,6 @@ package main
 #include <stdint.h>
 #include <string.h>
 #include "core.h"
-int ncclprof_stats(uint64_t* out, int n);
 */
 import "C"
 

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 
 	"github.com/ncclprof/ncclprof/internal/aggregate"
 	"github.com/ncclprof/ncclprof/internal/event"
@@ -20,8 +21,9 @@ import (
 
 // counterNames are the counters' names from the plugin's one list (np_counter_names in
 // control.c), which Python reads too. A counter without a name there (a test fails) is reported
-// as counter_<i> rather than lost.
-var counterNames = func() (names [C.NP_C_COUNT]string) {
+// as counter_<i> rather than lost. Read at first use, not at package initialisation: the C
+// library hands the Go side its functions only when it starts the drainer (drainapi.h).
+var counterNames = sync.OnceValue(func() (names [C.NP_C_COUNT]string) {
 	for i := range names {
 		if p := C.ncclprof_counter_name(C.int(i)); p != nil {
 			names[i] = C.GoString(p)
@@ -30,7 +32,7 @@ var counterNames = func() (names [C.NP_C_COUNT]string) {
 		}
 	}
 	return names
-}()
+})
 
 // counters reads the process-wide counters by name.
 func counters() map[string]uint64 {
@@ -38,7 +40,7 @@ func counters() map[string]uint64 {
 	C.np_counters_read(&raw[0])
 	m := make(map[string]uint64, len(raw))
 	for i, v := range raw {
-		m[counterNames[i]] = uint64(v)
+		m[counterNames()[i]] = uint64(v)
 	}
 	return m
 }

@@ -44,6 +44,7 @@ type traceSink struct {
 	inEffect     stepLabel
 	startLabeled bool
 	failed       bool // a write failed: tracing stopped until the next start request
+	memShort     bool // address space ran short: no tracing for the rest of the process
 	stats        traceStats
 	// The plugin's drop counters when the trace window began: taken while no trace is wanted,
 	// so drops between a request and the file's opening are the file's.
@@ -186,7 +187,7 @@ func (t *traceSink) apply(p control) {
 // ProxyCtrl): only while a trace is wanted and can be written. A start request turns it on in
 // C at once (control.c); it goes off here, once the stop has been applied.
 func (t *traceSink) wantDetail() {
-	on := t.want && !t.failed
+	on := t.want && !t.failed && !t.memShort
 	if (C.np_detail() != 0) != on {
 		C.np_set_detail(C.int(b2i(on)))
 	}
@@ -266,7 +267,7 @@ func (t *traceSink) writeStep(name string, at int64) {
 // `from` (Unix ns) are outside the window; with NCCLPROF_TRACE=1 the first window's earliest
 // event opens it, so the trace covers the run from its first event.
 func (t *traceSink) open(from int64) {
-	if t.w != nil || !t.want || t.failed {
+	if t.w != nil || !t.want || t.failed || t.memShort {
 		return
 	}
 	base := from / 1000 * 1000
@@ -316,6 +317,14 @@ func (t *traceSink) fail(err error) {
 		hint = "the disk is full"
 	}
 	warnf("tracing stopped: %v (%s); the trace written so far stays valid, metrics continue", err, hint)
+}
+
+// stopForMemory completes the open file and traces nothing more in this process (memory.go
+// says why, once).
+func (t *traceSink) stopForMemory() {
+	t.memShort = true
+	t.close()
+	t.wantDetail()
 }
 
 // close completes the open file with the closing metadata.

@@ -1,9 +1,11 @@
-"""Builds the ncclprof wheel: the Python package plus the plugin library and ncclmerge, both
-compiled from the repository this directory belongs to (python/ in the ncclprof repository).
+"""Builds the ncclprof wheel: the Python package plus the plugin (its two libraries: the C one
+NCCL loads and the Go drainer it loads from beside it) and ncclmerge, all compiled from the
+repository this directory belongs to (python/ in the ncclprof repository).
 
-Building needs Go (>= the version in go.mod; `go` on PATH, or GO=/path/to/go) and a C compiler
-for cgo. The installed package needs neither. Cross-compiling: set GOARCH and CC (for example
-GOARCH=arm64 CC=aarch64-linux-gnu-gcc); the wheel is tagged from the binaries themselves.
+Building needs Go (>= the version in go.mod; `go` on PATH, or GO=/path/to/go), a C compiler (cc,
+or CC=...) and a POSIX shell. The installed package needs none of them. Cross-compiling: set
+GOARCH and CC (for example GOARCH=arm64 CC=aarch64-linux-gnu-gcc); the wheel is tagged from the
+binaries themselves.
 """
 
 import importlib.util
@@ -27,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 MODULE = "github.com/ncclprof/ncclprof"
 LIBRARY = "libnccl-profiler-ncclprof.so"
+DRAIN = "libncclprof-drain.so"
 NCCLMERGE = "ncclmerge"
 
 
@@ -87,28 +90,31 @@ def _run(cmd, env):
 
 
 def build_binaries(out_dir):
-    """Builds the plugin library and ncclmerge into out_dir, the way the Makefile builds them."""
+    """Builds the plugin's two libraries and ncclmerge into out_dir, with the script the
+    Makefile uses (tools/build/plugin.sh)."""
     _check_repo()
     _check_versions()
     go = _go()
-    out_dir = os.path.abspath(out_dir)  # go runs in the repository root
+    out_dir = os.path.abspath(out_dir)  # the builds run in the repository root
     os.makedirs(out_dir, exist_ok=True)
     lib = os.path.join(out_dir, LIBRARY)
+    drain = os.path.join(out_dir, DRAIN)
     merge = os.path.join(out_dir, NCCLMERGE)
-    env = dict(os.environ, CGO_ENABLED="1")
-    _run([go, "build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w", "-o", lib, "./plugin"], env)
-    header = os.path.splitext(lib)[0] + ".h"
-    if os.path.exists(header):
-        os.remove(header)
+    script = os.path.join("tools", "build", "plugin.sh")
+    env = dict(os.environ, GO=go, CC=os.environ.get("CC") or "cc")
+    _run(["sh", script, "c", lib], env)
+    _run(["sh", script, "go", drain], env)
     # ncclmerge needs no C: a static executable runs on any Linux of its architecture.
     _run([go, "build", "-trimpath", "-ldflags=-s -w", "-o", merge, "./cmd/ncclmerge"],
          dict(os.environ, CGO_ENABLED="0"))
-    os.chmod(merge, 0o755)
-    os.chmod(lib, 0o755)
+    for p in (merge, lib, drain):
+        os.chmod(p, 0o755)
     elf = _load_elf()
-    infos = [elf.read(lib), elf.read(merge)]
-    print(f"ncclprof build: {LIBRARY} ({infos[0].machine}, needs {infos[0].needed}, glibc "
-          f"{infos[0].glibc}); wheel platform {elf.platform_tag(infos)}", flush=True)
+    infos = [elf.read(lib), elf.read(merge), elf.read(drain)]
+    for name, info in ((LIBRARY, infos[0]), (DRAIN, infos[2])):
+        print(f"ncclprof build: {name} ({info.machine}, needs {info.needed}, glibc {info.glibc})",
+              flush=True)
+    print(f"ncclprof build: wheel platform {elf.platform_tag(infos)}", flush=True)
     return infos
 
 
@@ -132,8 +138,8 @@ class BdistWheel(bdist_wheel):
         if not os.path.exists(os.path.join(bins, LIBRARY)):  # editable: built in place
             bins = os.path.join(HERE, "ncclprof", "_bin")
         elf = _load_elf()
-        plat = elf.platform_tag([elf.read(os.path.join(bins, LIBRARY)),
-                                 elf.read(os.path.join(bins, NCCLMERGE))])
+        plat = elf.platform_tag([elf.read(os.path.join(bins, name))
+                                 for name in (LIBRARY, DRAIN, NCCLMERGE)])
         # The binaries do not use Python's C API: one wheel serves every Python 3.
         return "py3", "none", plat
 

@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,19 @@ static int host_wants(const host_plugin* p, uint64_t t) {
 
 int host_mask_wants(int m, uint64_t t) { return npabi_mask_wants(m, t); }
 
+npabi_logger_t host_logger;
+
+void host_log(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
+  (void)flags;
+  (void)line;
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "NCCL %s %s: %s\n", level == NPABI_LOG_WARN ? "WARN" : "INFO", file ? file : "", msg);
+}
+
 void* host_init(host_plugin* p, const char* name, uint64_t hash, int nnodes, int nranks,
                 int rank) {
   void* ctx = NULL;
@@ -109,15 +123,15 @@ void* host_init(host_plugin* p, const char* name, uint64_t hash, int nnodes, int
   case 3: ((const npabi_profiler_v3_t*)p->table)->init(&ctx, &p->mask); break;
   case 4:
     ((const npabi_profiler_v4_t*)p->table)->init(&ctx, &p->mask, name, hash, nnodes, nranks, rank,
-                                                 NULL);
+                                                 host_logger);
     break;
   case 5:
     ((const npabi_profiler_v5_t*)p->table)->init(&ctx, hash, &p->mask, name, nnodes, nranks, rank,
-                                                 NULL);
+                                                 host_logger);
     break;
   default:
     ((const npabi_profiler_v6_t*)p->table)->init(&ctx, hash, &p->mask, name, nnodes, nranks, rank,
-                                                 NULL);
+                                                 host_logger);
   }
   char fields[256] = "";
   if (p->abi >= 4)

@@ -65,6 +65,10 @@ int host_mask_wants(int m, uint64_t t);
 int host_has_type(const host_plugin* p, uint64_t type);
 
 void* host_init(host_plugin* p, const char* name, uint64_t hash, int nnodes, int nranks, int rank);
+/* The logger init passes (v4+), NULL by default; host_log prints "NCCL WARN <message>" (or
+ * INFO) on stderr, as NCCL's own logger would. */
+extern npabi_logger_t host_logger;
+void host_log(int level, unsigned long flags, const char* file, int line, const char* fmt, ...);
 void host_finalize(host_plugin* p, void* ctx);
 /* Starts an event; returns the handle the plugin wrote (NULL if the type is not emitted for
  * this version or the activation mask excludes it, as NCCL would). */

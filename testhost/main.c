@@ -30,6 +30,14 @@ static void usage(void) {
           "  manycomms  --comms communicators (1100), more than the plugin's table holds\n"
           "  fork       allreduce with a fork() halfway; the child exits without NCCL\n"
           "  flood      AllReduces in 64-byte chunks: thousands of ProxySteps per operation\n"
+          "  stalefin   a finalize of a context whose table entry another communicator took over\n"
+          "  finwhile   finalize while another thread keeps calling into the communicator\n"
+          "             (--slack-ms: the finalizing thread's timer slack)\n"
+          "  reinit     callbacks on a context while it is finalized and created again, --cycles\n"
+          "  late       stops and states for events whose windows were recycled, for --seconds\n"
+          "  forkinit   a forked child creates a communicator: disabled, no Go runtime of its own\n"
+          "  asgrow     under ulimit -v, the job reserves address space until --leave-mib (150) is\n"
+          "             left, halfway through --iters, and runs on for 2.5 s\n"
           "  skew       ranks on one schedule with a planted slow rank (its own options: see skew.c)\n"
           "  hang       ranks of a job that stops, the culprit planted (its own options: see hang.c)\n"
           "  job        AllReduces on ranks that wait for each other (--sync FILE, shared and new),\n"
@@ -44,7 +52,8 @@ static void usage(void) {
           "  --chain PLUGIN (NCCLPROF_CHAIN: ncclprof chains this plugin; bench: measure that)\n"
           "  --bad-ptimer V --bad-ptimer-every N (every Nth KernelCh GPU timestamp reads V)\n"
           "  --fast (no modelled transfer times)  --seconds S (fuzz, 5)  --threads N (fuzz, 3)\n"
-          "  --seed N  --truth FILE (write ground truth JSON)  --empty-lib PATH  --reps N (7)\n");
+          "  --seed N  --truth FILE (write ground truth JSON)  --empty-lib PATH  --reps N (7)\n"
+          "  --logger (pass init a logger, as NCCL does: the plugin's messages come through it)\n");
   exit(2);
 }
 
@@ -77,6 +86,9 @@ int main(int argc, char** argv) {
     else if (ARG("--reps")) o.reps = atoi(v);
     else if (ARG("--rate")) o.rate = atof(v);
     else if (ARG("--steps")) o.steps = atoi(v);
+    else if (ARG("--slack-ms")) o.slack_ms = atoi(v);
+    else if (ARG("--leave-mib")) o.leave_mib = atoi(v);
+    else if (!strcmp(a, "--logger")) o.logger = 1;
     else if (!strcmp(a, "--kernel")) o.kernel = 1;
     else if (!strcmp(a, "--control")) o.control = 1;
     else if (!strcmp(a, "--labels")) o.labels = 1;
@@ -107,6 +119,7 @@ int main(int argc, char** argv) {
   world_init(o.lib, o.abi, o.rank, o.nranks, o.realtime, o.seed);
   W.bad_ptimer = o.bad_ptimer;
   W.bad_every = o.bad_every;
+  if (o.logger) host_logger = host_log;
   if (o.mask_api >= 0) { /* as Python may: before the first communicator */
     int (*set_mask)(int) = (int (*)(int))dlsym(W.plugin.lib, "ncclprof_set_event_mask");
     if (set_mask) set_mask(o.mask_api);
@@ -125,6 +138,12 @@ int main(int argc, char** argv) {
   else if (!strcmp(o.scenario, "fork")) scenario_fork(&o);
   else if (!strcmp(o.scenario, "flood")) scenario_flood(&o);
   else if (!strcmp(o.scenario, "job")) scenario_job(&o);
+  else if (!strcmp(o.scenario, "stalefin")) scenario_stalefin(&o);
+  else if (!strcmp(o.scenario, "finwhile")) scenario_finwhile(&o);
+  else if (!strcmp(o.scenario, "reinit")) scenario_reinit(&o);
+  else if (!strcmp(o.scenario, "late")) scenario_late(&o);
+  else if (!strcmp(o.scenario, "forkinit")) scenario_forkinit(&o);
+  else if (!strcmp(o.scenario, "asgrow")) scenario_asgrow(&o);
   else usage();
   world_finalize_all();
   if (o.truth) {

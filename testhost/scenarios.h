@@ -26,6 +26,9 @@ typedef struct opts {
   int reps;
   double rate; /* drain: collectives per second (0: as fast as one thread can) */
   int steps;   /* drain: steps per ProxyOp */
+  int slack_ms; /* finwhile: timer slack of the finalizing thread */
+  int logger;   /* pass NCCL's logger to init (messages go through it, marked as NCCL's) */
+  int leave_mib; /* asgrow: address space the job leaves under its ulimit -v */
 } opts;
 
 /* One API call: a collective or a point-to-point operation. */
@@ -78,6 +81,12 @@ void scenario_manycomms(const opts* o);
 void scenario_fork(const opts* o);
 void scenario_flood(const opts* o);
 void scenario_job(const opts* o); /* ranks that wait for each other, a straggler (job.c) */
+void scenario_stalefin(const opts* o); /* races.c */
+void scenario_finwhile(const opts* o);
+void scenario_reinit(const opts* o);
+void scenario_late(const opts* o);
+void scenario_forkinit(const opts* o);
+void scenario_asgrow(const opts* o);
 int scenario_skew(int argc, char** argv); /* parses its own options (skew.c) */
 int scenario_hang(int argc, char** argv); /* parses its own options (hang.c) */
 

@@ -2,6 +2,7 @@
 #include "world.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -374,5 +375,13 @@ void truth_write(FILE* f, const char* scenario) {
               (unsigned long long)c->ch_transfers[ch], (unsigned long long)c->ch_bytes[ch]);
     fprintf(f, "]}");
   }
+  /* The plugin's process-wide counters (NP_C_* order): what the sanitizer builds, which write
+   * no summaries, did. */
+  int (*counters)(uint64_t*, int) =
+      W.plugin.lib ? (int (*)(uint64_t*, int))dlsym(W.plugin.lib, "ncclprof_counters") : NULL;
+  fprintf(f, "],\"plugin_counters\":[");
+  uint64_t cv[64];
+  int nc = counters ? counters(cv, 64) : 0;
+  for (int i = 0; i < nc && i < 64; i++) fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)cv[i]);
   fprintf(f, "]}\n");
 }

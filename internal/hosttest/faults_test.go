@@ -74,9 +74,12 @@ func TestReloadedManyTimes(t *testing.T) {
 	for _, tr := range r.Truth {
 		CheckExact(t, r, tr)
 	}
-	first, last := r.Truth[0].Threads, r.Truth[cycles-1].Threads
+	// From the second lifetime: the Go drainer starts on its own thread at the first
+	// communicator and may still be starting when the first lifetime's truth is written (before
+	// its finalize), so the first count can miss the runtime's threads.
+	first, last := r.Truth[1].Threads, r.Truth[cycles-1].Threads
 	if last > first+2 || last > 10 {
-		t.Errorf("threads grew from %d after the first lifetime to %d after the last", first, last)
+		t.Errorf("threads grew from %d after the second lifetime to %d after the last", first, last)
 	}
 	if len(r.Stderr) != 0 {
 		t.Errorf("messages during reloads:\n%s", r.Stderr)

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -60,6 +62,10 @@ type Options struct {
 	Args    []string // e.g. {"--abi", "6", "--iters", "50", "p2p"}
 	Env     []string // extra environment, e.g. NCCLPROF_WINDOW_SLOTS=2048
 	Timeout time.Duration
+	// Lib is another plugin library to load (default: the build's, or the Variant's).
+	Lib string
+	// Ulimit runs the host under these shell ulimit options, e.g. {"-n 7"} or {"-v 1000000"}.
+	Ulimit []string
 }
 
 // Start runs the host with the plugin and returns what it and the plugin wrote. The run must
@@ -74,6 +80,9 @@ func Start(t testing.TB, o Options) *Run {
 		lib = Path(t, o.Variant+"/libnccl-profiler-ncclprof.so")
 		host = Path(t, o.Variant+"/ncclprof-testhost")
 	}
+	if o.Lib != "" {
+		lib = o.Lib
+	}
 	truth := filepath.Join(dir, "truth.json")
 	args := append([]string{"--lib", lib, "--truth", truth}, o.Args...)
 	timeout := o.Timeout
@@ -81,6 +90,10 @@ func Start(t testing.TB, o Options) *Run {
 		timeout = 3 * time.Minute
 	}
 	cmd := exec.Command(host, args...)
+	if len(o.Ulimit) > 0 { // the shell's own ulimit, then the host in its place
+		script := "ulimit " + strings.Join(o.Ulimit, " && ulimit ") + ` && exec "$0" "$@"`
+		cmd = exec.Command("/bin/sh", append([]string{"-c", script, host}, args...)...)
+	}
 	cmd.Env = append(os.Environ(), "NCCLPROF_OUTPUT_DIR="+dir)
 	cmd.Env = append(cmd.Env, o.Env...)
 	var stdout, stderr bytes.Buffer
@@ -158,3 +171,34 @@ func (r *Run) Summary(hash string, rank int) *Summary {
 	}
 	return nil
 }
+
+// Counter is the plugin's process-wide counter NP_C_<name> (e.g. "LATE") as the truth
+// recorded it, its index read from the enum in plugin/core.h (so the order lives in one place).
+func (tr Truth) Counter(t testing.TB, name string) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(Root(t), "plugin", "core.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enum := counterEnum.Find(b)
+	if enum == nil {
+		t.Fatal("plugin/core.h: no NP_C_* enum")
+	}
+	enum = cComment.ReplaceAll(enum, nil)
+	for i, m := range counterName.FindAllSubmatch(enum, -1) {
+		if string(m[1]) == name {
+			if i >= len(tr.PluginCounters) {
+				t.Fatalf("NP_C_%s (%d): the truth has %d counters", name, i, len(tr.PluginCounters))
+			}
+			return tr.PluginCounters[i]
+		}
+	}
+	t.Fatalf("plugin/core.h has no NP_C_%s", name)
+	return 0
+}
+
+var (
+	counterEnum = regexp.MustCompile(`(?s)enum \{\s*NP_C_EVENTS.*?NP_C_COUNT`)
+	counterName = regexp.MustCompile(`\bNP_C_([A-Z_]+)\b`)
+	cComment    = regexp.MustCompile(`(?s)/\*.*?\*/`)
+)

@@ -27,6 +27,9 @@ type Truth struct {
 	ClockSamples  []ClockSample `json:"clock_samples"`
 	GPUBaseRealNs int64         `json:"gpu_base_real_ns,string"`
 	Comms         []TruthComm   `json:"comms"`
+	// PluginCounters are the plugin's process-wide counters when the truth was written, in
+	// NP_C_* order (Counter reads one by name): the sanitizer builds write no summaries.
+	PluginCounters []uint64 `json:"plugin_counters"`
 }
 
 // ClockSample is CLOCK_REALTIME (ns) read just before and after a callback that got Handle.

@@ -8,9 +8,10 @@
             p.step()
     # -> ncclprof-out/rank<N>.merged.json.gz: open it in https://ui.perfetto.dev
 
-The package carries the NCCL profiler plugin library (libnccl-profiler-ncclprof.so) and the
-ncclmerge tool. Importing it loads neither torch nor the library; the library is loaded (the
-same file NCCL loads, one copy per process) on the first control call.
+The package carries the NCCL profiler plugin (libnccl-profiler-ncclprof.so, with its Go drainer
+libncclprof-drain.so beside it) and the ncclmerge tool. Importing it loads neither torch nor the
+library; the library is loaded (the same file NCCL loads, one copy per process) on the first
+control call, which starts no Go runtime: the drainer starts with the first communicator.
 """
 
 from ._version import __version__

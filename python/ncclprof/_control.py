@@ -158,7 +158,8 @@ def _declare(lib) -> None:
 
 def _check_one_copy(path: str) -> None:
     """Refuses to load `path` when NCCL would load another file, or another ncclprof library
-    is already mapped: either would put two Go runtimes in the process."""
+    is already mapped: control calls would go to a copy NCCL does not use (and each copy would
+    start its own Go drainer)."""
     want = os.environ.get("NCCL_PROFILER_PLUGIN", "")
     if want and os.path.sep in want and os.path.exists(want) and not same_file(want, path):
         raise PluginConflictError(
@@ -170,8 +171,9 @@ def _check_one_copy(path: str) -> None:
         if os.path.basename(p) == _paths.LIBRARY_NAME and ident != mine:
             raise PluginConflictError(
                 f"another ncclprof library is already loaded in this process ({p}); loading "
-                f"{path} too would start a second Go runtime. Set NCCLPROF_LIBRARY={p} so the "
-                "package controls the copy that is loaded.")
+                f"{path} too would give the process two plugins, and control calls would go to "
+                f"the one NCCL does not use. Set NCCLPROF_LIBRARY={p} so the package controls "
+                "the copy that is loaded.")
 
 
 def lib():

@@ -1,6 +1,10 @@
 """Where the plugin library and ncclmerge are.
 
-An installed package carries both in ncclprof/_bin/ (pip builds them). In a source checkout
+The plugin is two files side by side: the library NCCL loads (LIBRARY_NAME, pure C: what
+NCCL_PROFILER_PLUGIN names and what the control calls use) and its drainer (DRAIN_NAME, Go),
+which the first loads from its own directory at the first communicator.
+
+An installed package carries them and ncclmerge in ncclprof/_bin/ (pip builds them). In a source checkout
 that was never pip-installed, the package falls back to what `make` and
 `go build -o build/ncclmerge ./cmd/ncclmerge` leave in <repo>/build/. NCCLPROF_LIBRARY and
 NCCLPROF_NCCLMERGE name other builds explicitly.
@@ -15,6 +19,7 @@ import shutil
 from ._errors import BinaryMissingError
 
 LIBRARY_NAME = "libnccl-profiler-ncclprof.so"
+DRAIN_NAME = "libncclprof-drain.so"
 NCCLMERGE_NAME = "ncclmerge"
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -69,21 +74,35 @@ def ncclmerge_path() -> str:
     raise BinaryMissingError(f"ncclmerge is not in {BIN_DIR} nor on PATH. " + _HOW_TO_BUILD)
 
 
+def drain_path(library: str) -> str:
+    """The drainer library the plugin library at `library` loads: the one beside the file it
+    resolves to (a symlink is followed, as the plugin's own lookup does)."""
+    return os.path.join(os.path.dirname(os.path.realpath(library)), DRAIN_NAME)
+
+
 def check_library(path: str) -> None:
-    """Raises BinaryMissingError with the reason when `path` cannot load in this process:
-    another CPU, or a C library other than glibc (Go's c-shared runtime needs glibc)."""
+    """Raises BinaryMissingError with the reason when `path` cannot load in this process, or
+    would turn itself off at the first communicator: another CPU, no drainer beside it, or a C
+    library other than glibc (the drainer's Go c-shared runtime needs glibc)."""
     from . import _elf
 
-    try:
-        info = _elf.read(path)
-    except (OSError, _elf.ELFError) as e:
-        raise BinaryMissingError(f"cannot read the plugin library {path}: {e}") from None
     here = platform.machine()
     here = {"amd64": "x86_64", "arm64": "aarch64"}.get(here.lower(), here)
-    if info.machine != here:
+    drain = drain_path(path)
+    if not os.path.isfile(drain):
         raise BinaryMissingError(
-            f"{path} is built for {info.machine}, this machine is {here}: install the ncclprof "
-            f"wheel for {here} (or build it here with `pip install ./python`).")
+            f"{path} needs its drainer {DRAIN_NAME} beside it ({drain} is missing); without it "
+            "the plugin turns itself off at the first communicator. The two files come together "
+            "from every ncclprof build: copy or install both.")
+    for p in (path, drain):
+        try:
+            info = _elf.read(p)
+        except (OSError, _elf.ELFError) as e:
+            raise BinaryMissingError(f"cannot read the plugin library {p}: {e}") from None
+        if info.machine != here:
+            raise BinaryMissingError(
+                f"{p} is built for {info.machine}, this machine is {here}: install the ncclprof "
+                f"wheel for {here} (or build it here with `pip install ./python`).")
     libc, _ = platform.libc_ver()
     if libc and libc != "glibc":
         raise BinaryMissingError(

@@ -2,6 +2,7 @@
 process (each test in a process of its own)."""
 
 import json
+import re
 import os
 import shutil
 
@@ -187,6 +188,23 @@ def test_counters_have_one_name_everywhere(tmp_path):
     assert set(c) == set(in_summary) == set(in_trace)
     assert in_summary["events"] == in_trace["events"] == c["events"]
 
+
+def test_every_counter_has_its_own_name():
+    # The one list (np_counter_names in control.c): a counter added to the NP_C_* enum without a
+    # name there, or two with one name, fails here; names are metrics attributes and JSON keys.
+    r = _results(run_py(PRELUDE, """
+        import ctypes
+        lb = ctypes.CDLL(ncclprof.library_path())
+        lb.ncclprof_counter_name.restype = ctypes.c_char_p
+        n = lb.ncclprof_counters(None, 0)
+        out("NAMES", [(lb.ncclprof_counter_name(i) or b"").decode() for i in range(n)])
+        out("PAST", lb.ncclprof_counter_name(n))
+    """).stdout)
+    names = r["NAMES"]
+    assert len(names) >= 28 and all(names), f"counters without a name: {[i for i, v in enumerate(names) if not v]}"
+    assert len(set(names)) == len(names), f"names used twice: {sorted(v for v in names if names.count(v) > 1)}"
+    assert all(re.fullmatch(r"[a-z][a-z0-9_]*", v) for v in names), names
+    assert r["PAST"] is None
 
 def test_step_label_length_and_clearing():
     r = _results(run_py(PRELUDE, """

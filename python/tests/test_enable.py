@@ -133,7 +133,8 @@ def test_other_plugin_configured(clean_env, empty_plugin):
 
 def test_other_ncclprof_build_configured(clean_env, tmp_path):
     other = tmp_path / "libnccl-profiler-ncclprof.so"
-    shutil.copy(ncclprof.library_path(), other)  # a copy is another file: another Go runtime
+    shutil.copy(ncclprof.library_path(), other)  # a copy is another file: another plugin
+    shutil.copy(ncclprof._paths.drain_path(ncclprof.library_path()), tmp_path)  # and its drainer
     clean_env.setenv("NCCL_PROFILER_PLUGIN", str(other))
     assert not ncclprof.is_enabled()
     with pytest.raises(ncclprof.PluginConflictError, match="another ncclprof build") as e:
@@ -141,6 +142,16 @@ def test_other_ncclprof_build_configured(clean_env, tmp_path):
     assert "NCCLPROF_LIBRARY" in str(e.value)
     clean_env.setenv("NCCLPROF_LIBRARY", str(other))  # what the message proposes
     assert ncclprof.enable()["NCCL_PROFILER_PLUGIN"] == str(other)
+
+
+def test_library_without_its_drainer_refused(clean_env, tmp_path):
+    lone = tmp_path / "libnccl-profiler-ncclprof.so"
+    shutil.copy(ncclprof.library_path(), lone)  # the C library alone, without its Go drainer
+    clean_env.setenv("NCCLPROF_LIBRARY", str(lone))
+    with pytest.raises(ncclprof.BinaryMissingError) as e:
+        ncclprof.enable()
+    msg = str(e.value)
+    assert "libncclprof-drain.so" in msg and str(tmp_path) in msg and "both" in msg
 
 
 def test_inspector_conflicts(clean_env):

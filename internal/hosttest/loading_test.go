@@ -1,0 +1,171 @@
+package hosttest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The plugin under the resource limits that killed jobs (issue 14, item 2), through the real
+// dynamic loader: the C library NCCL loads checks what its Go drainer needs before loading it,
+// and when the process cannot afford it, init still succeeds, NCCL is asked for no events
+// (mask 0), one message comes through NCCL's logger, and the job exits 0. Before, the Go
+// runtime started inside dlopen: `ulimit -n 7` aborted the process (exit 134, "runtime:
+// eventfd failed"), `ulimit -v 1000000` aborted mid-run without a summary, and 800 MB was
+// fatal at dlopen.
+func TestResourceLimitsTurnThePluginOff(t *testing.T) {
+	for _, c := range []struct {
+		ulimit, says, fix string
+	}{
+		{"-n 7", "file descriptors are free (RLIMIT_NOFILE 7", "raise the limit (ulimit -n)"},
+		{"-v 1000000", "of address space are left under RLIMIT_AS (ulimit -v 1000000)", "raise or remove the limit"},
+		{"-v 800000", "of address space are left under RLIMIT_AS (ulimit -v 800000)", "raise or remove the limit"},
+		{"-v 600000", "of address space are left under RLIMIT_AS (ulimit -v 600000)", "raise or remove the limit"},
+	} {
+		t.Run(strings.ReplaceAll(c.ulimit, " ", ""), func(t *testing.T) {
+			r := Start(t, Options{Ulimit: []string{c.ulimit}, Args: args(6, "--logger", "--iters", "100", "--fast", "mixed")})
+			checkOneMessage(t, r, "profiling is off in this process: ", c.says, c.fix)
+			if r.Truth[0].Mask != 0 {
+				t.Errorf("activation mask %#x, want 0", r.Truth[0].Mask)
+			}
+			if len(r.Summaries) != 0 {
+				t.Errorf("%d summaries written by a plugin that is off", len(r.Summaries))
+			}
+			if n := r.Truth[0].Counter(t, "INIT_DISABLED"); n == 0 {
+				t.Errorf("init_disabled = 0: the communicators were not counted as not profiled")
+			}
+			// The empty plugin, under the same limit, runs the same job (the floor).
+			Start(t, Options{Ulimit: []string{c.ulimit}, Lib: Path(t, "libnccl-profiler-empty.so"),
+				Args: args(6, "--iters", "100", "--fast", "mixed")})
+		})
+	}
+}
+
+// Room enough under both limits: the plugin loads its drainer and every figure is exact, so the
+// checks only refuse what would fail (the thresholds are in plugin/loader.c).
+func TestResourceLimitsWithRoomProfile(t *testing.T) {
+	r := Start(t, Options{Ulimit: []string{"-n 64", "-v 3000000"}, Args: args(6, "--logger", "--iters", "200", "--kernel", "allreduce")})
+	CheckExact(t, r, r.Truth[0])
+	if len(r.Stderr) != 0 {
+		t.Errorf("messages:\n%s", r.Stderr)
+	}
+}
+
+// The C library without its Go library beside it (a copy of one file): one message that says
+// what to install, the job goes on, and NCCL is asked for no more events.
+func TestDrainLibraryMissing(t *testing.T) {
+	Build(t)
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "libnccl-profiler-ncclprof.so")
+	b, err := os.ReadFile(Path(t, "libnccl-profiler-ncclprof.so"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lib, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := Start(t, Options{Lib: lib, Args: args(6, "--logger", "--iters", "100", "--fast", "allreduce")})
+	checkOneMessage(t, r, "profiling is off in this process: cannot load its drainer",
+		"libncclprof-drain.so", "side by side")
+	if r.Truth[0].Mask != 0 {
+		t.Errorf("activation mask %#x after the load failed, want 0", r.Truth[0].Mask)
+	}
+	if r.Truth[0].FinalizeMaxNs > 1e9 {
+		t.Errorf("finalize waited %.2f s for a drainer that never came", r.Truth[0].FinalizeMaxNs/1e9)
+	}
+}
+
+// The job grows into its own `ulimit -v` while the plugin runs (asgrow: it reserves address
+// space until 150 MiB are left): the drainer stops tracing rather than grow into the limit, says
+// so once, completes the trace file it had open, and keeps every operation in the summary.
+func TestAddressSpaceShortStopsTracing(t *testing.T) {
+	r := Start(t, Options{Ulimit: []string{"-v 2300000"}, Args: args(6, "--logger", "--iters", "200", "--fast", "asgrow"),
+		Env: []string{"NCCLPROF_TRACE=1", "NCCLPROF_WINDOW_MS=100"}})
+	checkOneMessage(t, r, "address space is short (", "tracing is off for the rest of this process", "ulimit -v")
+	CheckExact(t, r, r.Truth[0])
+	traces := ReadTraces(t, r.Dir)
+	if len(traces) != 1 {
+		t.Fatalf("%d trace files, want the one open when memory ran short", len(traces))
+	}
+	slices := 0
+	for _, e := range traces[0].Events {
+		if e.Ph == "X" {
+			slices++
+		}
+	}
+	if string(traces[0].End["complete"]) != "true" || slices == 0 {
+		t.Errorf("the trace was not completed (complete: %s) or holds no slices (%d)", traces[0].End["complete"], slices)
+	}
+}
+
+// NCCL finds the plugin by name on LD_LIBRARY_PATH (NCCL_PROFILER_PLUGIN=ncclprof), or through
+// a symlink in another directory: either way the C library finds its Go drainer beside the file
+// it really is, and every figure is exact.
+func TestFoundByNameOrThroughSymlink(t *testing.T) {
+	Build(t)
+	t.Run("by-name", func(t *testing.T) {
+		r := Start(t, Options{Lib: "libnccl-profiler-ncclprof.so", Env: []string{"LD_LIBRARY_PATH=" + filepath.Dir(Path(t, "x"))},
+			Args: args(6, "--iters", "50", "--fast", "allreduce")})
+		CheckExact(t, r, r.Truth[0])
+	})
+	t.Run("symlink", func(t *testing.T) {
+		link := filepath.Join(t.TempDir(), "libnccl-profiler-ncclprof.so")
+		if err := os.Symlink(Path(t, "libnccl-profiler-ncclprof.so"), link); err != nil {
+			t.Fatal(err)
+		}
+		r := Start(t, Options{Lib: link, Args: args(6, "--iters", "50", "--fast", "allreduce")})
+		CheckExact(t, r, r.Truth[0])
+	})
+}
+
+// A forked child that creates a communicator after its parent started the drainer gets a
+// disabled context and mask 0 (one message) and no Go runtime (it stays one thread); the
+// parent's figures stay exact.
+func TestForkedChildNeverStartsGo(t *testing.T) {
+	r := Start(t, Options{Args: args(6, "--logger", "--iters", "100", "--fast", "forkinit")})
+	CheckExact(t, r, r.Truth[0])
+	checkOneMessage(t, r, "profiling is off in this process: ", "forked from one where the plugin had started its drainer", "")
+}
+
+// A process that loads the library and uses the control API but creates no communicator (a
+// DataLoader worker, a Python control call) never starts a Go runtime: the Go library is not
+// even mapped.
+func TestNoCommunicatorNoGoRuntime(t *testing.T) {
+	Build(t)
+	out, err := exec.Command("python3", "-c", `
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+lib.ncclprof_set_step(b"step 1"); lib.ncclprof_trace_start(None); lib.ncclprof_trace_stop()
+print(lib.ncclprof_flush(100), lib.ncclprof_metrics_flush(100))
+print("drain mapped" if "libncclprof-drain" in open("/proc/self/maps").read() else "drain not mapped")
+`, Path(t, "libnccl-profiler-ncclprof.so")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != "2 2\ndrain not mapped" {
+		t.Errorf("got %q, want flushes answering 2 (no drainer) and the Go library not mapped", got)
+	}
+}
+
+var pluginLine = regexp.MustCompile(`(?m)^.*ncclprof.*$`)
+
+// checkOneMessage: the run's only output is one plugin message, through NCCL's logger, with
+// the given parts; nothing from a crashing runtime.
+func checkOneMessage(t *testing.T, r *Run, parts ...string) {
+	t.Helper()
+	lines := pluginLine.FindAllString(string(r.Stderr), -1)
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "NCCL WARN ncclprof: ") {
+		t.Fatalf("want one plugin message through NCCL's logger, got %d; stderr:\n%s", len(lines), r.Stderr)
+	}
+	for _, p := range parts {
+		if !strings.Contains(lines[0], p) {
+			t.Errorf("message lacks %q:\n%s", p, lines[0])
+		}
+	}
+	if strings.Contains(string(r.Stderr), "runtime:") || strings.Contains(string(r.Stderr), "fatal error") {
+		t.Errorf("a runtime failed:\n%s", r.Stderr)
+	}
+}
