@@ -99,7 +99,7 @@ type CommRow struct {
 	// Missing lists the ranks without a trace (the first maxMissingListed of them): NRanks −
 	// Present in all.
 	Missing []int `json:"ranks_missing,omitempty"`
-	Matched  int    `json:"matched_ops"`
+	Matched int   `json:"matched_ops"`
 	// Lateness statistics over all arrivals of the communicator, and the threshold they give.
 	MedianNs    int64 `json:"lateness_median_ns"`
 	MADNs       int64 `json:"lateness_mad_ns"`
