@@ -24,7 +24,7 @@ CORE_SRC := plugin/core.c plugin/adapters.c plugin/control.c plugin/chain.c
 CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h plugin/chain.h
 HOST_SRC := testhost/main.c testhost/emit.c testhost/calllog.c testhost/world.c testhost/scenarios.c \
             testhost/fuzz.c testhost/bench.c testhost/soak.c testhost/skew.c testhost/hang.c \
-            testhost/drainbench.c
+            testhost/drainbench.c testhost/samplebench.c
 HOST_HDR := testhost/emit.h testhost/calllog.h testhost/world.h testhost/scenarios.h plugin/abi.h plugin/core.h
 GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(wildcard go.sum)
 

@@ -23,6 +23,10 @@ typedef struct opts {
   int reps;
   double rate; /* drain: collectives per second (0: as fast as one thread can) */
   int steps;   /* drain: steps per ProxyOp */
+  /* allreduce: a planted slow operation (iteration slow_op's steps each take slow_us longer;
+   * -1: none), and a pause of pace_us between iterations (a training step's compute). */
+  int slow_op;
+  double slow_us, pace_us;
 } opts;
 
 /* One API call: a collective or a point-to-point operation. */
@@ -38,6 +42,7 @@ typedef struct op_spec {
   size_t api_count;
   const char* api_dtype;
   int no_truth; /* part of a rebuilt operation: the truth is the whole */
+  double slow_ns; /* planted: each of its steps takes this much longer */
 } op_spec;
 
 void launch_group(hcomm* c, op_spec* ops, int n, int depth);
@@ -61,7 +66,14 @@ void bench_descriptors(void);
 void open_lib(bench_lib* L, const char* path, const char* name);
 uint64_t user_part(bench_lib* L, void** coll, int tsc);
 uint64_t proxy_part(bench_lib* L, void* coll, int channels);
+typedef struct run {
+  double ns, flush_ns; /* callbacks; the drainer's processing of them (untimed bursts' flush) */
+  uint64_t callbacks, collectives;
+} run;
+run run_one(bench_lib* L, int channels, int bursts, int per, int tsc);
+double median(double* v, int n);
 int scenario_drain(const opts* o);
+int scenario_bench_sample(const opts* o); /* samplebench.c */
 
 void scenario_allreduce(const opts* o);
 void scenario_p2p(const opts* o);

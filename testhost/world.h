@@ -60,6 +60,7 @@ typedef struct job {
   int truth_op;     /* index into comm->ops for completion truth, or -1 */
   double t_op_start; /* host CLOCK_MONOTONIC ns when the Coll started */
   int last_of_op;    /* the op completes when this job finishes */
+  double slow_ns;    /* planted delay added to each step (--slow-op), in any timing mode */
 } job;
 
 typedef struct world {

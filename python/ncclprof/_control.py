@@ -33,6 +33,11 @@ COUNTER_NAMES = (
 STATS_NAMES = (
     "trace_files", "trace_events", "trace_bytes", "trace_errors", "trace_skipped", "summaries",
     "metrics_exports", "metrics_failures", "ops_completed", "goroutines", "go_heap_bytes",
+    "drain_cpu_ns", "drain_records",
+    # The sampled trace (NCCLPROF_TRACE_SAMPLE): files written and deleted by rotation, bytes on
+    # disk now, operations traced in full and sampled away, triggers fired.
+    "sampled_files", "sampled_files_deleted", "sampled_bytes", "sampled_operations",
+    "sampled_away", "sampled_triggers",
 )
 
 # Results of flush().
