@@ -57,7 +57,7 @@ func readSampleConfig() (cfg sampleConfig, ok bool) {
 	cfg.every = uint64(C.np_sample_every())
 	if cfg.every == 0 {
 		if os.Getenv("NCCLPROF_TRACE_TRIGGER") != "" || os.Getenv("NCCLPROF_TRACE_MAX_MB") != "" {
-			warnf("NCCLPROF_TRACE_TRIGGER and NCCLPROF_TRACE_MAX_MB apply to the sampled trace, "+
+			warnf("NCCLPROF_TRACE_TRIGGER and NCCLPROF_TRACE_MAX_MB apply to the sampled trace, " +
 				"which is off: set NCCLPROF_TRACE_SAMPLE=N (1 in N operations) to turn it on")
 		}
 		return cfg, false
@@ -157,17 +157,17 @@ const (
 // not carry: they are held (a bounded while) and written when a sampled operation names them,
 // so ncclmerge can still link the sampled operations' kernels.
 type sampler struct {
-	cfg      sampleConfig
-	kept     handleRing // sampled Coll/P2p/CeColl handles (their KernelCh and CE parts find them)
-	want     handleRing // API events a written operation leads back to
-	held     map[uint64]*heldRec
-	order    []heldRef
-	launches map[uint64][]uint64 // GroupApi → KernelLaunch handles held
-	gen      uint64              // windows seen (held records expire by it)
-	trig     map[triggerKey]*quantile.Running
-	unwatched uint64 // operations of keys past maxTriggerKeys
-	file     sampleCounts // since the file opened
-	total    sampleCounts
+	cfg       sampleConfig
+	kept      handleRing // sampled Coll/P2p/CeColl handles (their KernelCh and CE parts find them)
+	want      handleRing // API events a written operation leads back to
+	held      map[uint64]*heldRec
+	order     []heldRef
+	launches  map[uint64][]uint64 // GroupApi → KernelLaunch handles held
+	gen       uint64              // windows seen (held records expire by it)
+	trig      map[triggerKey]*quantile.Running
+	unwatched uint64       // operations of keys past maxTriggerKeys
+	file      sampleCounts // since the file opened
+	total     sampleCounts
 }
 
 type heldRec struct {
@@ -181,10 +181,10 @@ type heldRef struct {
 }
 
 type triggerKey struct {
-	comm              uint32
-	incarnation       uint64
-	fn, algo, proto   string
-	nchannels         int
+	comm            uint32
+	incarnation     uint64
+	fn, algo, proto string
+	nchannels       int
 }
 
 const (

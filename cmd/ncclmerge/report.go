@@ -48,6 +48,9 @@ dumps and no trace, it has that alone.
 			}
 			if !quiet {
 				what := fmt.Sprintf("%d operations, %d ranks", page.Ops, page.Ranks)
+				if page.Sampled != "" {
+					what = fmt.Sprintf("%s: about %d operations scaled up from %d read, %d ranks", page.Sampled, page.Ops, page.OpsRead, page.Ranks)
+				}
 				if page.Hang != nil {
 					what += fmt.Sprintf(", the hang analysis of %d dumps", page.Hang.Dumps.Read)
 				}

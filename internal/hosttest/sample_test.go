@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"testing"
+
+	"github.com/ncclprof/ncclprof/internal/commops"
 )
 
 // Sampled, always-on tracing (NCCLPROF_TRACE_SAMPLE=N): the tests read the sampled trace back
@@ -461,5 +463,44 @@ func TestSampledUnderSanitizers(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A P2P operation's completion span carries its ordinal as p2p_seq, never as seq: analyses match
+// collectives across ranks by (communicator, function, seq), and rank 0's third Send to rank 1
+// is not rank 2's third Send to rank 3. (The span used to say seq 0 for every P2P, so every
+// rank's P2P operations read as one collective, seq 0.)
+func TestP2PSeqIsNotACollectiveSeq(t *testing.T) {
+	r := Start(t, Options{Args: args(6, "--iters", "6", "--nranks", "4", "--fast", "p2p"),
+		Env: []string{"NCCLPROF_TRACE=1"}})
+	var paths []string
+	for _, tr := range ReadTraces(t, r.Dir) {
+		paths = append(paths, tr.Path)
+		for _, e := range tr.Events {
+			if e.Cat == "nccl_op" || e.Cat == "nccl_p2p" {
+				if _, ok := e.Args["seq"]; ok {
+					t.Fatalf("%s slice %s has a seq: %v", e.Cat, e.Name, e.Args)
+				}
+				if _, ok := e.Args["p2p_seq"]; !ok {
+					t.Fatalf("%s slice %s has no p2p_seq: %v", e.Cat, e.Name, e.Args)
+				}
+			}
+		}
+	}
+	s, err := commops.Read(paths, commops.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2p := 0
+	for _, o := range s.Ops {
+		if o.Func == "Send" || o.Func == "Recv" {
+			p2p++
+			if o.Seq != -1 {
+				t.Errorf("%s with peer %d read with seq %d, want -1 (no collective seq)", o.Func, o.Peer, o.Seq)
+			}
+		}
+	}
+	if p2p != 6*4*2 {
+		t.Errorf("%d P2P operations read, want %d", p2p, 6*4*2)
 	}
 }

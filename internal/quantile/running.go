@@ -6,10 +6,10 @@ import (
 )
 
 // Running estimates a quantile of a stream of non-negative values (durations in ns) that goes
-// on for as long as a job runs, in fixed memory and O(1) per value: a histogram whose buckets
-// grow by 2^(1/16) (each value is placed within 4.4 % of itself), with counts that halve every
-// halfLife values, so the estimate follows a stream whose level drifts (a job that slows down
-// after a checkpoint) rather than being pinned by the first hours.
+// on for as long as a job runs, in fixed memory and O(1) per value: a histogram with 16 buckets
+// per power of two (each bucket at most 1/16 = 6.25 % of its lower edge wide), with counts that
+// halve every halfLife values, so the estimate follows a stream whose level drifts (a job that
+// slows down after a checkpoint) rather than being pinned by the first hours.
 //
 // Quantile answers with the upper edge of the bucket that holds the quantile: never below the
 // exact value of the histogram's content, so a threshold built on it errs on the side of not

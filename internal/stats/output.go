@@ -36,6 +36,18 @@ var columns = []struct {
 	{"busbw_GBps", func(r *Row) string { return gbps(r.BusBW, r.Timed) }},
 	{"share", func(r *Row) string { return fmt.Sprintf("%.1f%%", 100*r.Share) }},
 	{"time_from", func(r *Row) string { return r.Source }},
+	// sampled: "1/N" when count, bytes and time are scaled up from a sampled trace's 1 in N.
+	{"sampled", func(r *Row) string { return sampledLabel(r) }},
+}
+
+func sampledLabel(r *Row) string {
+	switch {
+	case !r.Scaled:
+		return "-"
+	case r.SampledEvery < 0:
+		return "1/N varies"
+	}
+	return fmt.Sprintf("1/%d", r.SampledEvery)
 }
 
 func dash(s string) string {
@@ -76,14 +88,23 @@ func (t *Table) writeTable(w io.Writer) error {
 	fmt.Fprintln(tw, "\t")
 	for _, r := range t.Rows {
 		for i, c := range columns {
-			fmt.Fprint(tw, sep(i), c.val(r))
+			v := c.val(r)
+			if r.Scaled && (c.name == "count" || c.name == "bytes" || c.name == "time_ms") {
+				v = "~" + v // an estimate: scaled up from a sampled trace
+			}
+			fmt.Fprint(tw, sep(i), v)
 		}
 		fmt.Fprintln(tw, "\t")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%d operations, %s in %s of communication time\n", t.Ops, Size(t.TotalBytes), fmtDur(t.TotalNs))
+	if sm := t.Sampling; sm != nil {
+		fmt.Fprintf(w, "%s: about %d operations, %s in %s of communication time, scaled up from the %d operations read (~: an estimate)\n",
+			sm.Label(), t.Ops, Size(t.TotalBytes), fmtDur(t.TotalNs), sm.Sampled+sm.Full)
+	} else {
+		fmt.Fprintf(w, "%d operations, %s in %s of communication time\n", t.Ops, Size(t.TotalBytes), fmtDur(t.TotalNs))
+	}
 	for _, n := range t.Notes {
 		fmt.Fprintln(w, "note:", n)
 	}
@@ -169,6 +190,8 @@ type OpRow struct {
 	BusBW    GBps   `json:"busbw_GBps"`
 	TimeFrom string `json:"time_from"`
 	Step     string `json:"step,omitempty"`
+	// Traced: from a sampled trace, why it is there (sampled, triggered, trigger).
+	Traced string `json:"traced,omitempty"`
 	// Where the slice is: file, pid, tid and ts as written (µs).
 	File string  `json:"file"`
 	SPid int64   `json:"slice_pid"`
@@ -192,6 +215,9 @@ func Each(s *commops.Set) []OpRow {
 			TsUs: float64(o.Ref.TsNs) / 1e3}
 		if o.Step >= 0 {
 			r.Step = s.Steps[o.Step]
+		}
+		if o.Traced != commops.Full {
+			r.Traced = o.Traced.String()
 		}
 		out = append(out, r)
 	}
