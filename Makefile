@@ -140,6 +140,9 @@ bench: all
 	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out NCCLPROF_BENCH_TRACE_DIR=$(BUILD)/bench-out/trace \
 	  $(HOST) --lib $(PLUGIN) --empty-lib $(EMPTY) --reps 7 bench
 	@rm -rf $(BUILD)/bench-out/trace
+	@echo "== sampled tracing (NCCLPROF_TRACE_SAMPLE=N): callback cost at N = 1, 100, 10000 against metrics only, and trace bytes per operation =="
+	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out/sample $(HOST) --lib $(PLUGIN) --empty-lib $(EMPTY) --reps 7 bench-sample
+	@rm -rf $(BUILD)/bench-out/sample
 	@echo "== the same with the empty plugin chained behind ncclprof (NCCLPROF_CHAIN) =="
 	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out $(HOST) --lib $(PLUGIN) --empty-lib $(EMPTY) --chain $(EMPTY) --reps 7 bench
 	@echo "== callback cost while something is broken (ncclprof, every event type, 1 thread) =="

@@ -26,6 +26,12 @@
  *   - Detail events (ProxySteps copied whole at their stop, NetPlugin, ProxyCtrl) are recorded
  *     only while a trace window is open (np_detail_on), into the communicator's DETAIL windows.
  *     Those may overflow under a flood: dropped, counted per type, and the trace says so.
+ *   - Sampled tracing (NCCLPROF_TRACE_SAMPLE=N): the Coll/P2p start decides whether the operation
+ *     is traced in full (np_sample_flags: its seq, or for a P2P the ordinal the plugin counts per
+ *     peer and direction, % N == 0; or the communicator's trigger countdown) and marks its record
+ *     NP_F_SAMPLED / NP_F_TRIGGERED. A ProxyOp copies the mark from its parent's record into its
+ *     own record and cell, a step from its ProxyOp's cell, and a marked step is recorded whole
+ *     into the detail windows at its stop whether or not np_detail_on is set.
  *   - A Coll or P2p that finds no slot (the operation windows full) is not lost: its count is
  *     folded into the communicator's lost-operation table (np_lost_read), so operation counts
  *     and bytes stay exact by construction; only its timings are missing (and counted).

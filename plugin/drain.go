@@ -444,7 +444,8 @@ func (d *drain) warnDrops() {
 		warnf("events are being dropped: NCCL produces them faster than the plugin reads its "+
 			"windows (%d steps/channel/network events, %d operation events so far). Raise "+
 			"NCCLPROF_WINDOW_SLOTS or NCCLPROF_WINDOWS, or leave detail types out of "+
-			"NCCLPROF_EVENT_MASK; counts are in the summaries (dropped_*) and the metric "+
+			"NCCLPROF_EVENT_MASK (or sample fewer operations: NCCLPROF_TRACE_SAMPLE); counts "+
+			"are in the summaries (dropped_*) and the metric "+
 			"ncclprof.events.dropped. This warning is printed once.", detail, full)
 	case threads > 0:
 		warnf("events are being dropped: more than %d threads called the plugin at once; "+

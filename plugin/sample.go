@@ -127,20 +127,28 @@ func (c sampleConfig) header() map[string]any {
 	return h
 }
 
-// sampleCounts is what the sampled trace did with operations and events.
-type sampleCounts struct {
-	traced     uint64 // operations written in full (sampled or triggered)
-	triggered  uint64 // of those, traced because of the trigger
-	away       uint64 // operations sampled away (not written: not drops)
-	slow       uint64 // operations slower than the trigger's threshold (each fired it)
-	slowKept   uint64 // of those, written only because they were slow (completion span)
-	eventsAway uint64 // records not written because their operation was sampled away
-}
+// sampleCounts is what the sampled trace did with operations and events (c* indexes).
+type sampleCounts [nCounts]uint64
 
-func (n sampleCounts) json() map[string]any {
-	return map[string]any{"operations_traced": n.traced, "operations_triggered": n.triggered,
-		"operations_sampled_away": n.away, "triggers": n.slow, "trigger_operations_kept": n.slowKept,
-		"events_sampled_away": n.eventsAway}
+const (
+	cTraced     = iota // operations written in full (sampled or triggered)
+	cTriggered         // of those, traced because of the trigger
+	cAway              // operations sampled away (not written: not drops)
+	cSlow              // operations slower than the trigger's threshold (each fired it)
+	cSlowKept          // of those, written only because they were slow (completion span)
+	cEventsAway        // records not written because their operation was sampled away
+	nCounts
+)
+
+var countNames = [nCounts]string{"operations_traced", "operations_triggered", "operations_sampled_away",
+	"triggers", "trigger_operations_kept", "events_sampled_away"}
+
+func (n *sampleCounts) json() map[string]uint64 {
+	m := make(map[string]uint64, nCounts)
+	for k, v := range n {
+		m[countNames[k]] = v
+	}
+	return m
 }
 
 // verdict is what the sampled trace does with a record.
@@ -168,6 +176,7 @@ type sampler struct {
 	unwatched uint64       // operations of keys past maxTriggerKeys
 	file      sampleCounts // since the file opened
 	total     sampleCounts
+	free      []*heldRec // held records given back, for reuse (the drainer must not allocate per event)
 }
 
 type heldRec struct {
@@ -206,24 +215,22 @@ const sampleBits = event.Sampled | event.Triggered
 // carried to its stop), counting operations traced and sampled away.
 func (s *sampler) first(r *event.Record) verdict {
 	v := s.classify(r)
-	switch {
-	case r.Type == event.Coll || r.Type == event.P2p:
-		if v == keep {
-			s.count(func(n *sampleCounts) {
-				n.traced++
-				if r.Flags&event.Sampled == 0 {
-					n.triggered++
-				}
-			})
-		} else {
-			s.count(func(n *sampleCounts) { n.away++ })
+	if r.Type == event.Coll || r.Type == event.P2p {
+		switch {
+		case v != keep:
+			s.bump(cAway)
+		case r.Flags&event.Sampled == 0:
+			s.bump(cTraced)
+			s.bump(cTriggered)
+		default:
+			s.bump(cTraced)
 		}
 	}
 	if v == keep && (r.Type == event.Coll || r.Type == event.P2p || r.Type == event.CeColl) {
 		s.kept.add(r.Handle)
 	}
 	if v == drop {
-		s.count(func(n *sampleCounts) { n.eventsAway++ })
+		s.bump(cEventsAway)
 	}
 	return v
 }
@@ -254,9 +261,9 @@ func (s *sampler) classify(r *event.Record) verdict {
 	return drop
 }
 
-func (s *sampler) count(f func(*sampleCounts)) {
-	f(&s.file)
-	f(&s.total)
+func (s *sampler) bump(k int) {
+	s.file[k]++
+	s.total[k]++
 }
 
 // hold keeps an API event until an operation names it or it expires.
@@ -264,7 +271,12 @@ func (s *sampler) hold(c aggregate.Comm, r *event.Record) {
 	if _, ok := s.held[r.Handle]; ok {
 		return
 	}
-	s.held[r.Handle] = &heldRec{rec: *r, comm: c}
+	hr := &heldRec{}
+	if n := len(s.free); n > 0 {
+		hr, s.free = s.free[n-1], s.free[:n-1]
+	}
+	hr.rec, hr.comm = *r, c
+	s.held[r.Handle] = hr
 	s.order = append(s.order, heldRef{r.Handle, s.gen})
 	if r.Type == event.KernelLaunch && event.IsHandle(r.Parent) {
 		s.launches[r.Parent] = append(s.launches[r.Parent], r.Handle)
@@ -305,6 +317,13 @@ func (s *sampler) ancestors(r *event.Record) []*heldRec {
 	return out
 }
 
+// release gives a held record back once it is written or expired.
+func (s *sampler) release(hr *heldRec) {
+	if len(s.free) < maxHeld {
+		s.free = append(s.free, hr)
+	}
+}
+
 // windowDone ends a window: held API events expire after holdWindows windows.
 func (s *sampler) windowDone() {
 	s.gen++
@@ -320,7 +339,8 @@ func (s *sampler) expire() {
 			if hr.rec.Type == event.KernelLaunch {
 				delete(s.launches, hr.rec.Parent)
 			}
-			s.count(func(n *sampleCounts) { n.eventsAway++ })
+			s.bump(cEventsAway)
+			s.release(hr)
 		}
 		n++
 	}
@@ -351,7 +371,7 @@ func (s *sampler) observe(o *aggregate.Op) bool {
 	q.Add(o.CompletionNs)
 	if slow {
 		C.np_trigger(C.uint32_t(o.Comm.Index), C.uint64_t(o.Comm.Incarnation), C.uint32_t(t.next))
-		s.count(func(n *sampleCounts) { n.slow++ })
+		s.bump(cSlow)
 	}
 	return slow
 }
@@ -374,7 +394,7 @@ func (s *sampler) opMark(o *aggregate.Op, slow bool) string {
 	case o.Sample&event.Triggered != 0:
 		return "triggered"
 	case slow:
-		s.count(func(n *sampleCounts) { n.slowKept++ })
+		s.bump(cSlowKept)
 		return "trigger"
 	}
 	return ""

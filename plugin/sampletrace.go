@@ -95,6 +95,7 @@ func (t *traceSink) write(c aggregate.Comm, r *event.Record, v verdict) {
 		if r.Type == event.Coll || r.Type == event.P2p {
 			for _, a := range t.sample.ancestors(r) {
 				t.emit(a.comm, &a.rec)
+				t.sample.release(a)
 			}
 		}
 		t.emit(c, r)
@@ -137,7 +138,7 @@ func (t *traceSink) publishSampled() {
 	C.np_stat_set(C.NP_S_SAMPLED_FILES, C.uint64_t(t.files))
 	C.np_stat_set(C.NP_S_SAMPLED_DELETED, C.uint64_t(t.rot.deleted))
 	C.np_stat_set(C.NP_S_SAMPLED_BYTES, C.uint64_t(by))
-	C.np_stat_set(C.NP_S_SAMPLED_OPS, C.uint64_t(n.traced))
-	C.np_stat_set(C.NP_S_SAMPLED_AWAY, C.uint64_t(n.away))
-	C.np_stat_set(C.NP_S_SAMPLED_TRIGGERS, C.uint64_t(n.slow))
+	C.np_stat_set(C.NP_S_SAMPLED_OPS, C.uint64_t(n[cTraced]))
+	C.np_stat_set(C.NP_S_SAMPLED_AWAY, C.uint64_t(n[cAway]))
+	C.np_stat_set(C.NP_S_SAMPLED_TRIGGERS, C.uint64_t(n[cSlow]))
 }

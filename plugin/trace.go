@@ -731,9 +731,9 @@ func (t *traceSink) emitKernel(c aggregate.Comm, r *event.Record) {
 
 // op writes an operation's completion span on its communicator's ops track.
 func (t *traceSink) op(o *aggregate.Op) {
-	mark := ""
+	mark, slow := "", false
 	if t.sample != nil {
-		slow := t.sample.observe(o) // the trigger watches every operation, traced or not
+		slow = t.sample.observe(o) // the trigger watches every operation, traced or not
 		if t.w == nil || !o.HasCompletion {
 			return
 		}
@@ -780,6 +780,9 @@ func (t *traceSink) op(o *aggregate.Op) {
 	}
 	if mark != "" {
 		e.Str("traced", mark)
+	}
+	if slow {
+		e.Bool("trigger", true) // it fired the trigger
 	}
 	e.Float("algbw_gbps", o.AlgBWGBps, 3).Float("busbw_gbps", o.BusBWGBps, 3).End()
 	t.link(o.Handle, tid, start)

@@ -311,8 +311,7 @@ static int bench_chain_report(const opts* o, int reps, int per_rep, uint64_t dro
   return 0;
 }
 
-#define DEFAULT_MASK (NPABI_GROUP | NPABI_COLL | NPABI_P2P | NPABI_PROXY_OP | NPABI_PROXY_STEP | \
-                      NPABI_GROUP_API | NPABI_COLL_API | NPABI_P2P_API | NPABI_KERNEL_LAUNCH)
+#define DEFAULT_MASK BENCH_DEFAULT_MASK
 
 int scenario_bench(const opts* o) {
   /* Big windows so a burst fits in one: the numbers are for zero drops. */

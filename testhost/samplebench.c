@@ -24,10 +24,6 @@
 #include "../plugin/core.h"
 #include "scenarios.h"
 
-#define SB_DEFAULT_MASK (NPABI_GROUP | NPABI_COLL | NPABI_P2P | NPABI_PROXY_OP |               \
-                         NPABI_PROXY_STEP | NPABI_GROUP_API | NPABI_COLL_API | NPABI_P2P_API | \
-                         NPABI_KERNEL_LAUNCH)
-
 static const unsigned sb_every[] = {0, 1, 100, 10000};
 #define SB_N (int)(sizeof sb_every / sizeof sb_every[0])
 
@@ -58,7 +54,7 @@ static int child_cost(const opts* o) {
     empty.mask = NPABI_ALL_TYPES;
     run r = run_one(&empty, channels, bursts, per, 1);
     floor_cb[rep] = r.ns / (double)r.callbacks;
-    prof.mask = SB_DEFAULT_MASK;
+    prof.mask = BENCH_DEFAULT_MASK;
     prof.set_mask(prof.mask);
     r = run_one(&prof, channels, bursts, per, 0);
     def_cb[rep] = r.ns / (double)r.callbacks;
@@ -91,7 +87,7 @@ static int child_disk(const opts* o) {
   bench_descriptors();
   bench_lib prof;
   open_lib(&prof, o->lib, "bench-disk");
-  prof.mask = SB_DEFAULT_MASK;
+  prof.mask = BENCH_DEFAULT_MASK;
   prof.set_mask(prof.mask);
   run r = run_one(&prof, channels, 5, 100, 0);
   prof.t->finalize(prof.ctx);

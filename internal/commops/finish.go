@@ -325,21 +325,14 @@ func cmpInt(a, b int64) int {
 func (s *Set) summarizeSampling() {
 	sm := &s.Sampling
 	kinds := map[int32][2]bool{} // proc → (has full, has sampled)
+	count := [...]*int{Full: &sm.Full, Sampled: &sm.Sampled, Triggered: &sm.Triggered, Trigger: &sm.Trigger}
 	for i := range s.Ops {
 		o := &s.Ops[i]
+		*count[o.Traced]++
 		k := kinds[o.Proc]
-		switch o.Traced {
-		case Full:
-			sm.Full++
+		if o.Traced == Full {
 			k[0] = true
-		case Sampled:
-			sm.Sampled++
-			k[1] = true
-		case Triggered:
-			sm.Triggered++
-			k[1] = true
-		case Trigger:
-			sm.Trigger++
+		} else {
 			k[1] = true
 		}
 		kinds[o.Proc] = k

@@ -391,8 +391,8 @@ func TestSampledTriggerCapturesSlowOperation(t *testing.T) {
 	if slow == nil || slow.completion == nil {
 		t.Fatalf("the planted slow operation (seq %d) is not in the trace; seqs traced: %v", slowSeq, keys(bySeq))
 	}
-	if m := slow.mark(); m != "trigger" {
-		t.Errorf("the slow operation is marked %q, want trigger", m)
+	if m := slow.mark(); m != "trigger" || slow.completion.Args["trigger"] != true {
+		t.Errorf("the slow operation is marked %q (trigger %v), want trigger", m, slow.completion.Args["trigger"])
 	}
 	if slow.ev != nil || len(slow.proxies) > 0 {
 		t.Errorf("the slow operation was not sampled, yet its Coll or ProxyOps are in the trace")
