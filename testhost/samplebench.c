@@ -26,6 +26,7 @@
 
 static const unsigned sb_every[] = {0, 1, 100, 10000};
 #define SB_N (int)(sizeof sb_every / sizeof sb_every[0])
+#define SB_ROUNDS 3 /* processes per N */
 
 /* The job the disk figure is extrapolated to: 8 ranks, a 10 ms training step with 50
  * AllReduces, each of 4 channels x 16 steps per ProxyOp. */
@@ -142,33 +143,55 @@ static double json_num(const char* js, const char* key) {
   return p ? atof(p + strlen(k)) : 0;
 }
 
+/* A figure of N's children: the median over its rounds. */
+static double med_of(char res[][1024], int rounds, const char* key) {
+  double v[SB_ROUNDS];
+  for (int r = 0; r < rounds; r++) v[r] = json_num(res[r], key);
+  return median(v, rounds);
+}
+
 int scenario_bench_sample(const opts* o) {
   const char* role = getenv("NCCLPROF_BENCH_SAMPLE_CHILD");
   if (role && !strcmp(role, "cost")) return child_cost(o);
   if (role && !strcmp(role, "disk")) return child_disk(o);
-  char res[SB_N][1024], disk[1024];
-  for (int i = 0; i < SB_N; i++)
-    if (run_child(o, sb_every[i], "cost", res[i], sizeof res[i]) != 0) {
-      fprintf(stderr, "bench-sample: the child for N=%u failed\n", sb_every[i]);
-      return 1;
+  /* Each N runs SB_ROUNDS times, the order of N turned every round, so a process that happens to
+   * start on a slow moment (or the first one, on some VMs) does not bias one N. */
+  static char res[SB_N][SB_ROUNDS][1024];
+  char disk[1024];
+  for (int r = 0; r < SB_ROUNDS; r++)
+    for (int k = 0; k < SB_N; k++) {
+      int i = (k + r) % SB_N;
+      if (run_child(o, sb_every[i], "cost", res[i][r], sizeof res[i][r]) != 0) {
+        fprintf(stderr, "bench-sample: the child for N=%u failed\n", sb_every[i]);
+        return 1;
+      }
     }
   if (run_child(o, 1, "disk", disk, sizeof disk) != 0) {
     fprintf(stderr, "bench-sample: the disk child failed\n");
     return 1;
   }
-  printf("{\"scenario\":\"bench-sample\",\"reps\":%d,\"configs\":{", o->reps);
-  double base_def = json_num(res[0], "ratio_default_vs_floor");
-  double base_all = json_num(res[0], "ratio_all_vs_floor");
+  static const char* const keys[] = {"ns_per_callback_floor", "ns_per_callback_default",
+                                     "ns_per_callback_all", "ratio_default_vs_floor",
+                                     "ratio_all_vs_floor"};
+  double m[SB_N][5];
+  printf("{\"scenario\":\"bench-sample\",\"reps\":%d,\"rounds\":%d,\"configs\":{", o->reps, SB_ROUNDS);
   for (int i = 0; i < SB_N; i++) {
-    if (sb_every[i]) printf(",\"sample_%u\":", sb_every[i]);
-    else printf("\"metrics_only\":");
-    printf("%s", res[i]);
+    if (sb_every[i]) printf(",\"sample_%u\":{", sb_every[i]);
+    else printf("\"metrics_only\":{");
+    for (int k = 0; k < 5; k++) {
+      m[i][k] = med_of(res[i], SB_ROUNDS, keys[k]);
+      printf("\"%s\":%.3f,", keys[k], m[i][k]);
+    }
+    printf("\"last_round\":%s}", res[i][SB_ROUNDS - 1]);
   }
+  /* Two views of N against metrics only, across processes: the ratio of the two processes'
+   * ratios to their own floor, and the plain ratio of ncclprof's ns per callback (which holds
+   * when the floor itself wanders, as on a busy machine). */
   printf("},\"ratio_vs_metrics_only\":{");
   for (int i = 1; i < SB_N; i++)
-    printf("%s\"sample_%u\":{\"default\":%.3f,\"all\":%.3f}", i > 1 ? "," : "", sb_every[i],
-           json_num(res[i], "ratio_default_vs_floor") / base_def,
-           json_num(res[i], "ratio_all_vs_floor") / base_all);
+    printf("%s\"sample_%u\":{\"default\":%.3f,\"all\":%.3f,\"default_ns\":%.3f,\"all_ns\":%.3f}",
+           i > 1 ? "," : "", sb_every[i], m[i][3] / m[0][3], m[i][4] / m[0][4], m[i][1] / m[0][1],
+           m[i][2] / m[0][2]);
   double per_op = json_num(disk, "bytes_per_op");
   double ops_h = MODEL_OPS_PER_STEP * 3600.0 / MODEL_STEP_S; /* per rank */
   printf("},\"disk\":%s,\"disk_model\":{\"ranks\":%d,\"step_s\":%.3f,\"allreduces_per_step\":%d,"
