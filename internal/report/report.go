@@ -90,7 +90,7 @@ type SlowOp struct {
 func Build(s *commops.Set, st *stats.Table, sk *skew.Result, title string) *Page {
 	p := &Page{Title: title, Generated: generated(), Files: s.Files, Traces: true,
 		Ops: st.Ops, Ranks: len(s.Procs), TotalNs: st.TotalNs, Skew: sk, Notes: sk.Notes,
-		Sampled: s.Sampling.Label(), OpsRead: len(s.Ops)}
+		Sampled: s.Sampling.Label(), OpsRead: s.Sampling.Sampled + s.Sampling.Full}
 	for _, svg := range []string{bandwidthPlot(s), heatmap(s), skewPlot(s, sk), latePlot(sk)} {
 		p.Plots = append(p.Plots, template.HTML(svg)) // built by this package, every text escaped
 	}
