@@ -1,7 +1,8 @@
 # ncclprof — build, test and benchmark.
 #   make          the plugin library, ncclmerge, the test host, the empty plugin (benchmark floor)
 #   make demo     the embedded default: a simulated 4-rank job through the real plugin, merged
-#   make test     every test (Go, Python, sanitizers); needs no GPU
+#   make test     every test (Go, Python, sanitizers); needs no GPU; installs what it lacks first
+#                 (tools/deps.sh), or stops at once with the one command to run
 #   make wheel    the Python package as a platform wheel (carries the plugin and ncclmerge)
 #   make bench    the benchmarks (results go in the README)
 
@@ -24,22 +25,27 @@ CORE_SRC := plugin/core.c plugin/adapters.c plugin/control.c plugin/chain.c
 CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h plugin/chain.h
 HOST_SRC := testhost/main.c testhost/emit.c testhost/calllog.c testhost/world.c testhost/scenarios.c \
             testhost/fuzz.c testhost/bench.c testhost/soak.c testhost/skew.c testhost/hang.c \
-            testhost/drainbench.c testhost/samplebench.c
+            testhost/drainbench.c testhost/job.c testhost/samplebench.c
 HOST_HDR := testhost/emit.h testhost/calllog.h testhost/world.h testhost/scenarios.h plugin/abi.h plugin/core.h
 GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(wildcard go.sum)
 
 WARN     := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN)
 
-.PHONY: all test test-go test-python bench demo clean sanitize soak otelcol prometheus wheel
+.PHONY: all test test-go test-python deps gocheck bench demo clean sanitize soak otelcol prometheus wheel hta
 
 all: $(PLUGIN) $(HOST) $(EMPTY) $(MERGE) $(RECORDER) $(RECORDER_VARIANTS)
 
-$(MERGE): $(GO_SRC)
+# Every Go build first checks that the Go on PATH can build this module (go.mod: go 1.26), and
+# says in one line what to do where it cannot (GOTOOLCHAIN=local with an older Go).
+gocheck:
+	@GO="$(GO)" tools/deps.sh go
+
+$(MERGE): $(GO_SRC) | gocheck
 	@mkdir -p $(BUILD)
 	$(GO) build -trimpath -o $@ ./cmd/ncclmerge
 
-$(PLUGIN): $(GO_SRC) $(CORE_SRC) $(CORE_HDR)
+$(PLUGIN): $(GO_SRC) $(CORE_SRC) $(CORE_HDR) | gocheck
 	@mkdir -p $(BUILD)
 	$(GO) build -buildmode=c-shared -trimpath -ldflags='-s -w' -o $@ ./plugin
 	@rm -f $(BUILD)/libnccl-profiler-ncclprof.h
@@ -96,13 +102,29 @@ otelcol:
 
 # Prometheus 3.x for the metrics example's test (internal/telemetry TestPrometheusExample), built
 # once from the module proxy (pinned in tools/prometheus/build.sh), cached like the collector.
-# The test also runs Debian's Prometheus 2.x: apt-get install prometheus.
+# The test also runs Debian's Prometheus 2.x, which tools/deps.sh installs (apt-get install prometheus).
 prometheus:
 	@tools/prometheus/build.sh >/dev/null
 
-test: test-go test-python
+# What the tests need beyond Go, gcc and make (Chromium, speedscope, Debian's Prometheus, the
+# collector), installed where missing; see tools/deps.sh.
+deps:
+	@GO="$(GO)" PYTHON="$(PYTHON)" tools/deps.sh
 
-test-go: all sanitize otelcol prometheus
+# Both suites run whatever the other's result; every failure is reported and the exit is non-zero.
+test: deps
+	@failed=; \
+	$(MAKE) --no-print-directory test-go || failed="$$failed test-go"; \
+	$(MAKE) --no-print-directory test-python || failed="$$failed test-python"; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed (each failure is reported above)" >&2; exit 1; fi; \
+	echo "make test: every test passed"
+
+# HTA (HolisticTraceAnalysis 0.5.0) with pandas 2 and with pandas 3, made once under build/ by
+# tools/hta/venv.sh: the merge's per-rank output must load in both (internal/merge hta_test.go).
+hta:
+	@PYTHON=$(PYTHON) tools/hta/venv.sh $(BUILD)
+
+test-go: all sanitize otelcol prometheus hta
 	NCCLPROF_FUZZ_SECONDS=$(FUZZ_SECONDS) $(GO) test -count=1 -p 1 -timeout 30m ./...
 
 # The Python package, built from this checkout and installed into build/py (made once by
@@ -134,7 +156,15 @@ wheel:
 	@rm -rf python/build python/ncclprof.egg-info
 	@ls -1 $(BUILD)/wheel/*.whl
 
-bench: all
+# The real traces the tests use, one shape each (relative µs, absolute µs with SendRecv,
+# sampled absolute µs, driver-API launches, CPU only), and the shapes internal/synth makes
+# (one NCCL kernel per 10 kernels, per 200, profile_memory, ROCm, absolute µs, ns).
+BENCH_TRACES := $(addprefix testdata/kineto/,nccl_parser_config_nccl_data.json.gz \
+  negative_queue_length_values_check_rank0.json.gz trace_filter_sampled_rank-0.json.gz \
+  triton_example_triton_example.json.gz cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz) \
+  synth:nccl-heavy synth:kernel-heavy synth:memory synth:rocm synth:absolute-us synth:ns
+
+bench: all hta
 	@echo "== plugin callback cost (testhost bench, median of 7 runs) =="
 	@rm -rf $(BUILD)/bench-out
 	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out NCCLPROF_BENCH_TRACE_DIR=$(BUILD)/bench-out/trace \
@@ -145,12 +175,12 @@ bench: all
 	@rm -rf $(BUILD)/bench-out/sample
 	@echo "== the same with the empty plugin chained behind ncclprof (NCCLPROF_CHAIN) =="
 	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out $(HOST) --lib $(PLUGIN) --empty-lib $(EMPTY) --chain $(EMPTY) --reps 7 bench
+	@echo "== the drainer under NCCL's busiest load: paced and unpaced, several shapes (tools/bench/drain.sh) =="
+	@tools/bench/drain.sh $(HOST) $(PLUGIN) $(BUILD)/bench-drain
 	@echo "== callback cost while something is broken (ncclprof, every event type, 1 thread) =="
 	@tools/bench/faults.sh $(HOST) $(PLUGIN) $(EMPTY) $(BUILD)/bench-faults 7
-	@echo "== ncclmerge on a 1 GiB Kineto trace: plain read, merge, HTA's parser =="
-	@if python3 -c 'import hta' 2>/dev/null; then $(MERGE) bench --size 1GiB; else \
-	  echo "(HTA not installed: pip install HolisticTraceAnalysis psutil  to compare with it)"; \
-	  $(MERGE) bench --size 1GiB --hta=false; fi
+	@echo "== ncclmerge per trace shape (512 MiB each): plain read, merge, HTA's parser =="
+	$(MERGE) bench --size 512MiB --python $(BUILD)/hta-pandas3/bin/python $(foreach t,$(BENCH_TRACES),--source $(t))
 	@echo "== ncclmerge hang over 1024 ranks' in-flight dumps (absent, gpu, link), 8 and 32 channels =="
 	$(MERGE) bench --what hang --ranks 1024 --testhost $(HOST)
 	$(MERGE) bench --what hang --ranks 1024 --channels 32 --testhost $(HOST)

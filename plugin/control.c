@@ -27,6 +27,11 @@ static int np_in_child(void) { return getpid() != np_loader_pid; }
 /* Version of the plugin. */
 NP_API const char* ncclprof_version(void) { return NCCLPROF_VERSION; }
 
+/* 1 once NCCL has created a communicator in this process (the plugin's first init ran): the
+ * settings are read then, so from then on NCCLPROF_* and OTEL_* variables are fixed. Loading
+ * the library and the other control calls before it fix nothing. */
+NP_API int ncclprof_started(void) { return np_first_init() != 0; }
+
 /* Present in builds whose Go side takes NCCLPROF_* and OTEL_* variables as they are when the
  * first communicator starts the plugin (plugin/env.go), not as the process started: the
  * Python package checks for it before promising that settings made from Python are seen. */
@@ -53,6 +58,62 @@ NP_API int ncclprof_set_event_mask(int mask) {
 }
 
 NP_API int ncclprof_get_event_mask(void) { return (int)np_get_mask(); }
+
+/* The one list of counter and statistic names: the trace's and the summary's health sections,
+ * the metrics and Python's counters()/stats() all take their names from here. Designated
+ * initializers tie each name to its enum value, so the order cannot slip; a counter added to the
+ * enum without a name here reads as NULL, which TestCounterNames (internal/hosttest) fails. */
+static const char* const np_counter_names[NP_C_COUNT] = {
+    [NP_C_EVENTS] = "events",
+    [NP_C_DROPPED_FULL] = "dropped_windows_full",
+    [NP_C_DROPPED_THREADS] = "dropped_too_many_threads",
+    [NP_C_NULL_HANDLE] = "null_handle",
+    [NP_C_STALE_HANDLE] = "stale_handle",
+    [NP_C_BAD_HANDLE] = "bad_handle",
+    [NP_C_NULL_DESCR] = "null_descriptor",
+    [NP_C_UNKNOWN_TYPE] = "unknown_type",
+    [NP_C_UNKNOWN_STATE] = "unknown_state",
+    [NP_C_STOP_TWICE] = "stop_twice",
+    [NP_C_AFTER_STOP] = "state_after_stop",
+    [NP_C_FOREIGN_EVENT] = "foreign_pxn_events",
+    [NP_C_FOREIGN_CONTEXT] = "foreign_context",
+    [NP_C_LATE] = "late_records",
+    [NP_C_QUIESCE_TIMEOUT] = "quiesce_timeouts",
+    [NP_C_INIT_DISABLED] = "init_disabled",
+    [NP_C_NULL_FINALIZE] = "null_finalize",
+    [NP_C_WINDOWS_SEALED] = "windows_processed",
+    [NP_C_SEALED_AT_MAX_GRACE] = "sealed_at_max_grace",
+    [NP_C_DROPPED_DETAIL] = "dropped_detail",
+    [NP_C_ARENA_FULL] = "arena_full",
+    [NP_C_XFER_UNKEYED] = "transfers_unkeyed",
+    [NP_C_LOST_OPS] = "lost_operations",
+    [NP_C_LOST_UNKEYED] = "lost_operations_unkeyed",
+    [NP_C_ORPHAN_STEPS] = "orphan_steps",
+};
+static const char* const np_stat_names[NP_S_COUNT] = {
+    [NP_S_TRACE_FILES] = "trace_files",
+    [NP_S_TRACE_EVENTS] = "trace_events",
+    [NP_S_TRACE_BYTES] = "trace_bytes",
+    [NP_S_TRACE_ERRORS] = "trace_errors",
+    [NP_S_TRACE_SKIPPED] = "trace_skipped",
+    [NP_S_SUMMARIES] = "summaries",
+    [NP_S_METRICS_EXPORTS] = "metrics_exports",
+    [NP_S_METRICS_FAILURES] = "metrics_failures",
+    [NP_S_OPS_COMPLETED] = "ops_completed",
+    [NP_S_GOROUTINES] = "goroutines",
+    [NP_S_GO_HEAP] = "go_heap_bytes",
+    [NP_S_DRAIN_CPU_NS] = "drain_cpu_ns",
+    [NP_S_DRAIN_RECORDS] = "drain_records",
+    [NP_S_SAMPLED_FILES] = "sampled_files",
+    [NP_S_SAMPLED_DELETED] = "sampled_files_deleted",
+    [NP_S_SAMPLED_BYTES] = "sampled_bytes",
+    [NP_S_SAMPLED_OPS] = "sampled_operations",
+    [NP_S_SAMPLED_AWAY] = "sampled_away",
+    [NP_S_SAMPLED_TRIGGERS] = "sampled_triggers",
+};
+
+NP_API const char* ncclprof_counter_name(int i) { return i >= 0 && i < NP_C_COUNT ? np_counter_names[i] : NULL; }
+NP_API const char* ncclprof_stat_name(int i) { return i >= 0 && i < NP_S_COUNT ? np_stat_names[i] : NULL; }
 
 /* Copies up to n process-wide counters (order: NP_C_* in core.h); returns how many exist. */
 NP_API int ncclprof_counters(uint64_t* out, int n) {

@@ -658,14 +658,7 @@ void np_late(np_comm* c, np_thread* t, uint64_t h, uint32_t state, uint64_t a0, 
   ev->u.late.arg0 = a0;
   ev->u.late.arg1 = a1;
   ev->u.late.has_args = (uint8_t)has_args;
-  if (opfin) {
-    ev->u.late.t_progress = opfin->u.op.t_progress;
-    ev->u.late.trans_size = opfin->u.op.trans_size;
-    ev->u.late.x_bytes = opfin->u.op.x_bytes;
-    ev->u.late.x_time = opfin->u.op.x_time;
-    ev->u.late.x_n = opfin->u.op.x_n;
-    ev->u.late.steps_done = opfin->u.op.steps_done;
-  }
+  if (opfin) ev->u.late.prog = opfin->u.op.prog;
   ev->done = 1;
   __atomic_store_n(&ev->hdr, (uint64_t)ep | ((uint64_t)NP_T_LATE << 32), __ATOMIC_RELEASE);
   __atomic_fetch_add(&c->late, 1, __ATOMIC_RELAXED);
@@ -742,8 +735,9 @@ void np_cell_state(np_cell* cell, int state, uint64_t a0, int has_args, uint64_t
     }
   } else if (state == NPABI_PROXY_OP_IN_PROGRESS ||
              (state >= NPABI_PROXY_OP_SEND_POSTED && state <= NPABI_PROXY_OP_RECV_DONE)) {
-    if (cell->u.op.t_progress == 0) cell->u.op.t_progress = now;
-    if (has_args && a0 > cell->u.op.trans_size) cell->u.op.trans_size = a0; /* v1–v3 total */
+    np_op_progress* pg = &cell->u.op.prog;
+    if (pg->t_progress == 0) pg->t_progress = now;
+    if (has_args && a0 > pg->trans_size) pg->trans_size = a0; /* v1–v3 total */
     cell->last_state = state;
     cell->t_last = now;
     return;
@@ -765,7 +759,8 @@ uint64_t np_op_running_total(void* handle, int state, uint64_t total) {
   np_comm* c = np_handle_comm(h);
   np_cell* cell = c ? np_cell_of(c, h) : NULL;
   if (cell != NULL && cell->type == NP_T_PROXY_OP) {
-    added = total > cell->u.op.trans_size ? total - cell->u.op.trans_size : 0;
+    uint64_t had = cell->u.op.prog.trans_size;
+    added = total > had ? total - had : 0;
     np_cell_state(cell, state, total, 1, np_ticks());
   } else if (c != NULL) {
     np_count(NP_C_STALE_HANDLE);
@@ -811,12 +806,7 @@ static void np_op_finish(np_comm* c, np_thread* t, const np_cell* op, uint64_t h
     np_late(c, t, h, NP_LATE_STOP, 0, 0, 0, op);
     return;
   }
-  ev->u.op.t_progress = op->u.op.t_progress;
-  ev->u.op.trans_size = op->u.op.trans_size;
-  ev->u.op.x_bytes = op->u.op.x_bytes;
-  ev->u.op.x_time = op->u.op.x_time;
-  ev->u.op.x_n = op->u.op.x_n;
-  ev->u.op.steps_done = op->u.op.steps_done;
+  ev->u.op.prog = op->u.op.prog;
   ev->nstates = op->nstates;
   ev->t_stop = now;
   __atomic_store_n(&ev->done, 1, __ATOMIC_RELEASE);
@@ -1045,6 +1035,16 @@ int np_poll(np_ready* out, int max, int flush, int set_mask) {
   return n;
 }
 
+/* A ProxyOp's progress in the flat record the drainer reads. */
+static void np_export_progress(np_record* o, const np_op_progress* p) {
+  o->t_aux = p->t_progress;
+  o->bytes_aux = p->trans_size;
+  o->x_bytes = p->x_bytes;
+  o->x_time = p->x_time;
+  o->x_n = p->x_n;
+  o->steps_done = p->steps_done;
+}
+
 int np_export(const np_ready* r, np_record* out, int max) {
   np_comm* c = &np_comms[r->comm];
   np_window* w = &c->set[r->set].win[r->win];
@@ -1089,12 +1089,7 @@ int np_export(const np_ready* r, np_record* out, int max) {
       break;
     case NP_T_PROXY_OP:
       o->handle = ev->u.op.arena; /* NCCL's handle: its steps' parent, its late stop's target */
-      o->t_aux = ev->u.op.t_progress;
-      o->bytes_aux = ev->u.op.trans_size;
-      o->x_bytes = ev->u.op.x_bytes;
-      o->x_time = ev->u.op.x_time;
-      o->x_n = ev->u.op.x_n;
-      o->steps_done = ev->u.op.steps_done;
+      np_export_progress(o, &ev->u.op.prog);
       o->pid = ev->u.op.pid;
       o->peer = ev->u.op.peer;
       o->nsteps = ev->u.op.nsteps;
@@ -1171,12 +1166,7 @@ int np_export(const np_ready* r, np_record* out, int max) {
       o->late_arg0 = ev->u.late.arg0;
       o->late_arg1 = ev->u.late.arg1;
       o->late_has_args = ev->u.late.has_args;
-      o->t_aux = ev->u.late.t_progress; /* a ProxyOp's stop: what its cell gathered */
-      o->bytes_aux = ev->u.late.trans_size;
-      o->x_bytes = ev->u.late.x_bytes;
-      o->x_time = ev->u.late.x_time;
-      o->x_n = ev->u.late.x_n;
-      o->steps_done = ev->u.late.steps_done;
+      np_export_progress(o, &ev->u.late.prog); /* a ProxyOp's stop: what its cell gathered */
       break;
     }
   }
@@ -1336,7 +1326,7 @@ int np_arena_scan(uint32_t i, np_open_cell* out, int max) {
       o->step = cell->u.step.step;
     } else {
       o->nsteps = cell->u.op.nsteps;
-      o->steps_done = (int32_t)cell->u.op.steps_done;
+      o->steps_done = (int32_t)cell->u.op.prog.steps_done;
     }
 #if !defined(NP_TSAN)
     __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the field reads above happen before the check */

@@ -123,6 +123,14 @@ enum {
   NP_ST_RECV_WAIT = 3, NP_ST_RECV_FLUSH_WAIT = 4, NP_ST_RECV_GPU_WAIT = 5,
 };
 
+/* What a ProxyOp's arena cell gathers while it is in flight, copied into its record at the stop. */
+typedef struct np_op_progress {
+  uint64_t t_progress;      /* first InProgress (v4+) or first posted state (v1–v3) */
+  uint64_t trans_size;      /* v1–v3: cumulative bytes from the op states */
+  uint64_t x_bytes, x_time; /* its send steps' transfers: bytes, Σ ticks (stop − SendWait) */
+  uint32_t x_n, steps_done; /* transfers; steps stopped */
+} np_op_progress;
+
 /* One slot: the internal event record, written by the hot path. 128 bytes, 64-aligned. */
 typedef struct __attribute__((aligned(64))) np_event {
   uint64_t hdr;    /* epoch | type << 32 | abi << 40 | flags << 48; stored last at start */
@@ -149,12 +157,8 @@ typedef struct __attribute__((aligned(64))) np_event {
       uint8_t nchannels;
     } p2p;
     struct {
-      uint64_t arena;      /* the handle NCCL got: the ProxyOp's cell in the arena */
-      /* Filled from the cell at the stop: */
-      uint64_t t_progress; /* first InProgress (v4+) or first posted state (v1–v3) */
-      uint64_t trans_size; /* v1–v3: cumulative bytes from the op states */
-      uint64_t x_bytes, x_time; /* its send steps' transfers: bytes, Σ ticks (stop − SendWait) */
-      uint32_t x_n, steps_done; /* transfers; steps stopped */
+      uint64_t arena;        /* the handle NCCL got: the ProxyOp's cell in the arena */
+      np_op_progress prog;   /* filled from the cell at the stop */
       int32_t pid, peer, nsteps, chunk;
       uint8_t channel, is_send;
     } op;
@@ -211,9 +215,7 @@ typedef struct __attribute__((aligned(64))) np_event {
       uint64_t arg0, arg1;
       uint32_t state;  /* npabi_state_t, or UINT32_MAX for a stop */
       uint8_t has_args; /* 0 none, 1 arg0 is the value, 2 arg0 is a cumulative total */
-      /* A ProxyOp's stop also carries what its cell gathered (as u.op fills in place). */
-      uint64_t t_progress, trans_size, x_bytes, x_time;
-      uint32_t x_n, steps_done;
+      np_op_progress prog; /* a ProxyOp's stop: what its cell gathered (as u.op gets in place) */
     } late;
   } u;
 } np_event;
@@ -287,7 +289,9 @@ typedef struct np_open_cell {
   uint8_t channel, is_send;
 } np_open_cell;
 
-/* Process-wide counters, read by the drainer and the control API. Indexes into np_counters. */
+/* Process-wide counters, read by the drainer and the control API. Indexes into np_counters.
+ * Each has its one name in np_counter_names (control.c), which the trace, the summary, the
+ * metrics and Python all read: a counter added here needs a name there (a test fails without). */
 enum {
   NP_C_EVENTS, NP_C_DROPPED_FULL /* not tracked: per type in np_dropped_read */, NP_C_DROPPED_THREADS, NP_C_NULL_HANDLE, NP_C_STALE_HANDLE,
   NP_C_BAD_HANDLE, NP_C_NULL_DESCR, NP_C_UNKNOWN_TYPE, NP_C_UNKNOWN_STATE, NP_C_STOP_TWICE,
@@ -304,6 +308,10 @@ enum {
 
 /* Control API exported to Python (control.c). */
 const char* ncclprof_version(void);
+/* The name of counter i (NP_C_*) and of statistic i (NP_S_*); NULL outside the list or if a
+ * counter was given no name. */
+const char* ncclprof_counter_name(int i);
+const char* ncclprof_stat_name(int i);
 
 /* Statistics the drainer publishes for the control API (ncclprof_stats). */
 enum {

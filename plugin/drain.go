@@ -253,9 +253,9 @@ func (d *drain) window(r *C.np_ready) {
 	d.agg.Window(c, d.batch)
 }
 
-// advance tells the aggregator, per live communicator, up to when every event has been read,
-// so operations complete QuietNs after their last child whether or not more events come.
-func (d *drain) advance() {
+// eachComm calls fn for every communicator in use whose current incarnation the drainer has
+// read windows of (the PXN communicator included).
+func (d *drain) eachComm(fn func(i uint32, c aggregate.Comm, info *C.np_comm_info)) {
 	for i := uint32(0); i < C.NP_MAX_COMMS; i++ {
 		var info C.np_comm_info
 		if C.np_comm_get(C.uint32_t(i), &info) == 0 {
@@ -265,9 +265,17 @@ func (d *drain) advance() {
 			continue
 		}
 		if c, ok := d.comms[i]; ok && c.Incarnation == uint64(info.incarnation) {
-			d.agg.Advance(c, event.Ticks(info.read_tsc))
+			fn(i, c, &info)
 		}
 	}
+}
+
+// advance tells the aggregator, per live communicator, up to when every event has been read,
+// so operations complete QuietNs after their last child whether or not more events come.
+func (d *drain) advance() {
+	d.eachComm(func(_ uint32, c aggregate.Comm, info *C.np_comm_info) {
+		d.agg.Advance(c, event.Ticks(info.read_tsc))
+	})
 }
 
 // syncPlugin hands the aggregator what the plugin keeps outside records for communicator i:
@@ -317,20 +325,7 @@ func byType(v *[C.NP_T_COUNT]C.uint64_t) map[string]uint64 {
 }
 
 // syncAll brings every live communicator's plugin-side figures in (before a metrics snapshot).
-func (d *drain) syncAll() {
-	for i := uint32(0); i < C.NP_MAX_COMMS; i++ {
-		var info C.np_comm_info
-		if C.np_comm_get(C.uint32_t(i), &info) == 0 {
-			break
-		}
-		if info.state == C.NP_COMM_UNUSED {
-			continue
-		}
-		if c, ok := d.comms[i]; ok && c.Incarnation == uint64(info.incarnation) {
-			d.syncPlugin(i, c, &info)
-		}
-	}
-}
+func (d *drain) syncAll() { d.eachComm(d.syncPlugin) }
 
 // finishComms completes communicators NCCL finalized once their last window is processed.
 func (d *drain) finishComms() {

@@ -230,15 +230,12 @@ func (w *watchdog) liveProxy(cell *C.np_open_cell, steps []*C.np_open_cell) hang
 	return p
 }
 
-// stateCell maps a ProxyStep state to its cell of t_state (NP_ST_* in plugin/core.h).
-var stateCell = map[int]int{8: 0, 20: 1, 9: 2, 10: 3, 11: 4, 12: 5}
-
 func (w *watchdog) step(s *C.np_open_cell, send bool) hang.Step {
 	state, since := int(s.last_state), uint64(s.t_start)
 	name, ok := hang.StepState(state)
 	if ok {
-		if t := uint64(s.t_state[stateCell[state]]); t != 0 {
-			since = t
+		if k, _ := event.StepCell(uint32(state)); s.t_state[k] != 0 {
+			since = uint64(s.t_state[k])
 		}
 	} else if name = hang.RecvWait; send { // started, no state yet: the first of its direction
 		name = hang.SendGPUWait
@@ -271,20 +268,14 @@ func (w *watchdog) finishGhosts() {
 	}
 }
 
-// liveComms are the communicators NCCL has not finished with, as the drainer knows them.
+// liveComms are the communicators NCCL has not finished with, as the drainer knows them (the
+// PXN communicator, which holds other processes' ProxyOps, left out).
 func (d *drain) liveComms() []aggregate.Comm {
 	var out []aggregate.Comm
-	for i := uint32(0); i < C.NP_MAX_COMMS; i++ {
-		var info C.np_comm_info
-		if C.np_comm_get(C.uint32_t(i), &info) == 0 {
-			break
-		}
-		if i == C.NP_PXN_COMM || (info.state != C.NP_COMM_ACTIVE && info.state != C.NP_COMM_FINALIZING) {
-			continue
-		}
-		if c, ok := d.comms[i]; ok && c.Incarnation == uint64(info.incarnation) {
+	d.eachComm(func(i uint32, c aggregate.Comm, info *C.np_comm_info) {
+		if i != C.NP_PXN_COMM && (info.state == C.NP_COMM_ACTIVE || info.state == C.NP_COMM_FINALIZING) {
 			out = append(out, c)
 		}
-	}
+	})
 	return out
 }

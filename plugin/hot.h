@@ -82,8 +82,7 @@ typedef struct __attribute__((aligned(64))) np_cell {
     } step;
     struct {
       uint64_t record; /* its record in the operation windows (0 if it got no slot) */
-      uint64_t t_progress, trans_size, x_bytes, x_time;
-      uint32_t x_n, steps_done;
+      np_op_progress prog;
       int32_t nsteps, pid;
     } op;
   } u;
@@ -646,16 +645,16 @@ NP_HOT void np_step_fold(np_comm* c, np_thread* t, np_cell* s, np_cell* op, uint
       np_xfer_add(c, t, NP_X_SEND, s->rank, s->peer, size, dt, 1);
       np_xfer_add(c, t, NP_X_CHANNEL, s->rank, s->channel, size, dt, 1);
       if (op) {
-        op->u.op.x_n++;
-        op->u.op.x_bytes += size;
-        op->u.op.x_time += dt;
+        op->u.op.prog.x_n++;
+        op->u.op.prog.x_bytes += size;
+        op->u.op.prog.x_time += dt;
       }
     }
   } else if (size > 0) {
     np_xfer_add(c, t, NP_X_RECV, s->rank, s->peer, size, 0, 0);
   }
   if (op) {
-    op->u.op.steps_done++;
+    op->u.op.prog.steps_done++;
     op->t_last = stop;
   }
 }

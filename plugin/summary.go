@@ -18,19 +18,19 @@ import (
 	"github.com/ncclprof/ncclprof/internal/outfile"
 )
 
-// counterNames follow the NP_C_* order in core.h.
-var counterNames = [...]string{"events", "dropped_windows_full", "dropped_too_many_threads",
-	"null_handle", "stale_handle", "bad_handle", "null_descriptor", "unknown_type",
-	"unknown_state", "stop_twice", "state_after_stop", "foreign_pxn_events",
-	"foreign_context", "late_records", "quiesce_timeouts", "init_disabled", "null_finalize",
-	"windows_processed", "sealed_at_max_grace", "dropped_detail", "arena_full",
-	"transfers_unkeyed", "lost_operations", "lost_operations_unkeyed", "orphan_steps"}
-
-func init() {
-	if len(counterNames) != C.NP_C_COUNT {
-		panic("counterNames out of step with NP_C_COUNT")
+// counterNames are the counters' names from the plugin's one list (np_counter_names in
+// control.c), which Python reads too. A counter without a name there (a test fails) is reported
+// as counter_<i> rather than lost.
+var counterNames = func() (names [C.NP_C_COUNT]string) {
+	for i := range names {
+		if p := C.ncclprof_counter_name(C.int(i)); p != nil {
+			names[i] = C.GoString(p)
+		} else {
+			names[i] = fmt.Sprintf("counter_%d", i)
+		}
 	}
-}
+	return names
+}()
 
 // counters reads the process-wide counters by name.
 func counters() map[string]uint64 {

@@ -98,8 +98,8 @@ type thread struct {
 
 // loc is where a slice went (for flows) and, for operations, their function (names KernelCh).
 type loc struct {
-	tid, ts int64
-	fn      string
+	tid, ts, end int64
+	fn           string
 }
 
 const (
@@ -571,9 +571,9 @@ func (t *traceSink) emit(c aggregate.Comm, r *event.Record) {
 	if r.Type == event.ProxyStep {
 		t.emitStates(th, lane, tid, r, stop)
 	}
-	t.place(r.Handle, loc{tid, start, r.Func})
+	t.place(r.Handle, loc{tid, start, stop, r.Func})
 	if event.IsHandle(r.Parent) {
-		t.link(r.Parent, tid, start)
+		t.link(r.Parent, tid, start, stop)
 	}
 }
 
@@ -664,10 +664,13 @@ func (t *traceSink) place(h uint64, l loc) {
 	t.placed[h] = l
 }
 
-// link writes a flow from a parent's slice to a child's when the parent is in this file.
-func (t *traceSink) link(parent uint64, tid, ts int64) {
+// link writes a flow from a parent's slice to a child's when the parent is in this file, and
+// the child does not already show inside it on the same track (a step in its proxy op): an
+// arrow there adds nothing a viewer does not draw, and args.parent names the parent anyway.
+// (Flows were a third of the events of a trace.)
+func (t *traceSink) link(parent uint64, tid, ts, end int64) {
 	p, ok := t.placed[parent]
-	if !ok {
+	if !ok || (p.tid == tid && p.ts <= ts && end <= p.end) {
 		return
 	}
 	t.flow++
@@ -725,7 +728,7 @@ func (t *traceSink) emitKernel(c aggregate.Comm, r *event.Record) {
 	e.Str("gpu_stop_ns", strconv.FormatUint(r.PTimerStop, 10))
 	e.Str("clock", clock).Hex("op", r.Parent).End()
 	if event.IsHandle(r.Parent) {
-		t.link(r.Parent, tid, start)
+		t.link(r.Parent, tid, start, stop)
 	}
 }
 
@@ -763,8 +766,13 @@ func (t *traceSink) op(o *aggregate.Op) {
 		if name == "" {
 			name = fmt.Sprintf("0x%016x", o.Comm.Hash)
 		}
-		t.w.Event('M', "thread_name", "", t.pid, tid).Args().
-			Str("name", fmt.Sprintf("NCCL ops %s rank %d", name, o.Comm.Rank)).End()
+		// Operations in flight together go to lanes of the track, each named apart (as the
+		// proxy thread's lanes are), so that Perfetto does not show several identical tracks.
+		name = fmt.Sprintf("NCCL ops %s rank %d", name, o.Comm.Rank)
+		if lane > 0 {
+			name += fmt.Sprintf(" lane %d", lane)
+		}
+		t.w.Event('M', "thread_name", "", t.pid, tid).Args().Str("name", name).End()
 	}
 	e := t.w.Event('X', o.Func, "nccl_op", t.pid, tid).Ts("ts", start).Dur("dur", stop-start).Args()
 	e.Hex("id", o.Handle^0x8000000000000000).Hex("op", o.Handle).Hex("comm", o.Comm.Hash).Int("rank", int64(o.Comm.Rank))
@@ -785,7 +793,7 @@ func (t *traceSink) op(o *aggregate.Op) {
 		e.Bool("trigger", true) // it fired the trigger
 	}
 	e.Float("algbw_gbps", o.AlgBWGBps, 3).Float("busbw_gbps", o.BusBWGBps, 3).End()
-	t.link(o.Handle, tid, start)
+	t.link(o.Handle, tid, start, stop)
 	t.w.Spill()
 }
 
@@ -892,14 +900,11 @@ func (t *traceSink) typeArgs(e *chrome.Event, c aggregate.Comm, r *event.Record)
 		e.Int("chunk_size", int64(r.Chunk)).Uint("trans_size", r.Bytes).Bool("is_send", r.IsSend).Int("pid", int64(r.PID))
 		e.Int("steps_done", int64(r.StepsDone)).Uint("transfers", uint64(r.XferN)).Uint("transfer_bytes", r.XferBytes)
 	case event.ProxyStep:
+		// The state times are not repeated here: each state is a nccl_step_state slice nested
+		// in the step, starting at that time (emitStates).
 		e.Int("step", int64(r.Step)).Uint("trans_size", r.Bytes).Int("peer_waits", int64(r.PeerWaits))
 		if r.Flags&event.NoOp != 0 {
 			e.Bool("no_proxyop", true)
-		}
-		for i, v := range r.States {
-			if v != 0 {
-				e.Ts(stepStates[i], t.cpu.UnixNs(uint64(v)))
-			}
 		}
 	case event.ProxyCtrl:
 		e.Str("first", ctrlName(r.FirstState)).Str("last", ctrlName(r.LastState)).Int("appended", int64(r.N))

@@ -146,6 +146,7 @@ void launch_group(hcomm* c, op_spec* ops, int n, int depth) {
       jobs[k].t_op_start = t0;
       jobs[k].last_of_op = k == nj - 1;
       jobs[k].slow_ns = o->slow_ns;
+      jobs[k].arrived = W.op_barrier;
     }
     host_stop(p, h); /* "enqueued", long before the proxy finishes */
   }

@@ -16,6 +16,9 @@ typedef struct opts {
   int mask_api; /* >= 0: ncclprof_set_event_mask before the first communicator */
   unsigned long long bad_ptimer; /* planted GPU timestamp, every bad_every-th reading */
   int bad_every;
+  const char* sync; /* job: the file the ranks synchronize through */
+  int slow_rank;    /* job: the planted straggler (-1: none) */
+  double slow_us;   /* job: how late it arrives on the slow steps; allreduce: see slow_op */
   unsigned long long seed;
   double seconds;
   const char* empty_lib; /* bench: the empty plugin, the floor */
@@ -26,7 +29,7 @@ typedef struct opts {
   /* allreduce: a planted slow operation (iteration slow_op's steps each take slow_us longer;
    * -1: none), and a pause of pace_us between iterations (a training step's compute). */
   int slow_op;
-  double slow_us, pace_us;
+  double pace_us;
 } opts;
 
 /* One API call: a collective or a point-to-point operation. */
@@ -90,6 +93,7 @@ int scenario_soak(const opts* o);
 void scenario_manycomms(const opts* o);
 void scenario_fork(const opts* o);
 void scenario_flood(const opts* o);
+void scenario_job(const opts* o); /* ranks that wait for each other, a straggler (job.c) */
 int scenario_skew(int argc, char** argv); /* parses its own options (skew.c) */
 int scenario_hang(int argc, char** argv); /* parses its own options (hang.c) */
 

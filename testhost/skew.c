@@ -49,15 +49,8 @@ typedef struct skew_cfg {
 } skew_cfg;
 
 /* splitmix64 of a tuple: every process draws the same numbers for the same (step, op, rank). */
-static uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 static uint64_t draw(const skew_cfg* c, uint64_t a, uint64_t b, uint64_t d) {
-  return mix(mix(mix(c->seed ^ mix(a)) ^ b) ^ d);
+  return mix64(mix64(mix64(c->seed ^ mix64(a)) ^ b) ^ d);
 }
 
 static int op_ranks(const skew_op* o, const skew_cfg* c) { return o->pair ? 2 : c->nranks; }

@@ -61,6 +61,29 @@ uint64_t rnd(void) {
 
 double rnd01(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
 
+/* A rank that never arrives (it died) fails the others rather than hanging them. */
+#define BARRIER_TIMEOUT_S 30
+
+void job_barrier_wait(const uint32_t* count, int n) {
+  double give_up = now_ns() + BARRIER_TIMEOUT_S * 1e9;
+  while (__atomic_load_n(count, __ATOMIC_ACQUIRE) < (uint32_t)n) {
+    if (now_ns() > give_up) {
+      fprintf(stderr, "testhost: only %u of %d ranks arrived within %d s (did a rank fail?)\n",
+              __atomic_load_n(count, __ATOMIC_ACQUIRE), n, BARRIER_TIMEOUT_S);
+      exit(1);
+    }
+    struct timespec nap = {0, 20000}; /* the other ranks' processes share the CPUs: never spin */
+    nanosleep(&nap, NULL);
+  }
+}
+
+uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 void peer_model(int peer, double* latency_ns, double* bw_bps) {
   int dist = ((peer - W.rank) % W.nranks + W.nranks) % W.nranks;
   if (dist == 0) dist = 1;
@@ -225,6 +248,7 @@ void run_job(const job* j) {
                .chunk = (int)j->sizes[0], .is_send = j->is_send};
   void* op = j->nsteps > 0 ? start_event(j->ctx, &e, rnd() % 8 == 0) : NULL;
   host_op_in_progress(p, op);
+  if (j->arrived) job_barrier_wait(j->arrived, j->comm->nranks); /* a ring waits for its peers */
   size_t cum = 0;
   inflight fl[8];
   int nfl = 0, next = 0, done = 0;

@@ -61,6 +61,8 @@ typedef struct job {
   double t_op_start; /* host CLOCK_MONOTONIC ns when the Coll started */
   int last_of_op;    /* the op completes when this job finishes */
   double slow_ns;    /* planted delay added to each step (--slow-op), in any timing mode */
+  const uint32_t* arrived; /* non-NULL: ranks of the job that called the op (a count shared by
+                              their processes); the network work waits for all (job.c) */
 } job;
 
 typedef struct world {
@@ -94,6 +96,9 @@ typedef struct world {
    * instead of the clock (--bad-ptimer); how many were planted. */
   uint64_t bad_ptimer, bad_planted;
   int bad_every;
+  /* Set around launch_group by scenarios whose ranks wait for each other (job.c): the shared
+   * arrival count its jobs wait on. NULL otherwise. */
+  const uint32_t* op_barrier;
 } world;
 
 extern world W;
@@ -106,6 +111,11 @@ uint64_t gpu_reading(uint64_t ns); /* a pTimer NCCL passes: ns, or the planted b
 void spin_until(double t_mono_ns);
 uint64_t rnd(void);
 double rnd01(void);
+/* splitmix64's finalizer: every process draws the same numbers for the same inputs. */
+uint64_t mix64(uint64_t x);
+/* Waits (sleeping) until *count reaches n, a count other processes share (job.c); exits after
+ * 30 s. */
+void job_barrier_wait(const uint32_t* count, int n);
 
 void world_init(const char* lib, int abi, int rank, int nranks, int realtime, uint64_t seed);
 hcomm* world_comm(const char* name, uint64_t hash, int nranks, int rank, int nnodes);

@@ -19,14 +19,23 @@ const traceArgsHelp = `TRACE is a file, a quoted glob or a directory: the plugin
 output of one rank (where NCCL kernels carry their sizes and GPU times, which are then used), or
 a --timeline of all ranks. .json and .json.gz are recognized by content.`
 
+// output is the file a command writes (-o), checked against its inputs before they are read;
+// example is a file name to suggest when -o is a directory.
+type output struct{ path, example string }
+
 // readOps expands the arguments and reads their operations, with progress on stderr unless quiet.
-func readOps(cmd *cobra.Command, args []string, quiet, legs bool) (*commops.Set, error) {
+func readOps(cmd *cobra.Command, args []string, quiet, legs bool, out ...output) (*commops.Set, error) {
 	if len(args) == 0 {
 		return nil, fmt.Errorf("give the traces to read: ncclmerge %s TRACE... (files, quoted globs or directories; see --help)", cmd.Name())
 	}
 	paths, err := expandTraces(args)
 	if err != nil {
 		return nil, err
+	}
+	for _, o := range out {
+		if err := checkOutput("-o", o.path, o.example, paths); err != nil {
+			return nil, err
+		}
 	}
 	var log io.Writer
 	if !quiet {
@@ -68,5 +77,5 @@ func expandTraces(args []string) ([]string, error) {
 		}
 		out = append(out, m...)
 	}
-	return out, nil
+	return uniqueFiles(out), nil
 }

@@ -28,7 +28,7 @@ type benchResult struct {
 func benchCmd() *cobra.Command {
 	var (
 		size       string
-		source     string
+		sources    []string
 		dir        string
 		hta, keep  bool
 		pythonPath string
@@ -42,11 +42,15 @@ func benchCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure merge, stats, skew or hang throughput and memory on large synthesized inputs",
-		Long: `--what merge (the default): synthesize a Kineto trace of --size bytes by repeating a real one
-(each copy later in time, with its own correlation ids) and its plugin trace, then measure in one run:
+		Long: `--what merge (the default): for each --source (one trace shape each), synthesize a Kineto trace
+of --size bytes by repeating the real one (each copy later in time, with its own correlation ids) and
+its plugin trace, then measure:
   - a plain read of the file into memory,
-  - ncclmerge merge of it (in a child process: wall time, throughput of input, peak RSS),
-  - HTA's trace parser loading the same file (pip package HolisticTraceAnalysis), unless --hta=false.
+  - ncclmerge merge of it (in a child process: wall time, MB/s of total input — Kineto and plugin
+    traces —, CPU time, peak RSS over the total input),
+  - HTA's trace parser loading the same Kineto file (HolisticTraceAnalysis in --python), unless
+    --hta=false, and the ratio of its time to the merge's.
+A table per shape ends the report; the worst shape is the one to quote.
 
 --what stats: synthesize one rank's plugin trace of --size bytes with every event NCCL reports per
 operation (API, launch, group, proxy ops, steps and their states, GPU channels, flows), and time
@@ -62,7 +66,9 @@ writer, and ncclmerge hang is timed over them (--reps runs: median wall time, CP
 Also reported: the bytes one in-flight operation adds to a dump, with --channels channels.
 
 The temporary files are deleted unless --keep.`,
-		Example: `  ncclmerge bench --size 1GiB --source ../shared/traces/kineto/nccl_parser_config_nccl_data.json.gz
+		Example: `  ncclmerge bench --size 512MiB --python build/hta-pandas3/bin/python \
+      --source testdata/kineto/nccl_parser_config_nccl_data.json.gz \
+      --source testdata/kineto/negative_queue_length_values_check_rank0.json.gz
   ncclmerge bench --what stats --size 1GiB
   ncclmerge bench --what skew --ranks 64 --ops 10000
   ncclmerge bench --what hang --ranks 1024`,
@@ -81,7 +87,7 @@ The temporary files are deleted unless --keep.`,
 			var res *benchReport
 			switch what {
 			case "merge":
-				res, err = runBench(tmp, source, n, hta, pythonPath)
+				res, err = runBenchShapes(tmp, sources, n, hta, pythonPath, keep)
 			case "stats":
 				res, err = benchStats(tmp, n, reps)
 			case "skew":
@@ -106,7 +112,8 @@ The temporary files are deleted unless --keep.`,
 	}
 	f := c.Flags()
 	f.StringVar(&size, "size", "1GiB", "size of the synthesized Kineto trace (e.g. 256MiB, 1GiB)")
-	f.StringVar(&source, "source", "../shared/traces/kineto/nccl_parser_config_nccl_data.json.gz", "real Kineto trace to repeat")
+	f.StringSliceVar(&sources, "source", []string{"testdata/kineto/nccl_parser_config_nccl_data.json.gz"},
+		"Kineto traces to repeat, one shape each (repeat the flag or separate with commas): real ones, or synth:NAME for a synthesized shape ("+strings.Join(synth.ShapeNames(), ", ")+")")
 	f.StringVar(&dir, "dir", os.TempDir(), "where to put the temporary files")
 	f.BoolVar(&hta, "hta", true, "also time HTA's trace parser (python3 with HolisticTraceAnalysis)")
 	f.StringVar(&pythonPath, "python", "python3", "the Python that has HolisticTraceAnalysis")
@@ -144,25 +151,98 @@ type benchReport struct {
 	Source     string        `json:"source"`
 	CPUs       int           `json:"cpus"`
 	Results    []benchResult `json:"results"`
+	Shapes     []shapeResult `json:"shapes,omitempty"`
 	Summary    string        `json:"summary"`
 }
 
+// shapeResult is one trace shape's line of the summary table.
+type shapeResult struct {
+	Shape        string  `json:"shape"`
+	KinetoBytes  int64   `json:"kineto_bytes"`
+	PluginBytes  int64   `json:"plugin_bytes"`
+	MergeSeconds float64 `json:"merge_seconds"`
+	MergeCPU     float64 `json:"merge_cpu_seconds"`
+	MBps         float64 `json:"mb_per_s_total_input"`
+	RSSRatio     float64 `json:"peak_rss_over_total_input"`
+	HTASeconds   float64 `json:"hta_seconds,omitempty"`
+	HTARatio     float64 `json:"hta_over_merge,omitempty"`
+}
+
+// runBenchShapes runs the merge benchmark on each source and adds the per-shape table.
+func runBenchShapes(tmp string, sources []string, size int64, withHTA bool, python string, keep bool) (*benchReport, error) {
+	all := &benchReport{CPUs: runtime.NumCPU(), Source: strings.Join(sources, ", ")}
+	for _, src := range sources {
+		dir, err := os.MkdirTemp(tmp, "shape-")
+		if err != nil {
+			return nil, err
+		}
+		rep, err := runBench(dir, src, size, withHTA, python)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", src, err)
+		}
+		if !keep {
+			os.RemoveAll(dir) // a shape's files go before the next one's are made
+		}
+		for i := range rep.Results {
+			rep.Results[i].What = shapeName(src) + ": " + rep.Results[i].What
+		}
+		all.Results = append(all.Results, rep.Results...)
+		all.Shapes = append(all.Shapes, rep.Shapes...)
+		all.InputBytes += rep.InputBytes
+	}
+	slow, big := 0, 0
+	for i, s := range all.Shapes {
+		if s.MBps < all.Shapes[slow].MBps {
+			slow = i
+		}
+		if s.RSSRatio > all.Shapes[big].RSSRatio {
+			big = i
+		}
+	}
+	if len(all.Shapes) > 0 {
+		w, m := all.Shapes[slow], all.Shapes[big]
+		all.Summary = fmt.Sprintf("slowest shape: %s, %.0f MB/s of total input; most memory: %s, peak RSS %.2f× the total input",
+			w.Shape, w.MBps, m.Shape, m.RSSRatio)
+	}
+	return all, nil
+}
+
+func shapeName(src string) string {
+	b := filepath.Base(src)
+	return strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(b, ".gz"), ".json"), ".pt.trace")
+}
+
 func runBench(tmp, source string, size int64, withHTA bool, python string) (*benchReport, error) {
+	if name, ok := strings.CutPrefix(source, "synth:"); ok {
+		sh, ok := synth.Shapes[name]
+		if !ok {
+			return nil, fmt.Errorf("--source %s: no such synthesized shape (there are %s)", source, strings.Join(synth.ShapeNames(), ", "))
+		}
+		// A unit of 20,000 kernels (a few MB), repeated to the size like a real trace.
+		unit := filepath.Join(tmp, name+".json")
+		if err := synth.KinetoShape(unit, sh, 20000); err != nil {
+			return nil, err
+		}
+		source = unit
+	}
 	big := filepath.Join(tmp, "kineto.json")
 	fmt.Fprintf(os.Stderr, "synthesizing %s from %s …\n", fmtBytes(size), source)
 	copies, err := synth.RepeatKineto(source, big, size)
 	if err != nil {
 		return nil, err
 	}
-	plugin, _, err := synth.PluginFromKineto(big, synth.PluginOptions{Seed: 1, Host: "bench"})
-	if err != nil {
+	// A CPU-only trace has no NCCL kernel to derive a plugin trace from: it is merged alone.
+	var np string
+	var pluginBytes int64
+	if plugin, _, err := synth.PluginFromKineto(big, synth.PluginOptions{Seed: 1, Host: "bench"}); err == nil {
+		np = filepath.Join(tmp, "ncclprof-bench-1-0.trace.json")
+		if err := os.WriteFile(np, plugin, 0o644); err != nil {
+			return nil, err
+		}
+		pluginBytes = int64(len(plugin))
+	} else if !strings.Contains(err.Error(), "no NCCL kernels") {
 		return nil, err
 	}
-	np := filepath.Join(tmp, "ncclprof-bench-1-0.trace.json")
-	if err := os.WriteFile(np, plugin, 0o644); err != nil {
-		return nil, err
-	}
-	plugin = nil
 	runtime.GC()
 	debug.FreeOSMemory()
 	st, err := os.Stat(big)
@@ -170,8 +250,9 @@ func runBench(tmp, source string, size int64, withHTA bool, python string) (*ben
 		return nil, err
 	}
 	in := st.Size()
-	rep := &benchReport{InputBytes: in, Copies: copies, Source: source, CPUs: runtime.NumCPU()}
+	rep := &benchReport{InputBytes: in + pluginBytes, Copies: copies, Source: source, CPUs: runtime.NumCPU()}
 	mb := float64(in) / 1e6
+	total := float64(in+pluginBytes) / 1e6
 
 	// A plain read, warm: what any tool pays before parsing.
 	t0 := time.Now()
@@ -191,12 +272,20 @@ func runBench(tmp, source string, size int64, withHTA bool, python string) (*ben
 	}
 	out := filepath.Join(tmp, "merged.json")
 	fmt.Fprintf(os.Stderr, "merging %s (%d copies of the source) …\n", fmtBytes(in), copies)
-	secs, cpu, rss, err := timeChild(self, "merge", "--kineto", big, "--nccl", np, "-o", out, "--quiet")
+	args := []string{"merge", "--kineto", big, "-o", out, "--quiet"}
+	if np != "" {
+		args = append(args, "--nccl", np)
+	}
+	// The child's own VmHWM: its rusage peak would count the pages it shared with this
+	// process (the synthesizer's) before exec.
+	secs, cpu, rss, err := timeSelf(self, args...)
 	if err != nil {
 		return nil, fmt.Errorf("merge failed: %w", err)
 	}
-	rep.Results = append(rep.Results, benchResult{What: "ncclmerge merge", Seconds: secs, MBps: mb / secs, CPUSecs: cpu, PeakRSSMB: rss,
-		Note: fmt.Sprintf("peak RSS %.2f× the input", rss*1e6/float64(in))})
+	rep.Results = append(rep.Results, benchResult{What: "ncclmerge merge", Seconds: secs, MBps: total / secs, CPUSecs: cpu, PeakRSSMB: rss,
+		Note: fmt.Sprintf("MB/s of Kineto + plugin input (%.0f + %.0f MB); peak RSS %.2f× it", mb, float64(pluginBytes)/1e6, rss/total)})
+	shape := shapeResult{Shape: shapeName(source), KinetoBytes: in, PluginBytes: pluginBytes, MergeSeconds: secs, MergeCPU: cpu,
+		MBps: total / secs, RSSRatio: rss / total}
 	os.Remove(out)
 	if withHTA {
 		fmt.Fprintf(os.Stderr, "loading it with HTA's trace parser (slow) …\n")
@@ -209,10 +298,12 @@ print(len(df))`
 		if err != nil {
 			rep.Results = append(rep.Results, benchResult{What: "HTA parse_trace_dataframe", Note: "failed: " + err.Error()})
 		} else {
-			rep.Results = append(rep.Results, benchResult{What: "HTA parse_trace_dataframe", Seconds: hsecs, MBps: mb / hsecs, CPUSecs: hcpu, PeakRSSMB: hrss})
-			rep.Summary = fmt.Sprintf("ncclmerge merged the trace %.1f× faster than HTA loaded it", hsecs/secs)
+			rep.Results = append(rep.Results, benchResult{What: "HTA parse_trace_dataframe", Seconds: hsecs, MBps: mb / hsecs, CPUSecs: hcpu, PeakRSSMB: hrss,
+				Note: fmt.Sprintf("ncclmerge merged Kineto + plugin %.1f× faster than HTA loaded the Kineto trace", hsecs/secs)})
+			shape.HTASeconds, shape.HTARatio = hsecs, hsecs/secs
 		}
 	}
+	rep.Shapes = append(rep.Shapes, shape)
 	return rep, nil
 }
 
@@ -255,6 +346,16 @@ func printBench(r *benchReport) {
 			cpu = fmt.Sprintf("%.2f", x.CPUSecs)
 		}
 		fmt.Printf("%-36s %10.2f %10.0f %10s %12s  %s\n", x.What, x.Seconds, x.MBps, cpu, rss, x.Note)
+	}
+	if len(r.Shapes) > 0 {
+		fmt.Printf("\n%-44s %9s %9s %9s %11s %11s\n", "shape", "input MB", "merge s", "MB/s", "RSS/input", "HTA/merge")
+		for _, s := range r.Shapes {
+			hta := "-"
+			if s.HTARatio > 0 {
+				hta = fmt.Sprintf("%.1f×", s.HTARatio)
+			}
+			fmt.Printf("%-44s %9.0f %9.2f %9.0f %10.2f× %11s\n", s.Shape, float64(s.KinetoBytes+s.PluginBytes)/1e6, s.MergeSeconds, s.MBps, s.RSSRatio, hta)
+		}
 	}
 	if r.Summary != "" {
 		fmt.Println(r.Summary)

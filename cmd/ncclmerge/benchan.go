@@ -96,26 +96,35 @@ func writePeak() {
 	}
 }
 
+// timeSelf runs this program (self) with args like timeChild, but takes the peak resident
+// memory from the child's own VmHWM (MB), which it writes at exit.
+func timeSelf(self string, args ...string) (secs, cpu, rss float64, err error) {
+	peak := filepath.Join(os.TempDir(), fmt.Sprintf("ncclmerge-peak-%d", os.Getpid()))
+	os.Setenv(peakEnv, peak)
+	defer os.Unsetenv(peakEnv)
+	defer os.Remove(peak)
+	secs, cpu, _, err = timeChild(self, args...)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	b, _ := os.ReadFile(peak)
+	kib, _ := strconv.ParseFloat(string(b), 64)
+	return secs, cpu, kib * 1024 / 1e6, nil
+}
+
 // medianChild runs this program reps times with args and returns the run of median wall time.
 func medianChild(reps int, what string, inBytes int64, args ...string) (benchResult, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return benchResult{}, err
 	}
-	peak := filepath.Join(os.TempDir(), fmt.Sprintf("ncclmerge-peak-%d", os.Getpid()))
-	os.Setenv(peakEnv, peak)
-	defer os.Unsetenv(peakEnv)
-	defer os.Remove(peak)
 	var runs []benchResult
 	for i := 0; i < max(reps, 1); i++ {
 		fmt.Fprintf(os.Stderr, "%s: run %d of %d …\n", what, i+1, reps)
-		secs, cpu, _, err := timeChild(self, args...)
+		secs, cpu, rss, err := timeSelf(self, args...)
 		if err != nil {
 			return benchResult{}, fmt.Errorf("%s failed: %w", what, err)
 		}
-		b, _ := os.ReadFile(peak)
-		kib, _ := strconv.ParseFloat(string(b), 64)
-		rss := kib * 1024 / 1e6
 		runs = append(runs, benchResult{What: what, Seconds: secs, MBps: float64(inBytes) / 1e6 / secs, CPUSecs: cpu, PeakRSSMB: rss})
 	}
 	sort.Slice(runs, func(i, j int) bool { return runs[i].Seconds < runs[j].Seconds })

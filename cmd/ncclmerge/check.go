@@ -19,11 +19,16 @@ func checkCmd() *cobra.Command {
 Errors (exit status 1): invalid JSON, events missing required fields, flows with no end
 (Perfetto draws nothing) or with duplicate ids (Perfetto drops the second).
 Warnings: slices that do not nest on their track (Perfetto moves them to an overflow track),
-tid 0 (shown as the process's main thread), time going backwards (negative ts or dur, an E
-before its B, a flow ending before it starts).
+tid 0 (shown as the process's main thread; not on process-scoped instants, which have no thread),
+time going backwards (negative ts or dur, an E before its B, a flow ending before it starts).
 Info: normal in real traces, such as Kineto's flow ends with no start.`,
 		Example: "  ncclmerge check merged.json.gz\n  ncclmerge check --json rank*.json",
-		Args:    cobra.MinimumNArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return fmt.Errorf("give the traces to check: ncclmerge check TRACE... (.json or .json.gz; see --help)")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			failed := false
 			var reports []*tracecheck.Report

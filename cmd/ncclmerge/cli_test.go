@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ncclprof/ncclprof/internal/testtraces"
 )
 
 func run(t *testing.T, args ...string) (string, error) {
@@ -48,7 +50,7 @@ func TestMergeArgumentErrors(t *testing.T) {
 }
 
 func TestCheckExitStatus(t *testing.T) {
-	bad, _ := filepath.Abs("../../../shared/traces/kineto/triton_example_triton_example.json.gz")
+	bad := testtraces.Kineto(t, "triton_example_triton_example.json.gz")
 	if _, err := run(t, "check", bad); !errors.Is(err, errReported) {
 		t.Errorf("a trace with a flow without end must fail check, got %v", err)
 	}

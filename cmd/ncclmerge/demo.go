@@ -8,90 +8,101 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/merge"
 	"github.com/ncclprof/ncclprof/internal/ptrace"
+	"github.com/ncclprof/ncclprof/internal/report"
+	"github.com/ncclprof/ncclprof/internal/skew"
+	"github.com/ncclprof/ncclprof/internal/stats"
 	"github.com/ncclprof/ncclprof/internal/synth"
+	"github.com/ncclprof/ncclprof/internal/words"
 	"github.com/spf13/cobra"
 )
 
+// demoOptions are the demo's flags.
+type demoOptions struct {
+	dir, host, lib, scenario string
+	ranks, iters, slowRank   int
+	slowMs                   float64
+}
+
 func demoCmd() *cobra.Command {
-	var (
-		ranks, iters   int
-		dir, host, lib string
-		scenario       string
-	)
+	var o demoOptions
 	c := &cobra.Command{
 		Use:   "demo",
 		Short: "Run a simulated multi-rank job through the real plugin and merge it (no GPU, no network)",
 		Long: `Run a simulated job: one C test-host process per rank loads the real plugin library the way
-NCCL does and replays NCCL's calls (build both with make). Each rank's plugin writes its NCCL
-trace; ncclmerge then writes a matching torch.profiler-format trace for each rank, synthesized
-from the plugin trace and labelled SIMULATED, merges all ranks into one timeline aligned on
-collective ends, checks it, and prints what was linked and where the output is.`,
-		Example: "  ncclmerge demo\n  ncclmerge demo --ranks 8 --scenario mixed --dir /tmp/demo",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDemo(dir, host, lib, scenario, ranks, iters)
-		},
+NCCL does and replays NCCL's calls (build both with make). In the default scenario, job, the
+ranks run AllReduces on one schedule and wait for each other as a real job's ranks do (each
+collective ends on every rank after the last one arrived), and one rank (--slow-rank) arrives
+--slow-ms late on every collective of the odd training steps.
+
+Each rank's plugin writes its NCCL trace; ncclmerge then writes a matching torch.profiler-format
+trace for each rank, synthesized from the plugin trace and labelled SIMULATED, merges all ranks
+into one timeline aligned on collective ends, checks it, prints what was linked and which rank
+ncclmerge skew finds slow, and writes the HTML report (ncclmerge report) beside the timeline.
+
+The other scenarios (allreduce, p2p, alltoall, mixed) replay other NCCL call patterns; their
+ranks do not wait for each other, so their skew means nothing.`,
+		Example: "  ncclmerge demo\n  ncclmerge demo --ranks 8 --slow-rank 5 --dir /tmp/demo\n  ncclmerge demo --scenario mixed",
+		RunE:    func(cmd *cobra.Command, _ []string) error { return runDemo(o) },
 	}
 	f := c.Flags()
-	f.IntVar(&ranks, "ranks", 4, "number of simulated ranks (one test-host process each)")
-	f.IntVar(&iters, "iters", 20, "operations per rank")
-	f.StringVar(&scenario, "scenario", "allreduce", "test-host scenario: allreduce, p2p, alltoall or mixed")
-	f.StringVar(&dir, "dir", "ncclmerge-demo", "output directory")
-	f.StringVar(&host, "testhost", "build/ncclprof-testhost", "the C test host")
-	f.StringVar(&lib, "lib", "build/libnccl-profiler-ncclprof.so", "the plugin library")
+	f.IntVar(&o.ranks, "ranks", 4, "number of simulated ranks (one test-host process each)")
+	f.IntVar(&o.iters, "iters", 20, "operations per rank (job: 5 per training step)")
+	f.StringVar(&o.scenario, "scenario", "job", "test-host scenario: job, allreduce, p2p, alltoall or mixed")
+	f.IntVar(&o.slowRank, "slow-rank", 1, "job: the rank that arrives late on the odd steps (-1: none)")
+	f.Float64Var(&o.slowMs, "slow-ms", 3, "job: how late it arrives, in milliseconds")
+	f.StringVar(&o.dir, "dir", "ncclmerge-demo", "output directory")
+	f.StringVar(&o.host, "testhost", "build/ncclprof-testhost", "the C test host")
+	f.StringVar(&o.lib, "lib", "build/libnccl-profiler-ncclprof.so", "the plugin library")
 	return c
 }
 
-func runDemo(dir, host, lib, scenario string, ranks, iters int) error {
-	for _, p := range []string{host, lib} {
+func (o demoOptions) check() error {
+	for _, p := range []string{o.host, o.lib} {
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("%s is missing: build the plugin and the test host with `make` in the repository root (or pass --testhost/--lib)", p)
 		}
 	}
-	if ranks < 1 || ranks > 64 {
-		return fmt.Errorf("--ranks %d: between 1 and 64", ranks)
+	switch {
+	case o.ranks < 1 || o.ranks > 64:
+		return fmt.Errorf("--ranks %d: between 1 and 64", o.ranks)
+	case o.iters < 1 || o.iters > 100000:
+		return fmt.Errorf("--iters %d: between 1 and 100000", o.iters)
+	case o.scenario == "job" && o.ranks < 2:
+		return fmt.Errorf("--scenario job needs --ranks 2 or more (ranks that wait for each other)")
+	case o.scenario == "job" && (o.slowRank < -1 || o.slowRank >= o.ranks):
+		return fmt.Errorf("--slow-rank %d: a rank from 0 to %d, or -1 for none", o.slowRank, o.ranks-1)
+	case o.slowMs < 0 || o.slowMs > 1000:
+		return fmt.Errorf("--slow-ms %g: between 0 and 1000", o.slowMs)
 	}
-	ncclDir, kinDir := filepath.Join(dir, "nccl"), filepath.Join(dir, "kineto")
+	return nil
+}
+
+func runDemo(o demoOptions) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	ncclDir, kinDir := filepath.Join(o.dir, "nccl"), filepath.Join(o.dir, "kineto")
 	for _, d := range []string{ncclDir, kinDir} {
 		os.RemoveAll(d)
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
 	}
-	absLib, _ := filepath.Abs(lib)
-	fmt.Printf("running %d simulated ranks (%s, %d operations each) through %s …\n", ranks, scenario, iters, lib)
-	err := runRanks(ranks, func(r int) *exec.Cmd {
-		cmd := exec.Command(host, "--lib", absLib, "--rank", strconv.Itoa(r), "--nranks", strconv.Itoa(ranks),
-			"--iters", strconv.Itoa(iters), "--kernel", "--seed", "7", scenario)
-		cmd.Env = append(os.Environ(), "NCCLPROF_TRACE=1", "NCCLPROF_SIMULATED=1", "NCCLPROF_EVENT_MASK=default,kernelch",
-			"NCCLPROF_TRACE_DIR="+ncclDir, "NCCLPROF_OUTPUT_DIR="+ncclDir)
-		return cmd
-	})
-	if err != nil {
+	if err := o.runRanks(ncclDir); err != nil {
 		return err
 	}
 	traces, _ := filepath.Glob(filepath.Join(ncclDir, "*.trace.json"))
 	if len(traces) == 0 {
 		return fmt.Errorf("the plugin wrote no trace into %s: this plugin build has no trace writer (NCCLPROF_TRACE=1)", ncclDir)
 	}
-	var kinPaths []string
-	for _, tp := range traces {
-		t, err := ptrace.Read(tp)
-		if err != nil {
-			return err
-		}
-		rank := pluginRankOf(t)
-		data, n := synth.KinetoFromPlugin(t, synth.KinetoOptions{Rank: rank, WorldSize: ranks, Device: rank % 8})
-		kp := filepath.Join(kinDir, fmt.Sprintf("%s_%d.simulated.pt.trace.json", t.Host, t.Pid))
-		if err := os.WriteFile(kp, data, 0o644); err != nil {
-			return err
-		}
-		fmt.Printf("rank %d: plugin trace %s (%d events); simulated Kineto trace %s (%d NCCL kernels)\n",
-			rank, tp, len(t.Events), kp, n)
-		kinPaths = append(kinPaths, kp)
+	kinPaths, err := o.synthesizeKineto(traces, kinDir)
+	if err != nil {
+		return err
 	}
-	out := filepath.Join(dir, "timeline.json.gz")
+	out := filepath.Join(o.dir, "timeline.json.gz")
 	sum, err := merge.Run(kinPaths, traces, out, merge.Options{Timeline: true, Log: os.Stderr})
 	if err != nil {
 		return err
@@ -102,8 +113,96 @@ func runDemo(dir, host, lib, scenario string, ranks, iters int) error {
 			return fmt.Errorf("rank %d: no kernel was linked", r.Rank)
 		}
 	}
-	fmt.Printf("\nOpen %s in https://ui.perfetto.dev (the inputs are SIMULATED: the C test host stands in for NCCL and the Kineto traces are synthesized).\n", out)
+	page := filepath.Join(o.dir, "report.html")
+	if err := o.analyse(traces, page); err != nil {
+		return err
+	}
+	fmt.Printf("\nOpen %s in https://ui.perfetto.dev and %s in a browser (the inputs are SIMULATED: the C test host stands in for NCCL and the Kineto traces are synthesized).\n", out, page)
 	return nil
+}
+
+// runRanks runs the test host once per rank, all at once, as a job's ranks run.
+func (o demoOptions) runRanks(ncclDir string) error {
+	absLib, _ := filepath.Abs(o.lib)
+	args := []string{"--lib", absLib, "--nranks", strconv.Itoa(o.ranks), "--iters", strconv.Itoa(o.iters), "--kernel", "--seed", "7"}
+	if o.scenario == "job" {
+		// The ranks wait for each other through this file (testhost/job.c); it must start empty.
+		sync := filepath.Join(o.dir, "ranks.sync")
+		if err := os.WriteFile(sync, nil, 0o644); err != nil {
+			return err
+		}
+		defer os.Remove(sync)
+		args = append(args, "--sync", sync, "--slow-rank", strconv.Itoa(o.slowRank), "--slow-us", strconv.FormatFloat(o.slowMs*1000, 'f', -1, 64))
+		if o.slowRank >= 0 {
+			fmt.Printf("running %d simulated ranks that wait for each other (%d AllReduces each, %d per step); rank %d arrives %g ms late on every collective of the odd steps …\n",
+				o.ranks, o.iters, 5, o.slowRank, o.slowMs)
+		} else {
+			fmt.Printf("running %d simulated ranks that wait for each other (%d AllReduces each) …\n", o.ranks, o.iters)
+		}
+	} else {
+		fmt.Printf("running %d simulated ranks (%s, %d operations each; these ranks do not wait for each other) …\n", o.ranks, o.scenario, o.iters)
+	}
+	return runRanks(o.ranks, func(r int) *exec.Cmd {
+		cmd := exec.Command(o.host, append(append([]string{"--rank", strconv.Itoa(r)}, args...), o.scenario)...)
+		cmd.Env = append(os.Environ(), "NCCLPROF_TRACE=1", "NCCLPROF_SIMULATED=1", "NCCLPROF_EVENT_MASK=default,kernelch",
+			"NCCLPROF_TRACE_DIR="+ncclDir, "NCCLPROF_OUTPUT_DIR="+ncclDir)
+		return cmd
+	})
+}
+
+// synthesizeKineto writes a torch.profiler-format trace for each plugin trace.
+func (o demoOptions) synthesizeKineto(traces []string, kinDir string) ([]string, error) {
+	var kinPaths []string
+	for _, tp := range traces {
+		t, err := ptrace.Read(tp)
+		if err != nil {
+			return nil, err
+		}
+		rank := pluginRankOf(t)
+		data, n := synth.KinetoFromPlugin(t, synth.KinetoOptions{Rank: rank, WorldSize: o.ranks, Device: rank % 8})
+		kp := filepath.Join(kinDir, fmt.Sprintf("%s_%d.simulated.pt.trace.json", t.Host, t.Pid))
+		if err := os.WriteFile(kp, data, 0o644); err != nil {
+			return nil, err
+		}
+		fmt.Printf("rank %d: plugin trace %s (%d events); simulated Kineto trace %s (%d NCCL kernels)\n",
+			rank, tp, len(t.Events), kp, n)
+		kinPaths = append(kinPaths, kp)
+	}
+	return kinPaths, nil
+}
+
+// analyse says which ranks ncclmerge skew finds slow and writes the report.
+func (o demoOptions) analyse(traces []string, page string) error {
+	set, err := commops.Read(traces, commops.Options{})
+	if err != nil {
+		return err
+	}
+	res := skew.Analyze(set, skew.Defaults)
+	fmt.Println()
+	if len(res.Slow) == 0 {
+		fmt.Println("ncclmerge skew: no slow rank")
+	}
+	for _, r := range res.Slow {
+		fmt.Printf("ncclmerge skew: rank %d of %s is slow: late on %d of %d collectives, by %.2f ms (median), in %s\n",
+			r.Rank, r.Comm, r.Late, r.Matched, float64(r.LateMedianNs)/1e6, stepNames(r.Steps))
+	}
+	rep := report.Build(set, stats.Compute(set), res, fmt.Sprintf("ncclmerge demo: %s, SIMULATED", words.Count(o.ranks, "rank")))
+	if err := writeAtomic(page, rep.Write); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s\n", page)
+	return nil
+}
+
+func stepNames(steps []skew.StepLate) string {
+	if len(steps) == 0 {
+		return "no labelled step"
+	}
+	names := make([]string, len(steps))
+	for i, s := range steps {
+		names[i] = s.Step
+	}
+	return strings.Join(names, ", ")
 }
 
 func pluginRankOf(t *ptrace.Trace) int {

@@ -200,7 +200,7 @@ func TestHangReportRendersInChromium(t *testing.T) {
 		"The job is hung: who to blame",
 		`<p class="verdict">the link from rank 21 (node002, pid 40021) to rank 22 (node002, pid 40022) stopped on channel 2 in AllReduce seq 2398459`,
 		`<tr class="slow"><td class="l">link</td><td>21</td><td class="l">node002</td><td>40021</td><td class="l">0x48a6000000000003 (world)</td><td class="l">AllReduce</td><td>2398459</td><td>22</td><td>2</td>`,
-		"64 hang dump(s) (SIMULATED by the test host)",
+		"64 hang dumps (SIMULATED by the test host)",
 	} {
 		if !strings.Contains(html, want) {
 			t.Errorf("the page lacks %q", want)

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/ncclprof/ncclprof/internal/version"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // errReported is returned by a command that has already told the user what went wrong, so
@@ -29,6 +31,22 @@ func main() {
 	}
 }
 
+// flagError says what a flag wants in words (not Go's strconv text) and where to read more.
+func flagError(cmd *cobra.Command, err error) error {
+	var bad *pflag.InvalidValueError
+	if !errors.As(err, &bad) {
+		return fmt.Errorf("%v (see ncclmerge %s --help)", err, cmd.Name())
+	}
+	want := map[string]string{
+		"int": "a whole number", "int64": "a whole number", "uint": "a whole number ≥ 0",
+		"float64": "a number", "bool": "true or false", "duration": "a duration such as 500us, 10ms or 2s",
+	}[bad.GetFlag().Value.Type()]
+	if want == "" {
+		want = "a " + bad.GetFlag().Value.Type()
+	}
+	return fmt.Errorf("--%s %q: want %s (see ncclmerge %s --help)", bad.GetFlag().Name, bad.GetValue(), want, cmd.Name())
+}
+
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "ncclmerge",
@@ -37,9 +55,11 @@ func newRoot() *cobra.Command {
 (Kineto) recorded around it. Every NCCL kernel on the GPU is linked to the NCCL operation that
 launched it, with NCCL's view (sequence number, algorithm, protocol, channels, proxy and network
 steps, GPU channel times, bus bandwidth) beside PyTorch's. Open the result in ui.perfetto.dev.`,
+		Version:       version.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(mergeCmd(), checkCmd(), statsCmd(), skewCmd(), pprofCmd(), reportCmd(), hangCmd(), demoCmd(), benchCmd())
 	return root
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ncclprof/ncclprof/internal/pprofout"
 	"github.com/ncclprof/ncclprof/internal/tracefile"
+	"github.com/ncclprof/ncclprof/internal/words"
 	"github.com/spf13/cobra"
 )
 
@@ -33,7 +34,7 @@ or: go tool pprof -top -tagfocus=algo=RING profile.pb.gz
 			if out == "" {
 				return fmt.Errorf("-o is required: the profile file to write (e.g. -o comm.pb.gz)")
 			}
-			set, err := readOps(cmd, args, quiet, true)
+			set, err := readOps(cmd, args, quiet, true, output{out, "comm.pb.gz"})
 			if err != nil {
 				return err
 			}
@@ -47,8 +48,8 @@ or: go tool pprof -top -tagfocus=algo=RING profile.pb.gz
 				if l := set.Sampling.Label(); l != "" {
 					scaled = " (" + l + ": estimates, scaled up)"
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %d operations, %s, %.3f ms%s (go tool pprof -http=:8080 %s)\n",
-					out, n, fmtBytes(b), float64(t)/1e6, scaled, out)
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %s, %s, %.3f ms%s (go tool pprof -http=:8080 %s)\n",
+					out, words.Count(int(n), "operation"), fmtBytes(b), float64(t)/1e6, scaled, out)
 			}
 			return nil
 		},

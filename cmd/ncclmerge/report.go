@@ -9,6 +9,7 @@ import (
 	"github.com/ncclprof/ncclprof/internal/report"
 	"github.com/ncclprof/ncclprof/internal/skew"
 	"github.com/ncclprof/ncclprof/internal/stats"
+	"github.com/ncclprof/ncclprof/internal/words"
 	"github.com/spf13/cobra"
 )
 
@@ -39,7 +40,7 @@ dumps and no trace, it has that alone.
 			if out == "" {
 				return fmt.Errorf("-o is required: the HTML file to write (e.g. -o report.html)")
 			}
-			page, err := buildReport(cmd, args, title, quiet)
+			page, err := buildReport(cmd, args, title, quiet, output{out, "report.html"})
 			if err != nil {
 				return err
 			}
@@ -47,12 +48,13 @@ dumps and no trace, it has that alone.
 				return err
 			}
 			if !quiet {
-				what := fmt.Sprintf("%d operations, %d ranks", page.Ops, page.Ranks)
+				what := words.Count(page.Ops, "operation") + ", " + words.Count(page.Ranks, "rank")
 				if page.Sampled != "" {
-					what = fmt.Sprintf("%s: about %d operations scaled up from %d read, %d ranks", page.Sampled, page.Ops, page.OpsRead, page.Ranks)
+					what = fmt.Sprintf("%s: about %s scaled up from %d read, %s", page.Sampled, words.Count(page.Ops, "operation"),
+						page.OpsRead, words.Count(page.Ranks, "rank"))
 				}
 				if page.Hang != nil {
-					what += fmt.Sprintf(", the hang analysis of %d dumps", page.Hang.Dumps.Read)
+					what += ", the hang analysis of " + words.Count(page.Hang.Dumps.Read, "dump")
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%s): open it in a browser\n", out, what)
 			}
@@ -65,20 +67,24 @@ dumps and no trace, it has that alone.
 	return c
 }
 
-// buildReport reads the traces and, where there are any, the hang dumps among the arguments.
-func buildReport(cmd *cobra.Command, args []string, title string, quiet bool) (*report.Page, error) {
+// buildReport reads the traces and, where there are any, the hang dumps among the arguments;
+// out must be none of them.
+func buildReport(cmd *cobra.Command, args []string, title string, quiet bool, out output) (*report.Page, error) {
 	found, err := hang.Find(args)
 	if err != nil {
 		return nil, err
 	}
 	if len(found.Dumps) == 0 {
-		return reportOfTraces(cmd, args, title, quiet)
+		return reportOfTraces(cmd, args, title, quiet, out)
 	}
 	found.Others = nil // explicit files that are not dumps by name are traces here
 	res := hang.Analyze(found.Load())
 	// The traces are every other input but the summaries (which only the hang analysis reads).
 	all, err := expandTraces(args)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkOutput("-o", out.path, out.example, all, found.Dumps, found.Summaries); err != nil {
 		return nil, err
 	}
 	var traces []string
@@ -90,15 +96,15 @@ func buildReport(cmd *cobra.Command, args []string, title string, quiet bool) (*
 	if len(traces) == 0 {
 		return report.BuildHang(res, title, found.Dumps), nil
 	}
-	page, err := reportOfTraces(cmd, traces, title, quiet)
+	page, err := reportOfTraces(cmd, traces, title, quiet, out)
 	if err == nil {
 		page.Hang = res
 	}
 	return page, err
 }
 
-func reportOfTraces(cmd *cobra.Command, args []string, title string, quiet bool) (*report.Page, error) {
-	set, err := readOps(cmd, args, quiet, false)
+func reportOfTraces(cmd *cobra.Command, args []string, title string, quiet bool, out output) (*report.Page, error) {
+	set, err := readOps(cmd, args, quiet, false, out)
 	if err != nil {
 		return nil, err
 	}

@@ -15,15 +15,50 @@ import (
 	"github.com/ncclprof/ncclprof/internal/merge"
 	"github.com/ncclprof/ncclprof/internal/report"
 	"github.com/ncclprof/ncclprof/internal/synth"
+	"github.com/ncclprof/ncclprof/internal/testtraces"
 	"github.com/tidwall/gjson"
 )
 
-// The page's grid (internal/report/page.html): a header 78 px high, then plots of PlotW × PlotH
-// (1 px border) in two columns, 20 px from the left, 12 px apart.
-func plotBox(i int) image.Rectangle {
-	x := 20 + 1 + (i%2)*(report.PlotW+2+12)
-	y := 78 + 12 + 1 + (i/2)*(report.PlotH+2+12)
-	return image.Rect(x+report.MarginL+3, y+report.MarginT+3, x+report.PlotW-report.MarginR-3, y+report.PlotH-report.MarginB-3)
+// pageLayout is where a page puts its plots in a window w px wide, as Chromium lays it out: each
+// plot's box, and the page's width against the window's (a page wider than its window is cut).
+type pageLayout struct {
+	Plots           []image.Rectangle
+	Scroll, Visible int
+}
+
+// layoutOf loads a copy of the page with a script that reports its layout in the DOM.
+func layoutOf(t *testing.T, bin, html string, w int) pageLayout {
+	probe := filepath.Join(t.TempDir(), "probe.html")
+	os.WriteFile(probe, []byte(strings.Replace(html, "</body>", `<script>
+var r=[].map.call(document.querySelectorAll("svg.plot"),function(e){var b=e.getBoundingClientRect();return [b.left,b.top,b.right,b.bottom].map(Math.round)});
+document.body.dataset.layout=JSON.stringify({plots:r,scroll:document.documentElement.scrollWidth,visible:document.documentElement.clientWidth});
+</script></body>`, 1)), 0o644)
+	dom, _ := headless(t, bin, fmt.Sprintf("--window-size=%d,1300", w), "--dump-dom", "file://"+probe)
+	m := regexp.MustCompile(`data-layout="([^"]*)"`).FindSubmatch(dom)
+	if m == nil {
+		t.Fatalf("no layout reported at %d px", w)
+	}
+	var l struct {
+		Plots           [][4]int
+		Scroll, Visible int
+	}
+	if err := json.Unmarshal([]byte(strings.ReplaceAll(string(m[1]), "&quot;", `"`)), &l); err != nil {
+		t.Fatal(err)
+	}
+	out := pageLayout{Scroll: l.Scroll, Visible: l.Visible}
+	for _, p := range l.Plots {
+		out.Plots = append(out.Plots, image.Rect(p[0], p[1], p[2], p[3]))
+	}
+	return out
+}
+
+// dataArea is the part of a plot's box (drawn PlotW wide, scaled to the box) inside its axes.
+func dataArea(box image.Rectangle) image.Rectangle {
+	k := float64(box.Dx()) / report.PlotW
+	at := func(x, y int) image.Point {
+		return image.Pt(box.Min.X+int(float64(x)*k), box.Min.Y+int(float64(y)*k))
+	}
+	return image.Rectangle{at(report.MarginL+3, report.MarginT+3), at(report.PlotW-report.MarginR-3, report.PlotH-report.MarginB-3)}
 }
 
 // coloured counts the pixels of a region that are neither white nor grey: data marks (dots,
@@ -92,47 +127,61 @@ setTimeout(function(){document.body.dataset.selected=getSelection().toString();d
 	if m := regexp.MustCompile(`data-selected="(SELECT \* FROM slice WHERE ts = \d+)" data-label="(copied|selected: Ctrl\+C)"`).FindSubmatch(dom); m == nil || !strings.Contains(html, "<code>"+string(m[1])+"</code>") {
 		t.Errorf("a click on copy did not select the first query: %s", regexp.MustCompile(`<body[^>]*>`).Find(dom))
 	}
-	shot := filepath.Join(t.TempDir(), "report.png")
-	if _, console := headless(t, bin, "--screenshot="+shot, url); console != "" {
-		t.Errorf("console messages:\n%s", console)
-	}
-	f, err := os.Open(shot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := png.Decode(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := []string{"bandwidth against size", "time per rank and communicator", "skew over time", "late arrivals per rank"}
-	for i, name := range names {
-		box := plotBox(i)
-		n := coloured(img, box)
-		// A few dozen markers of 5 px, or bars and cells: far more than stray anti-aliasing.
-		if n < 400 {
-			t.Errorf("plot %q: %d coloured pixels in its data area %v: not drawn", name, n, box)
+	// At 1280 and 1920 px (issue 13 #9: at 1400 px the right column was cut): the page is no
+	// wider than the window, its four plots side by side two by two, and each drawn: its data
+	// area has marks. Nothing coloured in the page's left margin.
+	names := []string{"bandwidth against size", "busy time per rank and communicator", "skew over time", "late arrivals per rank"}
+	for _, w := range []int{1280, 1920} {
+		l := layoutOf(t, bin, html, w)
+		if l.Scroll > l.Visible || len(l.Plots) != 4 {
+			t.Fatalf("at %d px: the page is %d px wide in a %d px window, %d plots", w, l.Scroll, l.Visible, len(l.Plots))
 		}
-		t.Logf("plot %q: %d coloured pixels", name, n)
-	}
-	// The header and the page between plots are not data: nearly nothing coloured there.
-	if n := coloured(img, image.Rect(10, 92, 18, 700)); n > 0 {
-		t.Errorf("%d coloured pixels in the left margin: the layout is not the one the test measures", n)
-	}
-	if dst := os.Getenv("NCCLMERGE_REPORT_SCREENSHOT"); dst != "" {
-		if err := os.WriteFile(dst, mustRead(t, shot), 0o644); err != nil {
+		if a, b := l.Plots[0], l.Plots[1]; a.Min.Y != b.Min.Y || b.Min.X < a.Max.X || b.Max.X > l.Visible {
+			t.Errorf("at %d px: plots not two side by side inside the window: %v %v", w, a, b)
+		}
+		shot := filepath.Join(t.TempDir(), "report.png")
+		if _, console := headless(t, bin, fmt.Sprintf("--window-size=%d,1300", w), "--screenshot="+shot, url); console != "" {
+			t.Errorf("console messages:\n%s", console)
+		}
+		f, err := os.Open(shot)
+		if err != nil {
 			t.Fatal(err)
+		}
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if img.Bounds().Dx() != w {
+			t.Fatalf("the screenshot is %d px wide, asked for %d", img.Bounds().Dx(), w)
+		}
+		for i, name := range names {
+			area := dataArea(l.Plots[i])
+			// A few dozen markers of 5 px, or bars and cells: far more than stray anti-aliasing.
+			n := coloured(img, area)
+			if n < 400 {
+				t.Errorf("at %d px, plot %q: %d coloured pixels in its data area %v: not drawn", w, name, n, area)
+			}
+			t.Logf("at %d px, plot %q: %d coloured pixels", w, name, n)
+		}
+		top, bottom := l.Plots[0].Min.Y, l.Plots[3].Max.Y
+		if n := coloured(img, image.Rect(2, top, l.Plots[0].Min.X-2, bottom)); n > 0 {
+			t.Errorf("at %d px: %d coloured pixels in the left margin", w, n)
+		}
+		if dst := os.Getenv("NCCLMERGE_REPORT_SCREENSHOT"); dst != "" && w == 1280 {
+			// For the documentation: the same page without the window's scroll bar.
+			headless(t, bin, fmt.Sprintf("--window-size=%d,1300", w), "--hide-scrollbars", "--screenshot="+dst, url)
 		}
 	}
 }
 
-// On real torch.profiler traces (../shared/traces) merged with plugin traces synthesized from
+// On real torch.profiler traces (testdata/kineto) merged with plugin traces synthesized from
 // them, stats --each gives every NCCL kernel its bus bandwidth: its size over its GPU duration
 // times nccl-tests' factor, checked here against values computed from the merged file itself.
 func TestStatsEachKernelOfRealTraces(t *testing.T) {
 	dir := t.TempDir()
 	for _, name := range []string{"nccl_parser_config_nccl_data", "trace_filter_sampled_rank-0", "negative_queue_length_values_check_rank0"} {
-		k, _ := filepath.Abs("../../../shared/traces/kineto/" + name + ".json.gz")
+		k := testtraces.Kineto(t, name+".json.gz")
 		plugin, _, err := synth.PluginFromKineto(k, synth.PluginOptions{Seed: 1, Host: "real"})
 		if err != nil {
 			t.Fatal(err)

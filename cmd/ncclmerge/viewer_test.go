@@ -15,27 +15,34 @@ import (
 
 	"github.com/ncclprof/ncclprof/internal/merge"
 	"github.com/ncclprof/ncclprof/internal/synth"
+	"github.com/ncclprof/ncclprof/internal/testtraces"
 	"github.com/ncclprof/ncclprof/internal/tracecheck"
 	"github.com/ncclprof/ncclprof/internal/traceevent"
 )
 
-const installHelp = `install them (CI does): apt-get install -y chromium && npm install -g speedscope@1.25.0
-(or point SPEEDSCOPE_DIR at speedscope's dist/release directory)`
+const installHelp = `tools/deps.sh installs them (make test runs it): Chromium with apt-get, speedscope@1.25.0
+with npm into the project's cache (or point SPEEDSCOPE_DIR at speedscope's dist/release directory)`
 
-// speedscopeDir finds speedscope's built web app: SPEEDSCOPE_DIR, else the global npm package.
+// speedscopeDir finds speedscope's built web app: SPEEDSCOPE_DIR, else where tools/deps.sh
+// installs it (the project's cache), else a global npm install.
 func speedscopeDir(t *testing.T) string {
 	if d := os.Getenv("SPEEDSCOPE_DIR"); d != "" {
 		return d
 	}
-	out, err := exec.Command("npm", "root", "-g").Output()
-	if err != nil {
-		t.Fatalf("npm is needed to find speedscope: %v; %s", err, installHelp)
+	var dirs []string
+	if out, err := exec.Command(filepath.Join(testtraces.Root(t), "tools", "deps.sh"), "speedscope-dir").Output(); err == nil {
+		dirs = append(dirs, strings.TrimSpace(string(out)))
 	}
-	d := filepath.Join(strings.TrimSpace(string(out)), "speedscope", "dist", "release")
-	if _, err := os.Stat(filepath.Join(d, "index.html")); err != nil {
-		t.Fatalf("speedscope is not installed (%v); %s", err, installHelp)
+	if out, err := exec.Command("npm", "root", "-g").Output(); err == nil {
+		dirs = append(dirs, filepath.Join(strings.TrimSpace(string(out)), "speedscope", "dist", "release"))
 	}
-	return d
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "index.html")); err == nil {
+			return d
+		}
+	}
+	t.Fatalf("speedscope is not installed (looked in %v); %s", dirs, installHelp)
+	return ""
 }
 
 func chromium(t *testing.T) string {
@@ -74,10 +81,7 @@ func headless(t *testing.T, bin string, args ...string) (out []byte, console str
 func TestOpensInSpeedscope(t *testing.T) {
 	app, bin := speedscopeDir(t), chromium(t)
 	dir := t.TempDir()
-	k, err := filepath.Abs("../../../shared/traces/kineto/trace_filter_sampled_rank-0.json.gz")
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := testtraces.Kineto(t, "trace_filter_sampled_rank-0.json.gz")
 	plugin, _, err := synth.PluginFromKineto(k, synth.PluginOptions{GPUOffsetNs: 1_000_000, Seed: 1, Host: "demo"})
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,30 @@ var funcs = []string{
 // the plugin's Coll event is authoritative for those.
 type Kernel struct {
 	Func, Algo, Proto string
+	// Datatype is NCCL's canonical name of the type the kernel is specialized for ("" when
+	// the name says none).
+	Datatype string
+}
+
+// kernelTypes are the datatype words of kernel names (2.9+: "float", "half", "int8_t"…;
+// 2.19+: "f32", "bf16"…; ≤ 2.8: "f32", "i8"…).
+var kernelTypes = map[string]string{
+	"int8_t": "ncclInt8", "i8": "ncclInt8", "uint8_t": "ncclUint8", "u8": "ncclUint8",
+	"int32_t": "ncclInt32", "i32": "ncclInt32", "uint32_t": "ncclUint32", "u32": "ncclUint32",
+	"int64_t": "ncclInt64", "i64": "ncclInt64", "uint64_t": "ncclUint64", "u64": "ncclUint64",
+	"half": "ncclFloat16", "f16": "ncclFloat16", "float": "ncclFloat32", "f32": "ncclFloat32",
+	"double": "ncclFloat64", "f64": "ncclFloat64", "__nv_bfloat16": "ncclBfloat16", "bf16": "ncclBfloat16",
+	"__nv_fp8_e4m3": "ncclFloat8e4m3", "f8e4m3": "ncclFloat8e4m3", "__nv_fp8_e5m2": "ncclFloat8e5m2", "f8e5m2": "ncclFloat8e5m2",
+}
+
+// Reduces reports whether a function reduces values (its kernels are specialized for the
+// datatype); the others copy bytes.
+func Reduces(fn string) bool {
+	switch NormFunc(fn) {
+	case "AllReduce", "Reduce", "ReduceScatter":
+		return true
+	}
+	return false
 }
 
 // ParseKernel reads an NCCL kernel name of any era:
@@ -41,7 +65,7 @@ func ParseKernel(name string) (Kernel, bool) {
 		if k < 0 {
 			return Kernel{}, false
 		}
-		return parseOldKernel(name[4:k])
+		return parseOldKernel(name[4:k], oldKernelType(name[k+len("Kernel_"):]))
 	default:
 		return Kernel{}, false
 	}
@@ -50,6 +74,7 @@ func ParseKernel(name string) (Kernel, bool) {
 	if !knownFunc(k.Func) {
 		return Kernel{}, false
 	}
+	k.Datatype = typeWord(rest)
 	for _, p := range parts[1:] {
 		switch p {
 		case "RING", "TREE", "COLLNET", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT":
@@ -62,10 +87,10 @@ func ParseKernel(name string) (Kernel, bool) {
 }
 
 // parseOldKernel reads the NCCL ≤ 2.8 form "AllReduceRingLL".
-func parseOldKernel(s string) (Kernel, bool) {
+func parseOldKernel(s, oldType string) (Kernel, bool) {
 	for _, f := range funcs {
 		if strings.HasPrefix(s, f) {
-			k := Kernel{Func: f}
+			k := Kernel{Func: f, Datatype: kernelTypes[oldType]}
 			rest := s[len(f):]
 			for _, a := range []string{"CollNet", "Ring", "Tree"} {
 				if strings.HasPrefix(rest, a) {
@@ -83,6 +108,26 @@ func parseOldKernel(s string) (Kernel, bool) {
 		}
 	}
 	return Kernel{}, false
+}
+
+// typeWord finds a datatype word between underscores in a kernel name's tail (some words,
+// like int8_t, hold underscores themselves).
+func typeWord(rest string) string {
+	padded := "_" + rest + "_"
+	for word, dt := range kernelTypes {
+		if strings.Contains(padded, "_"+word+"_") {
+			return dt
+		}
+	}
+	return ""
+}
+
+// oldKernelType is the datatype word of an NCCL ≤ 2.8 name's tail ("sum_f32").
+func oldKernelType(tail string) string {
+	if i := strings.LastIndexByte(tail, '_'); i >= 0 {
+		return tail[i+1:]
+	}
+	return tail
 }
 
 func knownFunc(f string) bool {

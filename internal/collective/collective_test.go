@@ -7,14 +7,14 @@ import (
 
 func TestParseKernelEveryEra(t *testing.T) {
 	cases := map[string]Kernel{
-		"ncclAllReduceRingLLKernel_sum_f32(ncclColl)":                                        {"AllReduce", "RING", "LL"},
-		"ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)":                               {"AllReduce", "RING", "LL"},
-		"ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)": {"SendRecv", "RING", "SIMPLE"},
-		"ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)":         {"AllReduce", "RING", "LL"},
-		"ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)":                  {"AllGather", "RING", "LL"},
-		"ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)":      {"ReduceScatter", "RING", "LL"},
-		"ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)":                           {"SendRecv", "", ""},
-		"ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)":                            {"Generic", "", ""},
+		"ncclAllReduceRingLLKernel_sum_f32(ncclColl)":                                        {"AllReduce", "RING", "LL", "ncclFloat32"},
+		"ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)":                               {"AllReduce", "RING", "LL", "ncclFloat32"},
+		"ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)": {"SendRecv", "RING", "SIMPLE", "ncclInt8"},
+		"ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)":         {"AllReduce", "RING", "LL", "ncclBfloat16"},
+		"ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)":                  {"AllGather", "RING", "LL", ""},
+		"ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)":      {"ReduceScatter", "RING", "LL", "ncclFloat32"},
+		"ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)":                           {"SendRecv", "", "", ""},
+		"ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)":                            {"Generic", "", "", ""},
 	}
 	for name, want := range cases {
 		if got, ok := ParseKernel(name); !ok || got != want {

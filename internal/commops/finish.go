@@ -257,6 +257,7 @@ func (s *Set) commIndex(c Comm) int32 {
 // finish labels every operation with its step, sorts operations by process and arrival, and
 // gives each process its rank.
 func (s *Set) finish() {
+	s.validateRanks()
 	s.labelSteps()
 	sort.SliceStable(s.Ops, func(i, j int) bool {
 		a, b := &s.Ops[i], &s.Ops[j]
@@ -281,6 +282,30 @@ func (s *Set) finish() {
 	s.summarizeSampling()
 	if untimed > 0 {
 		s.Notes = append(s.Notes, fmt.Sprintf("%d of %d operations have no completion time (no network or KernelCh child: record KernelCh with NCCLPROF_EVENT_MASK=default,kernelch; or the trace ends before they completed): counted, but not timed", untimed, len(s.Ops)))
+	}
+}
+
+// validateRanks takes a rank for what it claims only when it lies inside its communicator:
+// 0 ≤ rank < nranks (nranks unknown, 0: any rank ≥ 0). An operation claiming another rank (a
+// damaged or hostile file: rank = INT_MAX) is kept, counted and timed, but has no rank (-1), so
+// nothing is matched or sized by it; a note says so once per communicator.
+func (s *Set) validateRanks() {
+	bad := make([]int, len(s.Comms))
+	example := make([]int32, len(s.Comms))
+	for i := range s.Ops {
+		o := &s.Ops[i]
+		if n := s.Comms[o.Comm].NRanks; o.Rank < -1 || n > 0 && int(o.Rank) >= n {
+			bad[o.Comm]++
+			example[o.Comm] = o.Rank
+			o.Rank = -1
+		}
+	}
+	for c, n := range bad {
+		if n > 0 {
+			cm := s.Comms[c]
+			s.Notes = append(s.Notes, fmt.Sprintf("communicator %s: %d operations claim a rank outside 0..%d, its size (e.g. %d): counted, but not matched across ranks",
+				cm.Label(), n, cm.NRanks-1, example[c]))
+		}
 	}
 }
 

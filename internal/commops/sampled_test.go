@@ -165,3 +165,29 @@ func containsNote(notes []string, s string) bool {
 	}
 	return false
 }
+
+// A rank's busy time from its sampled trace: the union of the operations read, scaled by the N
+// each stands for, is the full trace's when the operations do not overlap and take the same time
+// (as here: one AllReduce every 2 ms, no jitter); what the trigger added is left out.
+func TestSampledBusyIsScaled(t *testing.T) {
+	o := synth.DefaultJob(4, 200)
+	o.JitterNs, o.SlowRank = 1, -1
+	dir := t.TempDir()
+	fullPaths, err := synth.Job(filepath.Join(dir, "full"), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Sample, o.Triggered = 4, []int{9, 10}
+	sampledPaths, err := synth.Job(filepath.Join(dir, "sampled"), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, _ := Read(fullPaths, Options{})
+	sampled, _ := Read(sampledPaths, Options{})
+	fb, sb := full.BusyByProc(), sampled.BusyByProc()
+	for i := range fb {
+		if sb[i].Ops != fb[i].Ops || sb[i].SumNs != fb[i].SumNs || sb[i].BusyNs != fb[i].BusyNs {
+			t.Errorf("rank %d: sampled busy %+v, full %+v", i, sb[i], fb[i])
+		}
+	}
+}

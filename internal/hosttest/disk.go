@@ -21,7 +21,9 @@ func SmallDisk(t testing.TB, size string) string {
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", mnt).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a small tmpfs here (needs root): %v %s", err, out)
 	}
-	t.Cleanup(func() { _ = exec.Command("umount", mnt).Run() })
+	// Lazily (MNT_DETACH): a process's writers may still hold the directory open (internal/outfile
+	// keeps the directories it writes into open for the life of the process).
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", mnt).Run() })
 	return mnt
 }
 

@@ -13,36 +13,17 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ncclprof/ncclprof/internal/testtraces"
 )
 
 var (
 	buildOnce sync.Once
 	buildErr  error
-	root      string
 )
 
 // Root is the repository root (the directory holding go.mod).
-func Root(t testing.TB) string {
-	t.Helper()
-	if root != "" {
-		return root
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			root = dir
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's directory")
-		}
-		dir = parent
-	}
-}
+func Root(t testing.TB) string { t.Helper(); return testtraces.Root(t) }
 
 // Build makes the plugin, the host and the sanitizer builds (incremental; once per process).
 func Build(t testing.TB) {

@@ -1,6 +1,8 @@
 package kineto
 
 import (
+	"strings"
+
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
 	"github.com/tidwall/gjson"
 )
@@ -74,4 +76,65 @@ func (e *Event) Correlation() uint64 {
 		return 0
 	}
 	return id
+}
+
+// AnnotationComms reads what PyTorch recorded on a collective's record_function before the
+// kernel carried it (2023 and earlier): an "nccl:<c10d name>" annotation (user_annotation,
+// or cpu_op in some versions) whose "Input Dims" give the input tensor's shape and "Input
+// type" its dtype. ok is false for other events. Newer annotations and record_param_comms
+// carry the kernel's fields ("In msg nelems", "dtype"), which win where present.
+func (e *Event) AnnotationComms() (c CommsArgs, ok bool) {
+	switch {
+	case e.Cat != CatUserAnnotation && e.Cat != CatCPUOp:
+		return c, false
+	case strings.HasPrefix(e.Name, "nccl:"):
+	case e.Name == "record_param_comms":
+	default:
+		return c, false
+	}
+	c = e.Comms()
+	if c.Collective == "" {
+		c.Collective = strings.TrimPrefix(e.Name, "nccl:")
+	}
+	c.Present = true
+	args := e.Args()
+	if c.InNelems < 0 {
+		if dims := args.Get(`Input Dims.0`); dims.IsArray() {
+			c.InNelems = 1
+			for _, d := range dims.Array() {
+				c.InNelems *= d.Int()
+			}
+		}
+	}
+	if c.Dtype == "" {
+		c.Dtype = torchType(args.Get(`Input type.0`).Str)
+	}
+	return c, true
+}
+
+// torchType maps the C++ type names of "Input type" (c10::toString of a tensor's dtype in
+// older profilers: "float", "c10::Half", "long int") to PyTorch's ScalarType names ("" if
+// unknown), which collective.Datatype reads.
+func torchType(t string) string {
+	switch strings.TrimPrefix(t, "c10::") {
+	case "float":
+		return "Float"
+	case "double":
+		return "Double"
+	case "Half", "half":
+		return "Half"
+	case "BFloat16":
+		return "BFloat16"
+	case "int":
+		return "Int"
+	case "long", "long int", "int64_t":
+		return "Long"
+	case "signed char", "int8_t":
+		return "Char"
+	case "unsigned char", "uint8_t":
+		return "Byte"
+	case "bool":
+		return "Bool"
+	}
+	return ""
 }

@@ -1,9 +1,9 @@
 package kineto
 
 import (
-	"path/filepath"
 	"testing"
 
+	"github.com/ncclprof/ncclprof/internal/testtraces"
 	"github.com/ncclprof/ncclprof/internal/tracefile"
 )
 
@@ -11,8 +11,7 @@ import (
 // the real traces (the small ones whole, the large ones cut to their first 64 KiB) and every
 // era's time encoding; as a unit test it runs over that corpus.
 func FuzzParse(f *testing.F) {
-	paths, _ := filepath.Glob(filepath.Join(sharedTraces(f), "*.json.gz"))
-	for _, p := range paths {
+	for _, p := range testtraces.AllKineto(f) {
 		data, err := tracefile.ReadFile(p)
 		if err != nil {
 			f.Fatal(err)

@@ -9,27 +9,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ncclprof/ncclprof/internal/testtraces"
 	"github.com/ncclprof/ncclprof/internal/traceevent"
 	"github.com/ncclprof/ncclprof/internal/tracefile"
 )
 
-// sharedTraces is where the real traces live: shared/ beside the repository root.
-func sharedTraces(t testing.TB) string {
-	dir, err := filepath.Abs("../../../shared/traces/kineto")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(dir); err != nil {
-		t.Fatalf("the real traces are missing: %v (tests expect shared/ beside the repository root, as in CI)", err)
-	}
-	return dir
-}
-
 var zeroBase int64
 
-func realTrace(t testing.TB, name string) string {
-	return filepath.Join(sharedTraces(t), name)
-}
+func realTrace(t testing.TB, name string) string { return testtraces.Kineto(t, name) }
 
 type tally struct {
 	events, kernels, ncclKernels, launches int

@@ -23,6 +23,9 @@ import (
 // Kineto ts stay below 7.9e12 µs (the 3-month window of its base).
 const absoluteMinNs = 1e17
 
+// AbsoluteMinNs is absoluteMinNs for readers that locate absolute times themselves.
+const AbsoluteMinNs = absoluteMinNs
+
 // Trace is a Kineto trace held in memory.
 type Trace struct {
 	*traceevent.Doc
@@ -53,6 +56,8 @@ type Options struct {
 	// Base supplies the base (Unix ns) of a trace whose ts are relative but which has no
 	// baseTimeNanoseconds (a hand-edited or filtered file). A base in the file wins.
 	Base *int64
+	// RepairUTF8: see traceevent.Options (the data must be the caller's to change).
+	RepairUTF8 bool
 }
 
 const syntaxHint = "the file is not valid JSON; check that it is a trace written by torch.profiler"
@@ -67,6 +72,7 @@ func Read(path string, opt Options, visit func(*Event) error) (*Trace, error) {
 	if err != nil {
 		return nil, err
 	}
+	opt.RepairUTF8 = true // the buffer is ours
 	return Parse(path, data, opt, visit)
 }
 
@@ -80,7 +86,7 @@ func Parse(path string, data []byte, opt Options, visit func(*Event) error) (*Tr
 			return visit(&ev)
 		}
 	}
-	doc, err := traceevent.Read(path, data, traceevent.Options{Progress: opt.Progress, Hint: syntaxHint}, inner)
+	doc, err := traceevent.Read(path, data, traceevent.Options{Progress: opt.Progress, Hint: syntaxHint, RepairUTF8: opt.RepairUTF8}, inner)
 	if err != nil {
 		return nil, err
 	}

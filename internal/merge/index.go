@@ -10,13 +10,17 @@ import (
 	"github.com/ncclprof/ncclprof/internal/kineto"
 )
 
-// launchCall is a Kineto runtime/driver call that launches a kernel.
+// launchCall is a Kineto runtime/driver call that launches a kernel. Traces have one per
+// kernel, so it is kept small (24 bytes, in one flat slice): its thread is an index into the
+// index's thread table, its end a duration.
 type launchCall struct {
-	pid, tid   int64
-	start, end int64 // Unix ns
-	corr       uint64
-	used       bool
+	start  int64 // Unix ns
+	corr   uint64
+	dur    uint32 // ns (capped)
+	thread uint32
 }
+
+func (c *launchCall) end() int64 { return c.start + int64(c.dur) }
 
 // kernel is an NCCL kernel of the Kineto trace.
 type kernel struct {
@@ -33,17 +37,19 @@ type kernel struct {
 	why        string // why it stayed unlinked
 }
 
-// pgKey names the process group of a kernel for the order rule: the c10d PG name when Kineto
-// recorded the collective args, else the stream (one NCCL stream per PG in PyTorch).
-func (k *kernel) pgKey() string {
+// seqKey names the sequence a kernel belongs to for the order rule: its stream, with the c10d
+// process group where Kineto recorded the collective args (a communicator launches on one
+// stream, and the stream runs its kernels in launch order).
+func (k *kernel) seqKey() string {
 	if k.comms.PGName != "" {
-		return "pg " + k.comms.PGName
+		return "pg " + k.comms.PGName + " stream " + k.tid.String()
 	}
 	return "stream " + k.tid.String()
 }
 
-// ref is the kernel's time for order matching: its launch call (CPU side, right after NCCL
-// enqueued the operation) when the trace has it, else the kernel's own start.
+// ref is the kernel's time for matching in time: its launch call (CPU side, right after NCCL
+// enqueued the operation) when the trace has it, else the kernel's own start. (Never for
+// ordering a sequence: the two kinds of time do not interleave.)
 func (k *kernel) ref() int64 {
 	if k.launch != nil {
 		return k.launch.start
@@ -54,35 +60,56 @@ func (k *kernel) ref() int64 {
 // flowStart is where a flow starts, to find the ones that never end without a second pass.
 type flowStart struct {
 	off int64
-	fi  *flowInfo
+	idx uint32 // the flow's index in kinetoIndex.flowCounts
 }
 
-// flowInfo tracks one Kineto v1 flow, keyed like Perfetto (id, cat, name).
-type flowInfo struct {
-	starts, ends int
-	newID        uint64 // dense id for timeline output
-}
+// flowCount counts one Kineto v1 flow's starts and ends; its index is its dense id in a
+// timeline.
+type flowCount struct{ starts, ends uint32 }
 
 // kinetoIndex is what the first pass over a Kineto trace keeps.
 type kinetoIndex struct {
-	launches map[[2]int64][]*launchCall // (pid, tid) → calls, sorted by start
-	byCorr   map[uint64]*launchCall
-	kernels  []*kernel
-	kernelAt map[int64]*kernel // by event offset
-	flows    map[flowKey]*flowInfo
-	dangling []int64 // offsets of flow starts with no end
-	starts   []flowStart
-	keys     flowKeys
-	minTs    int64 // Unix ns, over events with ts (not metadata)
-	maxTs    int64
-	gpuPids  map[int64]bool
-	labels   map[string]string // pid → process_labels
+	// calls are the launch calls, sorted by (thread, start) once read; threadAt[t] is where
+	// thread t's run of calls begins (threadAt[t+1] where it ends).
+	calls      []launchCall
+	threads    map[[2]int64]uint32
+	threadKeys [][2]int64
+	threadAt   []int
+	maxCallDur int64 // the longest launch call, ns: how far back an overlapping one can start
+	// ncclCalls are the calls that launch NCCL kernels, likewise (copies: the clock offset
+	// search looks ms around each plugin launch, and most calls launch other kernels).
+	ncclCalls  []launchCall
+	ncclAt     []int
+	used       map[*launchCall]bool // launch calls the launch rule took
+	annots     kineto.Annotations   // collective record_functions
+	byCorr     map[uint64]*launchCall
+	kernels    []*kernel
+	kernelAt   map[int64]*kernel // by event offset
+	flows      map[flowKey]uint32
+	flowCounts []flowCount
+	dangling   []int64 // offsets of flow starts with no end
+	starts     blocks[flowStart]
+	keys       flowKeys
+	minTs      int64 // Unix ns, over events with ts (not metadata)
+	maxTs      int64
+	gpuPids    map[int64]bool
+	labels     map[string]string // pid → process_labels
+	// absTs locates the ts values that are absolute Unix µs (PyTorch ≤ 2.3), which the
+	// output rebases: the write copies everything between them as it is.
+	absTs blocks[tsAt]
 }
+
+// tsAt is where a ts value is in the document (high 56 bits) and how long its text is (low
+// 8): one word per event.
+type tsAt uint64
+
+func (t tsAt) off() int64 { return int64(t >> 8) }
+func (t tsAt) n() int64   { return int64(t & 0xff) }
 
 func newKinetoIndex() *kinetoIndex {
 	return &kinetoIndex{
-		launches: map[[2]int64][]*launchCall{}, byCorr: map[uint64]*launchCall{},
-		kernelAt: map[int64]*kernel{}, flows: map[flowKey]*flowInfo{}, gpuPids: map[int64]bool{},
+		threads: map[[2]int64]uint32{}, used: map[*launchCall]bool{}, byCorr: map[uint64]*launchCall{},
+		kernelAt: map[int64]*kernel{}, flows: map[flowKey]uint32{}, gpuPids: map[int64]bool{},
 		labels: map[string]string{},
 		minTs:  1<<63 - 1, maxTs: -1 << 63,
 	}
@@ -138,21 +165,25 @@ func (x *kinetoIndex) visit(e *kineto.Event) error {
 		x.minTs = min(x.minTs, e.Ts)
 		x.maxTs = max(x.maxTs, e.Ts+max(e.Dur, 0))
 	}
+	if n := e.TsSpan.End - e.TsSpan.Start; e.HasTs && e.Ts >= kineto.AbsoluteMinNs && n > 0 && n < 256 {
+		x.absTs.add(tsAt(uint64(e.Off+int64(e.TsSpan.Start))<<8 | uint64(n)))
+	}
 	switch e.Ph {
 	case "X":
 		x.slice(e)
 	case "s", "t", "f":
 		k := x.keys.key(e.IDRaw, e.Event.Cat, e.Name)
-		fi := x.flows[k]
-		if fi == nil {
-			fi = &flowInfo{newID: uint64(len(x.flows))}
-			x.flows[k] = fi
+		idx, ok := x.flows[k]
+		if !ok {
+			idx = uint32(len(x.flowCounts))
+			x.flows[k] = idx
+			x.flowCounts = append(x.flowCounts, flowCount{})
 		}
 		if e.Ph == "s" {
-			fi.starts++
-			x.starts = append(x.starts, flowStart{e.Off, fi})
+			x.flowCounts[idx].starts++
+			x.starts.add(flowStart{e.Off, idx})
 		} else {
-			fi.ends++
+			x.flowCounts[idx].ends++
 		}
 	case "M":
 		switch e.Name {
@@ -165,6 +196,8 @@ func (x *kinetoIndex) visit(e *kineto.Event) error {
 
 func (x *kinetoIndex) slice(e *kineto.Event) {
 	switch e.Cat {
+	case kineto.CatUserAnnotation, kineto.CatCPUOp:
+		x.annots.Add(e)
 	case kineto.CatRuntime, kineto.CatDriver:
 		if !kineto.IsLaunch(e.Name) && !kineto.IsGraphLaunch(e.Name) {
 			return
@@ -173,10 +206,16 @@ func (x *kinetoIndex) slice(e *kineto.Event) {
 		if corr == 0 || e.Pid.IsStr || e.Tid.IsStr {
 			return
 		}
-		c := &launchCall{pid: e.Pid.Num, tid: e.Tid.Num, start: e.Ts, end: e.Ts + e.Dur, corr: corr}
-		key := [2]int64{c.pid, c.tid}
-		x.launches[key] = append(x.launches[key], c)
-		x.byCorr[corr] = c
+		key := [2]int64{e.Pid.Num, e.Tid.Num}
+		t, ok := x.threads[key]
+		if !ok {
+			t = uint32(len(x.threadKeys))
+			x.threads[key] = t
+			x.threadKeys = append(x.threadKeys, key)
+		}
+		c := launchCall{start: e.Ts, corr: corr, dur: uint32(min(max(e.Dur, 0), 1<<32-1)), thread: t}
+		x.calls = append(x.calls, c)
+		x.maxCallDur = max(x.maxCallDur, int64(c.dur))
 	case kineto.CatKernel:
 		if !e.Pid.IsStr {
 			x.gpuPids[e.Pid.Num] = true
@@ -194,16 +233,18 @@ func (x *kinetoIndex) slice(e *kineto.Event) {
 
 // finish converts times to Unix ns and ties kernels to their launch calls.
 func (x *kinetoIndex) finish(t *kineto.Trace) {
-	for _, calls := range x.launches {
-		for _, c := range calls {
-			c.start, c.end = t.Unix(c.start), t.Unix(c.end)
-		}
-		sort.Slice(calls, func(i, j int) bool { return calls[i].start < calls[j].start })
-	}
+	x.indexCalls(t)
+	x.annots.Finish(t)
 	for _, k := range x.kernels {
 		k.start, k.end = t.Unix(k.start), t.Unix(k.end)
 		if k.corr != 0 {
 			k.launch = x.byCorr[k.corr]
+		}
+		if !k.comms.Present && k.launch != nil {
+			th := x.threadKeys[k.launch.thread]
+			if a := x.annots.Around(th[0], th[1], k.launch.start, k.launch.end()); a != nil {
+				k.comms = a.Comms
+			}
 		}
 	}
 	sort.SliceStable(x.kernels, func(i, j int) bool { return x.kernels[i].start < x.kernels[j].start })
@@ -212,13 +253,69 @@ func (x *kinetoIndex) finish(t *kineto.Trace) {
 	}
 }
 
+// indexCalls puts the launch calls on Unix ns, sorts them by thread and start, and indexes by
+// correlation those whose kernel is an NCCL kernel (the only ones the rules link).
+func (x *kinetoIndex) indexCalls(t *kineto.Trace) {
+	for i := range x.calls {
+		x.calls[i].start = t.Unix(x.calls[i].start)
+	}
+	sort.Slice(x.calls, func(i, j int) bool {
+		a, b := &x.calls[i], &x.calls[j]
+		if a.thread != b.thread {
+			return a.thread < b.thread
+		}
+		return a.start < b.start
+	})
+	x.threadAt = threadStarts(x.calls, len(x.threadKeys))
+	nccl := make(map[uint64]bool, len(x.kernels))
+	for _, k := range x.kernels {
+		if k.corr != 0 {
+			nccl[k.corr] = true
+		}
+	}
+	for i := range x.calls {
+		if c := &x.calls[i]; nccl[c.corr] {
+			x.byCorr[c.corr] = c
+			x.ncclCalls = append(x.ncclCalls, *c)
+		}
+	}
+	x.ncclAt = threadStarts(x.ncclCalls, len(x.threadKeys))
+}
+
+// threadStarts returns where each thread's run of calls begins in calls (sorted by thread):
+// thread t's are calls[at[t]:at[t+1]].
+func threadStarts(calls []launchCall, threads int) []int {
+	at := make([]int, threads+1)
+	for i := range calls {
+		at[calls[i].thread+1] = i + 1
+	}
+	for th := 1; th < len(at); th++ {
+		at[th] = max(at[th], at[th-1]) // threads with no call
+	}
+	return at
+}
+
+// threadCalls returns a thread's launch calls (only those of NCCL kernels with ncclOnly), by
+// start.
+func (x *kinetoIndex) threadCalls(pid, tid int64, ncclOnly bool) []launchCall {
+	th, ok := x.threads[[2]int64{pid, tid}]
+	if !ok {
+		return nil
+	}
+	if ncclOnly {
+		return x.ncclCalls[x.ncclAt[th]:x.ncclAt[th+1]]
+	}
+	return x.calls[x.threadAt[th]:x.threadAt[th+1]]
+}
+
 // danglingFlows lists the flow starts that have no end: Perfetto draws nothing for them and
 // `ncclmerge check` counts them as errors, so the output leaves them out (and says so).
 func (x *kinetoIndex) danglingFlows() {
-	for _, st := range x.starts {
-		if st.fi.ends == 0 {
+	for i := 0; i < x.starts.len(); i++ {
+		st := x.starts.at(i)
+		if x.flowCounts[st.idx].ends == 0 {
 			x.dangling = append(x.dangling, st.off)
 		}
 	}
-	x.starts = nil
+	x.starts = blocks[flowStart]{}
 }

@@ -16,13 +16,16 @@ type obj struct {
 
 func newObj(b []byte) *obj { return &obj{b: append(b, '{'), first: true} }
 
-func (o *obj) key(k string) {
+// key starts a member (keys are plain ASCII names: quoted as they are).
+func (o *obj) key(k string) *obj {
 	if !o.first {
 		o.b = append(o.b, ',')
 	}
 	o.first = false
-	o.b = strconv.AppendQuote(o.b, k)
-	o.b = append(o.b, ':')
+	o.b = append(o.b, '"')
+	o.b = append(o.b, k...)
+	o.b = append(o.b, '"', ':')
+	return o
 }
 
 func (o *obj) str(k, v string) *obj {

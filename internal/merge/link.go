@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/ncclprof/ncclprof/internal/collective"
+	"github.com/ncclprof/ncclprof/internal/kineto"
 	"github.com/ncclprof/ncclprof/internal/ptrace"
 )
 
@@ -29,6 +30,8 @@ const (
 	offsetSearch = 5 * ms
 	// minSamples: fewer matched launches than this and no offset is estimated.
 	minSamples = 3
+	// coarseLaunches: launches the coarse offset search looks around.
+	coarseLaunches = 512
 )
 
 // slack is how far a launch call may stick out of a KernelLaunch interval: the plugin's
@@ -51,36 +54,35 @@ func (r *rankState) estimateCPUOffset(p *pluginIndex) {
 		r.cpuOffset = p.shift
 		return
 	}
+	// The coarse mode looks ±offsetSearch around at most coarseLaunches launches spread over
+	// the trace (every launch against every NCCL call within 5 ms was a fifth of a merge on
+	// NCCL-heavy traces); then every launch votes with its own difference nearest it, so that
+	// neighbouring launches inside the coarse window do not pull the median.
+	slack := r.slack(p)
 	var diffs []int64
-	per := make([][]int64, len(p.launches))
-	for i, l := range p.launches {
+	step := max(1, len(p.launches)/coarseLaunches)
+	for i := 0; i < len(p.launches); i += step {
+		l := p.launches[i]
 		lm := mid(l.Start, l.End)
-		for _, c := range r.callsNear(l.Pid.Num, l.Tid.Num, lm-offsetSearch, lm+offsetSearch) {
-			if k := r.byCorr[c.corr]; k != nil {
-				diffs = append(diffs, mid(c.start, c.end)-lm)
-				per[i] = append(per[i], mid(c.start, c.end)-lm)
-			}
+		for _, c := range r.callsNear(l.Pid.Num, l.Tid.Num, lm-offsetSearch, lm+offsetSearch, true) {
+			diffs = append(diffs, mid(c.start, c.end())-lm)
 		}
 	}
-	coarse, n := mode(diffs, 2*r.slack(p))
+	coarse, n := mode(diffs, 2*slack)
 	if n < minSamples {
 		p.shiftSamples = n
 		return
 	}
-	// Refine: each launch votes with its own difference nearest the coarse estimate, so that
-	// neighbouring launches inside the coarse window do not pull the median.
 	var best []int64
-	for _, ds := range per {
-		if len(ds) == 0 {
-			continue
-		}
-		b := ds[0]
-		for _, d := range ds[1:] {
-			if abs(d-coarse) < abs(b-coarse) {
-				b = d
+	for _, l := range p.launches {
+		lm := mid(l.Start, l.End)
+		b, found := int64(0), false
+		for _, c := range r.callsNear(l.Pid.Num, l.Tid.Num, lm+coarse-2*slack, lm+coarse+2*slack, true) {
+			if d := mid(c.start, c.end()) - lm; !found || abs(d-coarse) < abs(b-coarse) {
+				b, found = d, true
 			}
 		}
-		if abs(b-coarse) <= 2*r.slack(p) {
+		if found && abs(b-coarse) <= 2*slack {
 			best = append(best, b)
 		}
 	}
@@ -135,15 +137,17 @@ func abs(x int64) int64 {
 	return x
 }
 
-// callsNear returns the launch calls of a thread that overlap [from, to].
-func (r *rankState) callsNear(pid, tid, from, to int64) []*launchCall {
-	calls := r.kx.launches[[2]int64{pid, tid}]
-	// Launch calls are short: anything overlapping starts after from − 1 s.
-	i := sort.Search(len(calls), func(i int) bool { return calls[i].start >= from-1000*ms })
+// callsNear returns the launch calls of a thread (those of NCCL kernels with ncclOnly) that
+// overlap [from, to].
+func (r *rankState) callsNear(pid, tid, from, to int64, ncclOnly bool) []*launchCall {
+	calls := r.kx.threadCalls(pid, tid, ncclOnly)
+	// Anything overlapping starts after from less the longest call (launch calls are short:
+	// searching from a fixed second back walked thousands of calls per launch).
+	i := sort.Search(len(calls), func(i int) bool { return calls[i].start >= from-r.kx.maxCallDur })
 	var out []*launchCall
 	for ; i < len(calls) && calls[i].start <= to; i++ {
-		if calls[i].end >= from {
-			out = append(out, calls[i])
+		if calls[i].end() >= from {
+			out = append(out, &calls[i])
 		}
 	}
 	return out
@@ -174,14 +178,14 @@ func (r *rankState) linkLaunch(p *pluginIndex, l *ptrace.Event, slack int64) {
 	}
 	from, to := l.Start+p.shift-slack, l.End+p.shift+slack
 	var best *launchCall
-	for _, c := range r.callsNear(l.Pid.Num, l.Tid.Num, from, to) {
-		if c.used || c.start < from || c.end > to {
+	for _, c := range r.callsNear(l.Pid.Num, l.Tid.Num, from, to, false) {
+		if r.kx.used[c] || c.start < from || c.end() > to {
 			continue
 		}
 		// Prefer the call whose kernel is an NCCL kernel, then the one nearest the middle.
 		if best == nil || (r.byCorr[c.corr] != nil && r.byCorr[best.corr] == nil) ||
 			((r.byCorr[c.corr] != nil) == (r.byCorr[best.corr] != nil) &&
-				abs(mid(c.start, c.end)-mid(from, to)) < abs(mid(best.start, best.end)-mid(from, to))) {
+				abs(mid(c.start, c.end())-mid(from, to)) < abs(mid(best.start, best.end())-mid(from, to))) {
 			best = c
 		}
 	}
@@ -212,10 +216,13 @@ func (r *rankState) linkLaunch(p *pluginIndex, l *ptrace.Event, slack int64) {
 			return
 		}
 	}
-	best.used = true
+	r.kx.used[best] = true
 	for _, g := range groups {
 		g.launch = l
 		r.addLink(RuleLaunch, k, g)
+		if p.launchLink[l] == nil {
+			p.launchLink[l] = g.link
+		}
 	}
 }
 
@@ -243,6 +250,9 @@ func disagreement(k *kernel, g *opGroup) string {
 			}
 		}
 	}
+	if why := kernelTypeDisagrees(k, g); why != "" {
+		return why
+	}
 	if !k.comms.Present || len(g.ops) != 1 {
 		return "" // coalesced groups record totals PyTorch-side; nothing to compare one to one
 	}
@@ -255,7 +265,7 @@ func disagreement(k *kernel, g *opGroup) string {
 		!(f == "AlltoAll" && o.ev.Kind == ptrace.P2p) {
 		return fmt.Sprintf("PyTorch says %s (%s), NCCL says %s", f, k.comms.Collective, src.Func)
 	}
-	if n := int64(src.Count); k.comms.InNelems >= 0 && n != k.comms.InNelems && n != k.comms.OutNelems && o.ev.Kind != ptrace.P2p {
+	if !countAgrees(src.Func, int64(src.Count), k.comms, o.comm.NRanks) && o.ev.Kind != ptrace.P2p {
 		return fmt.Sprintf("counts differ: NCCL %d, PyTorch %d in / %d out", src.Count, k.comms.InNelems, k.comms.OutNelems)
 	}
 	if k.comms.Dtype != "" && src.Datatype != "" {
@@ -263,6 +273,46 @@ func disagreement(k *kernel, g *opGroup) string {
 		b, _ := collective.Datatype(src.Datatype)
 		if a != b {
 			return fmt.Sprintf("datatypes differ: NCCL %s, PyTorch %s", src.Datatype, k.comms.Dtype)
+		}
+	}
+	return ""
+}
+
+// countAgrees: NCCL's count is per rank; PyTorch records the input's elements (and, in newer
+// traces, the output's), which for ReduceScatter is the count times the ranks, for AllGather
+// the output is. Unknown counts (-1) agree with anything.
+func countAgrees(fn string, n int64, c kineto.CommsArgs, nranks int) bool {
+	if c.InNelems < 0 && c.OutNelems < 0 {
+		return true
+	}
+	if n == c.InNelems || n == c.OutNelems {
+		return true
+	}
+	if nr := int64(nranks); nr > 1 {
+		switch collective.NormFunc(fn) {
+		case "ReduceScatter":
+			return n*nr == c.InNelems
+		case "AllGather":
+			return n*nr == c.OutNelems
+		}
+	}
+	return false
+}
+
+// kernelTypeDisagrees compares the datatype a reduction kernel is specialized for (its name
+// says it in every NCCL era) with the operation's. Copies (AllGather, Broadcast, SendRecv) run
+// as bytes whatever the user's type, so only reductions are compared.
+func kernelTypeDisagrees(k *kernel, g *opGroup) string {
+	if k.spec.Datatype == "" || !collective.Reduces(k.spec.Func) {
+		return ""
+	}
+	for _, o := range g.ops {
+		dt := o.ev.Datatype
+		if o.api != nil && o.api.Datatype != "" {
+			dt = o.api.Datatype
+		}
+		if d, size := collective.Datatype(dt); size > 0 && d != k.spec.Datatype {
+			return fmt.Sprintf("datatypes differ: NCCL %s, the kernel is for %s", dt, k.spec.Datatype)
 		}
 	}
 	return ""

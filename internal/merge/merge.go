@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"time"
@@ -119,10 +120,11 @@ func Run(kinetoPaths, ncclPaths []string, out string, opt Options) (*Summary, er
 	if len(kinetoPaths) == 0 {
 		return nil, fmt.Errorf("no Kineto trace given (--kineto)")
 	}
-	plugins, err := readPlugins(ncclPaths, opt)
+	plugins, lean, err := readPlugins(ncclPaths, opt)
 	if err != nil {
 		return nil, err
 	}
+	releaseMemory()
 	toDir := isDirTarget(out)
 	if !toDir && !opt.Timeline && len(kinetoPaths) > 1 {
 		return nil, fmt.Errorf("%d Kineto traces but -o %s is one file: pass -o DIR for one merged file per rank, or --timeline for one trace of all ranks", len(kinetoPaths), out)
@@ -131,6 +133,7 @@ func Run(kinetoPaths, ncclPaths []string, out string, opt Options) (*Summary, er
 		return nil, fmt.Errorf("--timeline takes at most %d ranks", maxTimelineRanks)
 	}
 	p := newPairer(plugins, kinetoPaths, opt)
+	p.lean = lean
 	sum := &Summary{}
 	var ranks []*rankState
 	for i, kp := range kinetoPaths {
@@ -179,6 +182,22 @@ func Run(kinetoPaths, ncclPaths []string, out string, opt Options) (*Summary, er
 	return sum, nil
 }
 
+// Outputs lists the files Run writes for these Kineto traces and -o: out itself, or in a
+// directory one file per rank or the timeline. Callers check them against the inputs first.
+func Outputs(kinetoPaths []string, out string, timeline bool) []string {
+	switch {
+	case !isDirTarget(out):
+		return []string{out}
+	case timeline:
+		return []string{filepath.Join(out, "timeline.json.gz")}
+	}
+	paths := make([]string, len(kinetoPaths))
+	for i, kp := range kinetoPaths {
+		paths[i] = filepath.Join(out, outName(kp))
+	}
+	return paths
+}
+
 func isDirTarget(out string) bool {
 	if strings.HasSuffix(out, "/") {
 		return true
@@ -199,19 +218,21 @@ func outName(kineto string) string {
 	return name
 }
 
-func readPlugins(paths []string, opt Options) ([]*ptrace.Trace, error) {
+func readPlugins(paths []string, opt Options) ([]*ptrace.Trace, map[*ptrace.Trace]*leanPlugin, error) {
 	var out []*ptrace.Trace
+	lean := map[*ptrace.Trace]*leanPlugin{}
 	for _, p := range paths {
-		t, err := ptrace.Read(p)
+		t, lp, err := readLean(p)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if t.Truncated {
-			opt.logf("note: %s ends early (the job died while writing it); read %d events up to byte %d", p, len(t.Events), t.TruncatedAt)
+			opt.logf("note: %s ends early (the job died while writing it); read %d events up to byte %d", p, t.Doc.Events, t.TruncatedAt)
 		}
 		out = append(out, t)
+		lean[t] = lp
 	}
-	return out, nil
+	return out, lean, nil
 }
 
 // loadRank reads a Kineto trace (one pass), pairs it with its plugin traces and links them.
@@ -223,16 +244,23 @@ func loadRank(path string, p *pairer, opt Options) (*rankState, error) {
 	if err != nil {
 		return nil, err
 	}
+	releaseMemory()
 	x.finish(kt)
 	x.danglingFlows()
 	plugins, err := p.pluginsFor(kt)
 	if err != nil {
 		return nil, err
 	}
-	r := newRank(opt, kt, x, plugins)
+	r := newRank(opt, kt, x, plugins, p.lean)
 	r.link()
 	return r, nil
 }
+
+// releaseMemory collects the garbage of a phase (parse chunks, grown slices) and gives its pages
+// back to the system before the next phase allocates: the next input's buffer is one large
+// block that cannot reuse freed small spans, so without this the peak counted both. A cycle
+// costs little: the inputs' text, most of the heap, holds no pointers to mark.
+func releaseMemory() { debug.FreeOSMemory() }
 
 // writeRanks streams the merged trace of the given ranks to path.
 func writeRanks(path string, ranks []*rankState, timeline bool, align *Alignment, opt Options) (*Summary, error) {
@@ -295,6 +323,7 @@ func writeTrace(w io.Writer, ranks []*rankState, timeline bool, sum *Summary) er
 	ids := newIDSpace()
 	for _, r := range ranks {
 		n0 := e.events
+		r.writePluginProcessMeta(e, tl)
 		r.writeKineto(e, tl)
 		r.writePlugin(e, tl, ids)
 		added := r.writeAdded(e, tl, ids)

@@ -14,22 +14,14 @@ import (
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
 	"github.com/ncclprof/ncclprof/internal/kineto"
 	"github.com/ncclprof/ncclprof/internal/synth"
+	"github.com/ncclprof/ncclprof/internal/testtraces"
 	"github.com/ncclprof/ncclprof/internal/tracecheck"
 	"github.com/ncclprof/ncclprof/internal/traceevent"
 	"github.com/ncclprof/ncclprof/internal/tracefile"
 	"github.com/tidwall/gjson"
 )
 
-func realTrace(t testing.TB, name string) string {
-	p, err := filepath.Abs(filepath.Join("../../../shared/traces/kineto", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("real trace missing (tests expect shared/ beside the repository root, as in CI): %v", err)
-	}
-	return p
-}
+func realTrace(t testing.TB, name string) string { return testtraces.Kineto(t, name) }
 
 // Bounds the tests hold the recovered clock offsets to.
 const (
@@ -81,16 +73,21 @@ type scenario struct {
 	name   string
 	kineto string
 	opt    synth.PluginOptions
+	// variant, if set, derives the Kineto trace the scenario merges from the real one.
+	variant func(t *testing.T, src, dir string) string
 }
 
 func runScenario(t *testing.T, sc scenario, out string) (*Summary, *synth.Truth, string) {
 	t.Helper()
 	kpath := realTrace(t, sc.kineto)
+	dir := t.TempDir()
+	if sc.variant != nil {
+		kpath = sc.variant(t, kpath, dir)
+	}
 	data, truth, err := synth.PluginFromKineto(kpath, sc.opt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
 	npath := filepath.Join(dir, "ncclprof-h-1-0.trace.json")
 	if err := os.WriteFile(npath, data, 0o644); err != nil {
 		t.Fatal(err)
@@ -110,13 +107,30 @@ func runScenario(t *testing.T, sc scenario, out string) (*Summary, *synth.Truth,
 func TestLinksRecovered(t *testing.T) {
 	cases := []scenario{
 		{"relative ts, launch rule, dropped launches, a mismatch", "nccl_parser_config_nccl_data.json.gz",
-			synth.PluginOptions{CPUOffsetNs: 150_000, GPUOffsetNs: 2_500_000_000, DropLaunchEvery: 5, Mismatch: 3, Seed: 1}},
+			synth.PluginOptions{CPUOffsetNs: 150_000, GPUOffsetNs: 2_500_000_000, DropLaunchEvery: 5, Mismatch: 3, Seed: 1}, nil},
 		{"absolute µs, kernels without launch calls, dropped operations", "negative_queue_length_values_check_rank0.json.gz",
-			synth.PluginOptions{CPUOffsetNs: -40_000, GPUOffsetNs: -7_000_000, DropOpEvery: 13, DropLaunchEvery: 7, Seed: 2, ErrorBoundNs: 900}},
+			synth.PluginOptions{CPUOffsetNs: -40_000, GPUOffsetNs: -7_000_000, DropOpEvery: 13, DropLaunchEvery: 7, Seed: 2, ErrorBoundNs: 900}, nil},
 		{"ABI < 5: no KernelLaunch at all, order rule only", "nccl_parser_config_nccl_data.json.gz",
-			synth.PluginOptions{NoAPI: true, GPUOffsetNs: 123_456_789, Seed: 3}},
+			synth.PluginOptions{NoAPI: true, GPUOffsetNs: 123_456_789, Seed: 3}, nil},
 		{"sampled trace, no offset", "trace_filter_sampled_rank-1.json.gz",
-			synth.PluginOptions{GPUOffsetNs: 42_000, Seed: 4}},
+			synth.PluginOptions{GPUOffsetNs: 42_000, Seed: 4}, nil},
+		// Kernels launched before the Kineto window next to kernels whose KernelLaunch the
+		// plugin dropped: ordering the kernels by launch call where there is one and by GPU
+		// start elsewhere crossed the sequences and swapped operations.
+		{"launched before the window, next launches dropped", "negative_queue_length_values_check_rank0.json.gz",
+			synth.PluginOptions{DropLaunchEvery: 3, Seed: 12}, nil},
+		{"launched before the window, every other launch dropped", "negative_queue_length_values_check_rank0.json.gz",
+			synth.PluginOptions{DropLaunchEvery: 2, Seed: 13}, nil},
+		// PyTorch before 2023-10 recorded a collective's shape and dtype only on its nccl:*
+		// record_function ("Input Dims", "Input type"): a count one too many is refused there.
+		{"older record_function args, a count mismatch", "nccl_parser_config_nccl_data.json.gz",
+			synth.PluginOptions{Mismatch: 4, DropLaunchEvery: 6, Seed: 14}, olderArgs},
+		// A float reduction kernel given a half-precision operation: refused by the kernel's
+		// own name, with no PyTorch dtype at all.
+		{"wrong datatype on a Sum_float kernel", "nccl_parser_config_nccl_data.json.gz",
+			synth.PluginOptions{WrongType: 2, Seed: 15}, stripCollectiveArgs},
+		{"wrong datatype with older record_function args", "nccl_parser_config_nccl_data.json.gz",
+			synth.PluginOptions{WrongType: 7, Seed: 16}, olderArgs},
 	}
 	for _, sc := range cases {
 		t.Run(sc.name, func(t *testing.T) {
@@ -142,7 +156,7 @@ func TestLinksRecovered(t *testing.T) {
 			}
 			rs := sum.Ranks[0]
 			if rs.Linked[RuleLaunch] != rules["launch"] || rs.Linked[RuleOrder] != rules["order"] {
-				t.Errorf("summary counts %v, truth %v", rs.Linked, rules)
+				t.Errorf("summary counts %v, truth %v; unlinked: %v", rs.Linked, rules, rs.UnlinkedKernels)
 			}
 			if sc.opt.CPUOffsetNs != 0 {
 				if d := rs.Clock.CPUOffsetNs - sc.opt.CPUOffsetNs; abs(d) > cpuOffsetBound || !rs.Clock.CPUOffsetApplied {
@@ -208,8 +222,8 @@ func kinetoEvents(t *testing.T, path string) map[string]int {
 // end, which the summary counts; every plugin slice is there too, moved by the measured offset.
 func TestNothingLost(t *testing.T) {
 	for _, sc := range []scenario{
-		{"bulk copy", "nccl_parser_config_nccl_data.json.gz", synth.PluginOptions{CPUOffsetNs: 80_000, Seed: 5}},
-		{"rebased", "negative_queue_length_values_check_rank0.json.gz", synth.PluginOptions{Seed: 6}},
+		{"bulk copy", "nccl_parser_config_nccl_data.json.gz", synth.PluginOptions{CPUOffsetNs: 80_000, Seed: 5}, nil},
+		{"rebased", "negative_queue_length_values_check_rank0.json.gz", synth.PluginOptions{Seed: 6}, nil},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "m.json")
@@ -242,7 +256,7 @@ func TestNothingLost(t *testing.T) {
 					t.Errorf("plugin slice %s at %d in the output, want %d", id, got[id], ts)
 				}
 			}
-			if sum.Ranks[0].EventsOut != sum.Ranks[0].EventsIn.Kineto-sum.Ranks[0].Dropped+sum.Ranks[0].EventsIn.NCCL-1+sum.Ranks[0].Added {
+			if sum.Ranks[0].EventsOut != sum.Ranks[0].EventsIn.Kineto-sum.Ranks[0].Dropped+sum.Ranks[0].EventsIn.NCCL+sum.Ranks[0].Added {
 				t.Errorf("event accounting: %+v", sum.Ranks[0])
 			}
 		})
@@ -273,9 +287,9 @@ func pluginSlices(t *testing.T, data []byte, shift int64) map[string]int64 {
 // `merge` never adds a warning its inputs did not already have, and its output has no errors.
 func TestNoNewWarnings(t *testing.T) {
 	for _, sc := range []scenario{
-		{"nccl_data", "nccl_parser_config_nccl_data.json.gz", synth.PluginOptions{CPUOffsetNs: 30_000, GPUOffsetNs: 9_000, DropLaunchEvery: 4, Seed: 7}},
-		{"negative_queue", "negative_queue_length_values_check_rank0.json.gz", synth.PluginOptions{GPUOffsetNs: -1_000_000, Seed: 8}},
-		{"sampled", "trace_filter_sampled_rank-0.json.gz", synth.PluginOptions{Seed: 9}},
+		{"nccl_data", "nccl_parser_config_nccl_data.json.gz", synth.PluginOptions{CPUOffsetNs: 30_000, GPUOffsetNs: 9_000, DropLaunchEvery: 4, Seed: 7}, nil},
+		{"negative_queue", "negative_queue_length_values_check_rank0.json.gz", synth.PluginOptions{GPUOffsetNs: -1_000_000, Seed: 8}, nil},
+		{"sampled", "trace_filter_sampled_rank-0.json.gz", synth.PluginOptions{Seed: 9}, nil},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "m.json")
@@ -448,4 +462,102 @@ func TestExamplePluginByOrder(t *testing.T) {
 	if rep, _ := tracecheck.File(out); !rep.OK() {
 		t.Fatalf("check: %+v", rep.Findings)
 	}
+}
+
+// stripCollectiveArgs writes a copy of a Kineto trace whose kernels carry no collective args
+// ("Collective name" … "Process Group Ranks", the last members of a kernel's args), as traces
+// before 2023-10 have them.
+func stripCollectiveArgs(t *testing.T, src, dir string) string {
+	return olderTrace(t, src, dir, false)
+}
+
+// olderArgs is stripCollectiveArgs with each kernel's element count and dtype moved onto the
+// nccl:* record_function around its launch call, as "Input Dims" and "Input type".
+func olderArgs(t *testing.T, src, dir string) string {
+	return olderTrace(t, src, dir, true)
+}
+
+func olderTrace(t *testing.T, src, dir string, annotate bool) string {
+	t.Helper()
+	type span struct {
+		at, end int64
+		text    string
+	}
+	type ann struct {
+		pid, tid, start, end int64
+		argsAt               int64
+	}
+	var edits []span
+	var anns []ann
+	type call struct{ pid, tid, start, end int64 }
+	launches := map[uint64]call{}
+	type kern struct {
+		corr  uint64
+		comms kineto.CommsArgs
+	}
+	var kerns []kern
+	_, err := kineto.Read(src, kineto.Options{}, func(e *kineto.Event) error {
+		switch {
+		case e.Cat == kineto.CatUserAnnotation && strings.HasPrefix(e.Name, "nccl:"):
+			anns = append(anns, ann{e.Pid.Num, e.Tid.Num, e.Ts, e.Ts + e.Dur, e.Off + int64(e.ArgsSpan.Start) + 1})
+		case e.Cat == kineto.CatRuntime && kineto.IsLaunch(e.Name):
+			launches[e.Correlation()] = call{e.Pid.Num, e.Tid.Num, e.Ts, e.Ts + e.Dur}
+		case e.Cat == kineto.CatKernel && kineto.IsNCCLKernel(e.Name):
+			c := e.Comms()
+			if i := strings.Index(e.Raw, `, "Collective name"`); i >= 0 {
+				end := int64(e.ArgsSpan.End) - 1
+				for e.Raw[end-1] == ' ' || e.Raw[end-1] == '\n' {
+					end--
+				}
+				edits = append(edits, span{e.Off + int64(i), e.Off + end, ""})
+				kerns = append(kerns, kern{e.Correlation(), c})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if annotate {
+		for _, k := range kerns {
+			l, ok := launches[k.corr]
+			if !ok || k.comms.InNelems < 0 {
+				continue
+			}
+			for _, a := range anns {
+				if a.pid == l.pid && a.tid == l.tid && a.start <= l.start && l.end <= a.end {
+					dt := map[string]string{"Float": "float", "Half": "c10::Half", "BFloat16": "c10::BFloat16"}[k.comms.Dtype]
+					edits = append(edits, span{a.argsAt, a.argsAt, fmt.Sprintf(`"Input Dims": [[%d]], "Input type": [%q], `, k.comms.InNelems, dt)})
+				}
+			}
+		}
+	}
+	sort.Slice(edits, func(i, j int) bool { return edits[i].at > edits[j].at })
+	data, err := tracefile.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range edits {
+		data = append(data[:e.at], append([]byte(e.text), data[e.end:]...)...)
+	}
+	p := filepath.Join(dir, "older.json")
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if _, err := kineto.Read(p, kineto.Options{}, func(e *kineto.Event) error {
+		if e.Cat == kineto.CatKernel && e.Comms().Present {
+			t.Errorf("collective args left on a kernel: %.300s", e.Raw)
+		}
+		if strings.Contains(e.Raw, `"Input Dims": [[`) && strings.HasPrefix(e.Name, "nccl:") {
+			n++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if annotate && n != len(kerns) {
+		t.Fatalf("%d record_functions annotated for %d kernels", n, len(kerns))
+	}
+	return p
 }

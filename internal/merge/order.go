@@ -6,112 +6,166 @@ import (
 )
 
 // The order rule links what the launch rule could not (traces without KernelLaunch events:
-// ABI < 5, NCCL's example plugin, CUDA-graph replays, dropped events, kernels whose launch
-// call Kineto did not keep). Within one (communicator ↔ process group, kernel function), NCCL
-// launches kernels in the order it enqueues operations, so the n-th operation runs as the n-th
-// kernel. Launch-rule links anchor the two sequences; between two anchors, equal numbers of
-// leftover operations and kernels are paired in order; elsewhere pairs must also agree in time.
+// ABI < 5, NCCL's example plugin, CUDA-graph replays, dropped events, kernels whose launch call
+// Kineto did not keep, operations enqueued before the Kineto window). NCCL launches a
+// communicator's kernels on its stream in the order it enqueues the operations, and a stream
+// runs its kernels in launch order, so within one (communicator ↔ process group and stream) the
+// n-th operation by enqueue time runs as the n-th kernel by GPU start. (GPU start, not the
+// launch call's time: only some kernels have a launch call in the trace, and mixing the two
+// orders crosses the sequences.) Launch-rule links anchor the two sequences. Between two
+// anchors, equal numbers of leftovers pair in order; unequal numbers pair only where the time
+// leaves one choice, and the rest are reported as ambiguous. Before the first anchor and after
+// the last, pairs are made outward from the anchor while each kernel starts after its
+// operation (the two traces may start and stop at different times). A pair whose kernel
+// contradicts its operation (function, count, datatype) stops the run: nothing after it in
+// that direction is trusted.
 
-type orderKey struct {
-	pg    string
-	kfunc string
-}
+// Reasons the order rule gives for what it leaves unlinked.
+const (
+	whyAmbiguous = "ambiguous: between the same launch-linked neighbours the operations and kernels left over differ in number, and their times allow more than one pairing"
+	whyNoSeq     = "no process group in the Kineto trace matches its communicator"
+)
 
 // linkByOrder applies the order rule to the groups and kernels left unlinked.
 func (r *rankState) linkByOrder() {
-	pgOf := r.commToPG()
-	groups := map[orderKey][]*opGroup{}
+	seqOf := r.commToSeq()
+	groups := map[string][]*opGroup{}
 	for _, p := range r.px {
 		for _, g := range p.groups {
-			pg, ok := pgOf[g.comm.Hash]
+			key, ok := seqOf[g.comm.Hash]
 			if !ok {
 				if g.link == nil && g.why == "" {
-					g.why = "no process group in the Kineto trace matches its communicator"
+					g.why = whyNoSeq
 				}
 				continue
 			}
-			if g.link == nil && g.why != "" && g.refused {
+			if g.link == nil && g.refused {
 				continue
 			}
-			k := orderKey{pg, g.kfunc}
-			groups[k] = append(groups[k], g)
+			groups[key] = append(groups[key], g)
 		}
 	}
-	kernels := map[orderKey][]*kernel{}
+	kernels := map[string][]*kernel{}
 	for _, k := range r.kx.kernels {
 		if k.why != "" && k.link == nil {
 			continue // the launch rule found this kernel's operation and refused it
 		}
-		key := orderKey{k.pgKey(), k.spec.Func}
-		kernels[key] = append(kernels[key], k)
+		kernels[k.seqKey()] = append(kernels[k.seqKey()], k)
 	}
-	keys := make([]orderKey, 0, len(groups))
+	keys := make([]string, 0, len(groups))
 	for k := range groups {
 		keys = append(keys, k)
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		return keys[i].pg+keys[i].kfunc < keys[j].pg+keys[j].kfunc
-	})
+	sort.Strings(keys)
 	for _, key := range keys {
 		gs, ks := groups[key], kernels[key]
 		sort.SliceStable(gs, func(i, j int) bool { return gs[i].at() < gs[j].at() })
-		sort.SliceStable(ks, func(i, j int) bool { return ks[i].ref() < ks[j].ref() })
+		sort.SliceStable(ks, func(i, j int) bool { return ks[i].start < ks[j].start })
 		r.orderSequences(gs, ks)
 	}
 }
 
-// orderSequences pairs the unlinked members of two time-ordered sequences, using the linked
-// members as anchors.
+// anchor is a launch-rule link inside one sequence: positions in the operation and kernel lists.
+type anchor struct{ gi, ki int }
+
+// anchors lists the launch-rule links of a sequence whose positions increase on both sides; a
+// link that would cross another (it cannot, unless a trace is damaged) anchors nothing.
+func anchors(gs []*opGroup, ks []*kernel) []anchor {
+	pos := make(map[*kernel]int, len(ks))
+	for i, k := range ks {
+		pos[k] = i
+	}
+	var out []anchor
+	for gi, g := range gs {
+		if g.link == nil || g.link.rule != RuleLaunch || g.link.kernel.link != g.link {
+			continue
+		}
+		ki, ok := pos[g.link.kernel]
+		if !ok || (len(out) > 0 && ki <= out[len(out)-1].ki) {
+			continue
+		}
+		out = append(out, anchor{gi, ki})
+	}
+	return out
+}
+
+// orderSequences pairs the unlinked members of one sequence (operations by enqueue time,
+// kernels by GPU start), segment by segment between anchors.
 func (r *rankState) orderSequences(gs []*opGroup, ks []*kernel) {
 	d, tol := r.orderOffset(gs, ks)
-	inSeq := make(map[*kernel]bool, len(ks))
-	for _, k := range ks {
-		inSeq[k] = true
-	}
-	isAnchor := func(g *opGroup) bool { return g.link != nil && inSeq[g.link.kernel] && g.link.kernel.link == g.link }
-	var segG []*opGroup
-	var segK []*kernel
-	afterAnchor := false
-	gi, ki := 0, 0
-	for {
-		for ; gi < len(gs) && !isAnchor(gs[gi]); gi++ {
-			if gs[gi].link == nil {
-				segG = append(segG, gs[gi])
-			}
+	as := anchors(gs, ks)
+	prev := anchor{-1, -1}
+	for i := 0; i <= len(as); i++ {
+		next := anchor{len(gs), len(ks)}
+		if i < len(as) {
+			next = as[i]
 		}
-		var anchor *kernel
-		if gi < len(gs) {
-			anchor = gs[gi].link.kernel
-		}
-		for ; ki < len(ks) && ks[ki] != anchor; ki++ {
-			if ks[ki].link == nil {
-				segK = append(segK, ks[ki])
-			}
-		}
-		closed := anchor != nil && ki < len(ks)
-		switch {
-		case afterAnchor && closed && len(segG) == len(segK):
-			// Between two anchors, equal numbers left on each side: the n-th is the n-th.
-			for i := range segG {
-				r.orderLink(segK[i], segG[i])
-			}
-		case closed && !afterAnchor:
-			// Before the first anchor the traces may cover different spans: pair outward from
-			// the anchor, in order, while each kernel starts after its operation.
+		segG := unlinked(gs[prev.gi+1:next.gi], func(g *opGroup) bool { return g.link != nil })
+		segK := unlinked(ks[prev.ki+1:next.ki], func(k *kernel) bool { return k.link != nil })
+		switch first, last := i == 0, i == len(as); {
+		case first && last:
+			// No anchor at all: time alone decides (an ABI < 5 trace, or nothing launch-linked).
+			r.pairUnique(segG, segK, d, tol)
+		case first:
 			r.pairOutward(segG, segK, true)
-		case afterAnchor && !closed && anchor == nil:
+		case last:
 			r.pairOutward(segG, segK, false)
+		case len(segG) == len(segK):
+			r.pairInOrder(segG, segK)
 		default:
-			r.pairInTime(segG, segK, d, tol)
+			r.pairUnique(segG, segK, d, tol)
 		}
-		segG, segK = segG[:0], segK[:0]
-		if !closed {
+		prev = next
+	}
+}
+
+// unlinked keeps the members of a run that no rule has linked yet.
+func unlinked[T any](run []T, linked func(T) bool) []T {
+	var out []T
+	for _, x := range run {
+		if !linked(x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// pairInOrder links the n-th operation to the n-th kernel of two runs of equal length between
+// two anchors. A pair that contradicts itself means the runs do not correspond: none is linked.
+func (r *rankState) pairInOrder(gs []*opGroup, ks []*kernel) {
+	for i := range gs {
+		if why := pairProblem(ks[i], gs[i]); why != "" {
+			for j := range gs {
+				gs[j].why = "paired in order between launch-linked neighbours but the " + ordinal(i+1) + " pair fails: " + why
+				ks[j].why = gs[j].why
+			}
 			return
 		}
-		afterAnchor = true
-		gi++
-		ki++
 	}
+	for i := range gs {
+		r.addLink(RuleOrder, ks[i], gs[i])
+	}
+}
+
+// pairProblem says why a kernel cannot be an operation's: it starts before the operation was
+// enqueued, or it contradicts it.
+func pairProblem(k *kernel, g *opGroup) string {
+	if k.start < g.at()-causalSlack {
+		return "the kernel starts before the operation was enqueued"
+	}
+	return disagreement(k, g)
+}
+
+func ordinal(n int) string {
+	switch n {
+	case 1:
+		return "1st"
+	case 2:
+		return "2nd"
+	case 3:
+		return "3rd"
+	}
+	return strconv.Itoa(n) + "th"
 }
 
 // orderOffset is the expected (kernel reference time − operation start) and how far a pair
@@ -191,19 +245,76 @@ func walkPairs(gs []*opGroup, ks []*kernel, d, tol int64, pair func(*opGroup, *k
 	}
 }
 
-func (r *rankState) pairInTime(gs []*opGroup, ks []*kernel, d, tol int64) {
+// pairUnique links the operations and kernels of two runs whose counts differ (or that no
+// anchor ties together) only where the time leaves one choice. A kernel fits an operation when
+// its reference time is within tol of the operation's start plus the expected delay d, and it
+// does not start before the operation. The in-order matching that takes the earliest fitting
+// kernel each time and the one that takes the latest (from the other end) are both as large as
+// can be; a pair both make is the only one possible, the rest are ambiguous.
+func (r *rankState) pairUnique(gs []*opGroup, ks []*kernel, d, tol int64) {
 	if len(gs) == 0 || len(ks) == 0 {
 		return
 	}
-	walkPairs(gs, ks, d, tol, func(g *opGroup, k *kernel) {
-		if g.link == nil && k.link == nil {
-			r.orderLink(k, g)
+	fits := func(g *opGroup, k *kernel) int { // <0: k too early, >0: too late
+		switch u, pred := k.ref(), g.at()+d; {
+		case u < pred-tol || k.start < g.at()-causalSlack:
+			return -1
+		case u > pred+tol:
+			return 1
 		}
-	})
+		return 0
+	}
+	early := make(map[*opGroup]*kernel)
+	for i, j := 0, 0; i < len(gs) && j < len(ks); {
+		switch fits(gs[i], ks[j]) {
+		case -1:
+			j++
+		case 1:
+			i++
+		default:
+			early[gs[i]] = ks[j]
+			i, j = i+1, j+1
+		}
+	}
+	late := make(map[*opGroup]*kernel)
+	for i, j := len(gs)-1, len(ks)-1; i >= 0 && j >= 0; {
+		switch fits(gs[i], ks[j]) {
+		case 1:
+			j--
+		case -1:
+			i--
+		default:
+			late[gs[i]] = ks[j]
+			i, j = i-1, j-1
+		}
+	}
+	for _, g := range gs {
+		k := early[g]
+		switch {
+		case k == nil && late[g] == nil:
+			continue
+		case k == nil || k != late[g]:
+			g.why = whyAmbiguous
+			for _, x := range []*kernel{k, late[g]} {
+				if x != nil && x.link == nil {
+					x.why = whyAmbiguous
+				}
+			}
+			continue
+		}
+		if why := disagreement(k, g); why != "" {
+			g.why = "paired in time but " + why
+			k.why = g.why
+			continue
+		}
+		k.why = ""
+		r.addLink(RuleOrder, k, g)
+	}
 }
 
 // pairOutward pairs two runs in order starting from the anchored end (fromEnd: the anchor
-// follows the runs), stopping at the first pair where the kernel would precede its operation.
+// follows the runs), stopping at the first pair that cannot be (the kernel would precede its
+// operation, or contradicts it): past it, the runs no longer correspond.
 func (r *rankState) pairOutward(gs []*opGroup, ks []*kernel, fromEnd bool) {
 	n := min(len(gs), len(ks))
 	for i := 0; i < n; i++ {
@@ -211,31 +322,23 @@ func (r *rankState) pairOutward(gs []*opGroup, ks []*kernel, fromEnd bool) {
 		if fromEnd {
 			g, k = gs[len(gs)-1-i], ks[len(ks)-1-i]
 		}
-		if k.ref() < g.at()-causalSlack {
+		if why := pairProblem(k, g); why != "" {
+			g.why = "paired in order outward from a launch-linked neighbour but " + why
+			k.why = g.why
 			return
 		}
-		r.orderLink(k, g)
+		r.addLink(RuleOrder, k, g)
 	}
 }
 
-// causalSlack is how early a kernel's launch may seem to come before its operation's enqueue
-// (clock noise between the two traces).
+// causalSlack is how early a kernel may seem to start before its operation's enqueue (clock
+// noise between the two traces).
 const causalSlack = 20 * us
 
-// orderLink links a pair the order rule found, unless the kernel contradicts the operation.
-func (r *rankState) orderLink(k *kernel, g *opGroup) {
-	if why := disagreement(k, g); why != "" {
-		g.why = "paired in order but " + why
-		k.why = g.why
-		return
-	}
-	r.addLink(RuleOrder, k, g)
-}
-
-// commToPG maps each communicator of the plugin trace to the process-group key of the Kineto
-// kernels: by the launch-rule links first (majority), then by size where a single unclaimed
-// process group fits, then — with one communicator and one process group — directly.
-func (r *rankState) commToPG() map[uint64]string {
+// commToSeq maps each communicator of the plugin trace to a sequence of Kineto kernels (process
+// group and stream): by the launch-rule links first (majority), then by size where a single
+// unclaimed sequence fits.
+func (r *rankState) commToSeq() map[uint64]string {
 	out := map[uint64]string{}
 	votes := map[uint64]map[string]int{}
 	for _, l := range r.links {
@@ -243,7 +346,7 @@ func (r *rankState) commToPG() map[uint64]string {
 		if votes[c] == nil {
 			votes[c] = map[string]int{}
 		}
-		votes[c][l.kernel.pgKey()]++
+		votes[c][l.kernel.seqKey()]++
 	}
 	claimed := map[string]bool{}
 	for c, v := range votes {
@@ -256,9 +359,9 @@ func (r *rankState) commToPG() map[uint64]string {
 		out[c] = best
 		claimed[best] = true
 	}
-	sizes := map[string]int{} // pg → group size (0 unknown)
+	sizes := map[string]int{} // sequence → group size (0 unknown)
 	for _, k := range r.kx.kernels {
-		sizes[k.pgKey()] = max(sizes[k.pgKey()], k.comms.GroupSize)
+		sizes[k.seqKey()] = max(sizes[k.seqKey()], k.comms.GroupSize)
 	}
 	comms := r.comms()
 	for _, c := range comms {

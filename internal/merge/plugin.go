@@ -12,10 +12,10 @@ type op struct {
 	ev         *ptrace.Event // Coll or P2p
 	api        *ptrace.Event // CollApi/P2pApi, when the ABI has them
 	comm       ptrace.Comm
-	proxy      []*ptrace.Event
+	proxies    int
 	steps      int
 	net        int
-	channels   []*ptrace.Event // KernelCh
+	channels   []channelRec // KernelCh
 	completion *ptrace.Event
 	group      *opGroup
 }
@@ -57,20 +57,44 @@ type pluginIndex struct {
 	shift        int64
 	shiftSamples int
 	shiftApplied bool
+	// dupIDs counts slices whose handle an earlier slice already had (a damaged or hostile
+	// file): they are kept in the output but link nothing, and nothing hangs under them.
+	dupIDs int
+	// launchGroups memoizes groupsOfLaunch per (GroupApi handle, communicator).
+	launchGroups map[[2]uint64][]*opGroup
+	// launchLink is the link made through each KernelLaunch.
+	launchLink map[*ptrace.Event]*link
+	// lean holds what was read as records rather than events; counts tallies its proxy
+	// records per operation.
+	lean     *leanPlugin
+	counts   map[uint64]proxyCounts
+	channels map[uint64][]channelRec // by operation handle
 }
 
-func newPluginIndex(t *ptrace.Trace) *pluginIndex {
-	x := &pluginIndex{t: t, byID: map[uint64]*ptrace.Event{}, children: map[uint64][]*ptrace.Event{}, ops: map[uint64]*op{}}
+func newPluginIndex(t *ptrace.Trace, lp *leanPlugin) *pluginIndex {
+	if lp == nil {
+		lp = &leanPlugin{keys: &flowKeys{}, realThreads: map[[2]int64]bool{}}
+	}
+	x := &pluginIndex{t: t, byID: map[uint64]*ptrace.Event{}, children: map[uint64][]*ptrace.Event{}, ops: map[uint64]*op{},
+		launchGroups: map[[2]uint64][]*opGroup{}, launchLink: map[*ptrace.Event]*link{}, lean: lp}
+	var dups int
+	x.counts, dups = lp.countProxies()
+	x.channels = lp.channelsByOp()
+	x.dupIDs += dups
 	for i := range t.Events {
 		e := &t.Events[i]
 		if !e.IsSlice() {
 			continue
 		}
 		if e.ID != 0 {
-			x.byID[e.ID] = e
+			if _, dup := x.byID[e.ID]; dup {
+				x.dupIDs++
+			} else {
+				x.byID[e.ID] = e
+			}
 		}
 		parent := e.Parent
-		if e.Kind == KernelChKind || e.Kind == ptrace.Completion {
+		if e.Kind == ptrace.Completion {
 			if e.Op != 0 {
 				parent = e.Op
 			}
@@ -87,17 +111,15 @@ func newPluginIndex(t *ptrace.Trace) *pluginIndex {
 	return x
 }
 
-// KernelChKind names ptrace.KernelCh here for brevity in switch statements.
-const KernelChKind = ptrace.KernelCh
-
 // buildGroups gathers operations into per-launch groups. An operation belongs to the Group
 // slice (ncclGroupLaunch) that contains its enqueue on the same thread, with its communicator;
 // without one (a foreign trace), to its API parent's group; else it stands alone.
 func (x *pluginIndex) buildGroups() {
 	type gkey struct {
-		group uint64
-		comm  uint64
-		alone *ptrace.Event
+		group      uint64
+		comm       uint64
+		aloneGroup *groupRec     // a Group slice without a handle
+		aloneOp    *ptrace.Event // an operation in no group
 	}
 	containers := x.groupSlices()
 	byKey := map[gkey]*opGroup{}
@@ -112,14 +134,14 @@ func (x *pluginIndex) buildGroups() {
 		case e.Group != 0:
 			k.group = e.Group
 		case g != nil:
-			k.group = g.ID
+			k.group = g.id
 			if k.group == 0 {
-				k.alone = g
+				k.aloneGroup = g
 			}
 		case o.api != nil && o.api.Parent != 0:
 			k.group = o.api.Parent
 		default:
-			k.alone = e
+			k.aloneOp = e
 		}
 		grp := byKey[k]
 		if grp == nil {
@@ -147,26 +169,30 @@ func (x *pluginIndex) newOp(e *ptrace.Event) *op {
 	if o.comm.Hash == 0 {
 		o.comm = ptrace.Comm{Hash: e.Comm, Rank: e.Rank}
 	}
-	for _, c := range x.children[e.ID] {
+	if x.byID[e.ID] == e {
+		c := x.counts[e.ID]
+		o.proxies, o.steps, o.net = c.proxies, c.steps, c.net
+		o.channels = x.channels[e.ID]
+	}
+	for _, c := range x.childrenOf(e) {
 		switch c.Kind {
-		case ptrace.ProxyOp:
-			o.proxy = append(o.proxy, c)
-			for _, s := range x.children[c.ID] {
-				if s.Kind == ptrace.ProxyStep {
-					o.steps++
-					o.net += len(x.children[s.ID])
-				}
-			}
-		case ptrace.KernelCh:
-			o.channels = append(o.channels, c)
 		case ptrace.Completion:
 			o.completion = c
 		}
 	}
-	if e.ID != 0 {
+	if e.ID != 0 && x.byID[e.ID] == e {
 		x.ops[e.ID] = o
 	}
 	return o
+}
+
+// childrenOf returns the slices under e: none when e's handle belongs to an earlier slice
+// (each child list is then walked once, by its owner, whatever a file repeats).
+func (x *pluginIndex) childrenOf(e *ptrace.Event) []*ptrace.Event {
+	if e.ID == 0 || x.byID[e.ID] != e {
+		return nil
+	}
+	return x.children[e.ID]
 }
 
 // kernelFuncOf is the kernel function a group runs as: its collective, or SendRecv for P2P.
@@ -188,29 +214,30 @@ func kernelFuncOf(ops []*op) string {
 }
 
 // groupIndex finds the Group slice containing an event on its thread.
-type groupIndex map[[2]int64][]*ptrace.Event
+type groupIndex map[[2]int64][]*groupRec
 
 func (x *pluginIndex) groupSlices() groupIndex {
 	gi := groupIndex{}
-	for i := range x.t.Events {
-		e := &x.t.Events[i]
-		if e.IsSlice() && e.Kind == ptrace.Group && !x.t.Unanchored {
-			k := [2]int64{e.Pid.Num, e.Tid.Num}
-			gi[k] = append(gi[k], e)
-		}
+	if x.t.Unanchored {
+		return gi // the example plugin's threads are not real
+	}
+	for i := range x.lean.groups {
+		g := &x.lean.groups[i]
+		k := [2]int64{g.pid, g.tid}
+		gi[k] = append(gi[k], g)
 	}
 	for _, l := range gi {
-		sort.Slice(l, func(i, j int) bool { return l[i].Start < l[j].Start })
+		sort.Slice(l, func(i, j int) bool { return l[i].start < l[j].start })
 	}
 	return gi
 }
 
-func (gi groupIndex) find(e *ptrace.Event) *ptrace.Event {
+func (gi groupIndex) find(e *ptrace.Event) *groupRec {
 	l := gi[[2]int64{e.Pid.Num, e.Tid.Num}]
-	i := sort.Search(len(l), func(i int) bool { return l[i].Start > e.Start }) - 1
+	i := sort.Search(len(l), func(i int) bool { return l[i].start > e.Start }) - 1
 	// Group slices on a thread follow one another; look back a few in case of nesting.
 	for k := i; k >= 0 && k > i-4; k-- {
-		if l[k].Start <= e.Start && e.End <= l[k].End {
+		if l[k].start <= e.Start && e.End <= l[k].end {
 			return l[k]
 		}
 	}
@@ -220,13 +247,17 @@ func (gi groupIndex) find(e *ptrace.Event) *ptrace.Event {
 // groupsOfLaunch returns the groups of the operations a KernelLaunch launched: the operations
 // under its GroupApi (through their CollApi/P2pApi), of the launch's communicator.
 func (x *pluginIndex) groupsOfLaunch(l *ptrace.Event) []*opGroup {
+	key := [2]uint64{l.GroupAPI, l.Comm}
+	if out, ok := x.launchGroups[key]; ok {
+		return out
+	}
 	var out []*opGroup
 	seen := map[*opGroup]bool{}
 	for _, api := range x.children[l.GroupAPI] {
 		if api.Kind != ptrace.CollAPI && api.Kind != ptrace.P2pAPI {
 			continue
 		}
-		for _, c := range x.children[api.ID] {
+		for _, c := range x.childrenOf(api) {
 			o := x.ops[c.ID]
 			if o == nil || (l.Comm != 0 && c.Comm != l.Comm) || seen[o.group] {
 				continue
@@ -235,6 +266,7 @@ func (x *pluginIndex) groupsOfLaunch(l *ptrace.Event) []*opGroup {
 			out = append(out, o.group)
 		}
 	}
+	x.launchGroups[key] = out
 	return out
 }
 

@@ -29,14 +29,23 @@ type rankState struct {
 }
 
 // gpuClock is the measured offset from GPU %globaltimer to Kineto's clock.
+// gpuClock is the GPU clock offset a rank's channels are placed with: %globaltimer − Kineto
+// time, the sign of the plugin's own gpu_clock.offset_ns.
 type gpuClock struct {
 	offset, mad int64
 	samples     int
 	from        string // "kernels" (measured), "plugin" (the plugin's own estimate) or ""
 }
 
+func (g gpuClock) placedBy() string {
+	if g.from == "plugin" {
+		return "ncclmerge (the plugin's own GPU clock offset)"
+	}
+	return "ncclmerge (median offset over linked kernels)"
+}
+
 // newRank indexes a Kineto trace (read by the caller with kx.visit) and its plugin traces.
-func newRank(opt Options, kt *kineto.Trace, kx *kinetoIndex, plugins []*ptrace.Trace) *rankState {
+func newRank(opt Options, kt *kineto.Trace, kx *kinetoIndex, plugins []*ptrace.Trace, lean map[*ptrace.Trace]*leanPlugin) *rankState {
 	r := &rankState{opt: opt, kt: kt, kx: kx, byCorr: map[uint64]*kernel{}, label: kt.Rank}
 	for _, k := range kx.kernels {
 		if k.corr != 0 {
@@ -44,7 +53,7 @@ func newRank(opt Options, kt *kineto.Trace, kx *kinetoIndex, plugins []*ptrace.T
 		}
 	}
 	for _, p := range plugins {
-		r.px = append(r.px, newPluginIndex(p))
+		r.px = append(r.px, newPluginIndex(p, lean[p]))
 		if r.host == "" {
 			r.host = p.Host
 		}
@@ -105,18 +114,21 @@ func (r *rankState) alignUnanchored() {
 	}
 }
 
-// estimateGPUOffset measures %globaltimer → Kineto time on linked kernels: the kernel's start
-// minus its earliest channel start, median over all links.
+// estimateGPUOffset measures the GPU clock offset on linked kernels, with the plugin's sign
+// (offset = %globaltimer − Kineto time, docs/trace-format.md): the earliest channel start minus
+// the kernel's start, median over all links.
 func (r *rankState) estimateGPUOffset() {
 	var diffs []int64
 	for _, l := range r.links {
 		if first, ok := firstChannel(l.group); ok {
-			diffs = append(diffs, l.kernel.start-first)
+			diffs = append(diffs, first-l.kernel.start)
 		}
 	}
 	if len(diffs) > 0 {
 		sort.Slice(diffs, func(i, j int) bool { return diffs[i] < diffs[j] })
-		med := diffs[len(diffs)/2]
+		// The lower median: with an even count, the smaller offset, which places no channel
+		// before the start of its kernel.
+		med := diffs[(len(diffs)-1)/2]
 		dev := make([]int64, len(diffs))
 		for i, d := range diffs {
 			dev[i] = abs(d - med)
@@ -137,8 +149,8 @@ func firstChannel(g *opGroup) (int64, bool) {
 	first := int64(math.MaxInt64)
 	for _, o := range g.ops {
 		for _, ch := range o.channels {
-			if ch.GPUStart > 0 {
-				first = min(first, ch.GPUStart)
+			if ch.gpuStart > 0 {
+				first = min(first, ch.gpuStart)
 			}
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/ncclprof/ncclprof/internal/words"
 )
 
 // Summary is what a merge did: it goes into the output (the "ncclmerge" key) and to stderr.
@@ -16,21 +18,25 @@ type Summary struct {
 
 // RankSummary is one rank's part of the summary.
 type RankSummary struct {
-	Rank        int      `json:"rank"`
-	Host        string   `json:"host,omitempty"`
-	Kineto      string   `json:"kineto"`
-	NCCL        []string `json:"nccl"`
-	KinetoTime  string   `json:"kineto_time"`
-	Simulated   bool     `json:"simulated,omitempty"`
-	Truncated   bool     `json:"nccl_truncated,omitempty"`
-	Unanchored  bool     `json:"nccl_unanchored,omitempty"`
-	EventsIn    EventsIn `json:"events_in"`
-	EventsOut   int      `json:"events_out"`
-	Added       int      `json:"events_added"`
-	Dropped     int      `json:"events_dropped"`
-	DroppedWhy  string   `json:"events_dropped_why,omitempty"`
-	NCCLKernels int      `json:"nccl_kernels"`
-	Operations  int      `json:"nccl_operation_groups"`
+	Rank       int      `json:"rank"`
+	Host       string   `json:"host,omitempty"`
+	Kineto     string   `json:"kineto"`
+	NCCL       []string `json:"nccl"`
+	KinetoTime string   `json:"kineto_time"`
+	Simulated  bool     `json:"simulated,omitempty"`
+	Truncated  bool     `json:"nccl_truncated,omitempty"`
+	Unanchored bool     `json:"nccl_unanchored,omitempty"`
+	EventsIn   EventsIn `json:"events_in"`
+	EventsOut  int      `json:"events_out"`
+	Added      int      `json:"events_added"`
+	Dropped    int      `json:"events_dropped"`
+	DroppedWhy string   `json:"events_dropped_why,omitempty"`
+	// InvalidUTF8 counts input bytes that were not UTF-8, written as '?'.
+	InvalidUTF8 int `json:"invalid_utf8_bytes,omitempty"`
+	// DuplicateIDs counts plugin slices whose handle an earlier slice had: kept, linking nothing.
+	DuplicateIDs int `json:"nccl_duplicate_ids,omitempty"`
+	NCCLKernels  int `json:"nccl_kernels"`
+	Operations   int `json:"nccl_operation_groups"`
 	// Linked counts kernels linked by each rule.
 	Linked          map[string]int `json:"linked"`
 	UnlinkedKernels map[string]int `json:"unlinked_kernels"`
@@ -49,11 +55,11 @@ type ClockSummary struct {
 	CPUOffsetNs      int64  `json:"cpu_offset_ns"`
 	CPUOffsetSamples int    `json:"cpu_offset_samples"`
 	CPUOffsetApplied bool   `json:"cpu_offset_applied"`
-	GPUOffsetNs      int64  `json:"gpu_offset_ns,omitempty"`
+	GPUOffsetNs      int64  `json:"gpu_offset_ns,omitempty"` // %globaltimer − Kineto time, as plugin_gpu_offset_ns
 	GPUOffsetMADNs   int64  `json:"gpu_offset_mad_ns,omitempty"`
 	GPUOffsetSamples int    `json:"gpu_offset_samples,omitempty"`
 	GPUOffsetFrom    string `json:"gpu_offset_from,omitempty"`
-	PluginGPUOffset  int64  `json:"plugin_gpu_offset_ns,omitempty"`
+	PluginGPUOffset  int64  `json:"plugin_gpu_offset_ns,omitempty"` // the plugin's gpu_clock.offset_ns: %globaltimer − Unix
 	ShiftNs          int64  `json:"alignment_shift_ns,omitempty"`
 }
 
@@ -71,7 +77,7 @@ type Alignment struct {
 func (r *rankState) summary() *RankSummary {
 	s := &RankSummary{Rank: r.label, Host: r.host, Kineto: r.kt.Path, EventsIn: EventsIn{Kineto: r.kt.Events},
 		NCCLKernels: len(r.kx.kernels), Linked: map[string]int{}, UnlinkedKernels: map[string]int{},
-		UnlinkedOps: map[string]int{}, Dropped: len(r.kx.dangling)}
+		UnlinkedOps: map[string]int{}, Dropped: len(r.kx.dangling), InvalidUTF8: r.kt.InvalidUTF8}
 	switch {
 	case r.kt.HasBase:
 		s.KinetoTime = "relative to baseTimeNanoseconds (PyTorch ≥ 2.4)"
@@ -83,11 +89,13 @@ func (r *rankState) summary() *RankSummary {
 	}
 	for _, p := range r.px {
 		s.NCCL = append(s.NCCL, p.t.Path)
-		s.EventsIn.NCCL += len(p.t.Events)
+		s.EventsIn.NCCL += p.t.Doc.Events
 		s.Simulated = s.Simulated || p.t.Simulated
 		s.Truncated = s.Truncated || p.t.Truncated
 		s.Unanchored = s.Unanchored || p.t.Unanchored
 		s.Operations += len(p.groups)
+		s.DuplicateIDs += p.dupIDs
+		s.InvalidUTF8 += p.t.Doc.InvalidUTF8
 		for _, g := range p.groups {
 			if g.link == nil {
 				s.UnlinkedOps[r.groupWhy(g)]++
@@ -123,7 +131,11 @@ func (s *Summary) WriteText(w io.Writer) {
 		if r.Host != "" {
 			fmt.Fprintf(w, " (%s)", r.Host)
 		}
-		fmt.Fprintf(w, ": %s + %s\n", r.Kineto, strings.Join(r.NCCL, ", "))
+		if len(r.NCCL) == 0 {
+			fmt.Fprintf(w, ": %s, and no plugin trace: no NCCL operation to link\n", r.Kineto)
+		} else {
+			fmt.Fprintf(w, ": %s + %s\n", r.Kineto, strings.Join(r.NCCL, ", "))
+		}
 		if r.Simulated {
 			fmt.Fprintf(w, "  the NCCL trace is SIMULATED (ncclprof test host), not from a real job\n")
 		}
@@ -131,6 +143,12 @@ func (s *Summary) WriteText(w io.Writer) {
 			r.EventsIn.Kineto, r.KinetoTime, r.EventsIn.NCCL, r.EventsOut, r.Added, r.Dropped)
 		if r.Dropped > 0 {
 			fmt.Fprintf(w, "  dropped: %s\n", r.DroppedWhy)
+		}
+		if r.InvalidUTF8 > 0 {
+			fmt.Fprintf(w, "  %d input bytes were not valid UTF-8 (JSON text must be): written as '?'\n", r.InvalidUTF8)
+		}
+		if r.DuplicateIDs > 0 {
+			fmt.Fprintf(w, "  %d NCCL slices repeat the handle of an earlier one (a damaged file?): kept, but they link nothing\n", r.DuplicateIDs)
 		}
 		linked := r.Linked[RuleLaunch] + r.Linked[RuleOrder]
 		fmt.Fprintf(w, "  NCCL kernels: %d, linked %d (%d by launch, %d by order)\n",
@@ -152,18 +170,20 @@ func (s *Summary) WriteText(w io.Writer) {
 		}
 		switch c.GPUOffsetFrom {
 		case "kernels":
-			fmt.Fprintf(w, "  GPU channel times placed with offset %d ns (median of %d linked kernels, MAD %s)\n",
-				c.GPUOffsetNs, c.GPUOffsetSamples, fmtNs(c.GPUOffsetMADNs))
+			fmt.Fprintf(w, "  GPU clock offset %%globaltimer − Kineto: %d ns (median of %d linked kernels, MAD %s%s); channel times placed with it\n",
+				c.GPUOffsetNs, c.GPUOffsetSamples, fmtNs(c.GPUOffsetMADNs), pluginGPU(c))
 		case "plugin":
-			fmt.Fprintf(w, "  GPU channel times placed with the plugin's own offset %d ns\n", c.GPUOffsetNs)
+			fmt.Fprintf(w, "  GPU clock offset %%globaltimer − Unix: %d ns, the plugin's own estimate; channel times placed with it\n", c.GPUOffsetNs)
 		}
 		if c.ShiftNs != 0 {
 			fmt.Fprintf(w, "  shifted by %s to align hosts\n", fmtNs(c.ShiftNs))
 		}
 	}
-	if a := s.Alignment; a != nil {
-		fmt.Fprintf(w, "alignment on collective ends over %d collectives: residual spread median %s, p90 %s (before: median %s)\n",
-			a.Collectives, fmtNs(a.ResidualMedianNs), fmtNs(a.ResidualP90Ns), fmtNs(a.BeforeMedianNs))
+	if a := s.Alignment; a != nil && a.Collectives == 0 {
+		fmt.Fprintf(w, "alignment on collective ends: no collective's end was seen on two hosts, so no host was shifted\n")
+	} else if a != nil {
+		fmt.Fprintf(w, "alignment on collective ends over %s: residual spread median %s, p90 %s (before: median %s)\n",
+			words.Count(a.Collectives, "collective"), fmtNs(a.ResidualMedianNs), fmtNs(a.ResidualP90Ns), fmtNs(a.BeforeMedianNs))
 		hosts := make([]string, 0, len(a.HostShiftNs))
 		for h := range a.HostShiftNs {
 			hosts = append(hosts, h)
@@ -202,4 +222,12 @@ func fmtNs(ns int64) string {
 		return fmt.Sprintf("%.1f µs", float64(ns)/1e3)
 	}
 	return fmt.Sprintf("%d ns", ns)
+}
+
+// pluginGPU adds the plugin's own GPU clock estimate, for comparison (same sign).
+func pluginGPU(c ClockSummary) string {
+	if c.PluginGPUOffset == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; the plugin's own estimate %d ns", c.PluginGPUOffset)
 }

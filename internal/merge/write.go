@@ -34,7 +34,9 @@ type emitter struct {
 	w      io.Writer
 	base   int64
 	events int
-	buf    []byte
+	buf    []byte // replacement values of the event being rewritten
+	out    []byte // the rewritten event
+	reps   []rep  // where they go
 	err    error
 }
 
@@ -56,6 +58,18 @@ func (e *emitter) writeString(s string) {
 	if e.err == nil {
 		_, e.err = io.WriteString(e.w, s)
 	}
+}
+
+// stableWriter takes text that stays valid until it is closed without copying it.
+type stableWriter interface{ WriteStable(string) error }
+
+// writeInput writes a span of an input document (which outlives the output).
+func (e *emitter) writeInput(s string) {
+	if sw, ok := e.w.(stableWriter); ok && e.err == nil {
+		e.err = sw.WriteStable(s)
+		return
+	}
+	e.writeString(s)
 }
 
 // event writes one whole event.
@@ -88,7 +102,12 @@ func patch(dst []byte, raw string, reps []rep, argsSpan traceevent.Span, addArgs
 			reps = append(reps, rep{traceevent.Span{Start: end, End: end}, append(append([]byte(`,"args":{`), addArgs...), '}')})
 		}
 	}
-	sort.SliceStable(reps, func(i, j int) bool { return reps[i].span.Start < reps[j].span.Start })
+	// A handful, nearly in order: an insertion sort (sort.SliceStable allocated per event).
+	for i := 1; i < len(reps); i++ {
+		for j := i; j > 0 && reps[j].span.Start < reps[j-1].span.Start; j-- {
+			reps[j], reps[j-1] = reps[j-1], reps[j]
+		}
+	}
 	pos := int32(0)
 	for _, r := range reps {
 		dst = append(dst, raw[pos:r.span.Start]...)
@@ -98,12 +117,13 @@ func patch(dst []byte, raw string, reps []rep, argsSpan traceevent.Span, addArgs
 	return append(dst, raw[pos:]...)
 }
 
-// writeKineto copies the rank's Kineto events. With nothing to rewrite but a few events it
-// copies the array in bulk between them; otherwise it rewrites each event.
+// writeKineto copies the rank's Kineto events. Outside a timeline it copies the array in bulk
+// between the few events that change (and, for absolute-µs traces, the ts values it rebases);
+// a timeline renames processes and flows, so it rewrites each event.
 func (r *rankState) writeKineto(e *emitter, tl *timelineMap) {
-	fast := tl == nil && r.shift == 0 && r.kt.HasBase && r.kt.Base == e.base
-	if fast {
-		r.copyBulk(e)
+	sameBase := r.kt.HasBase && r.kt.Base == e.base
+	if tl == nil && r.shift == 0 && (sameBase || r.kt.Absolute) {
+		r.copyBulk(e, !sameBase)
 		return
 	}
 	r.kt.Walk(func(ev *kineto.Event) bool {
@@ -113,8 +133,9 @@ func (r *rankState) writeKineto(e *emitter, tl *timelineMap) {
 }
 
 // copyBulk writes the traceEvents content as it is, except for the patch points: linked NCCL
-// kernels gain args, dangling flow starts go.
-func (r *rankState) copyBulk(e *emitter) {
+// kernels gain args, dangling flow starts go, and with rebase the absolute ts values become
+// relative to the output's base.
+func (r *rankState) copyBulk(e *emitter, rebase bool) {
 	doc := r.kt.Text()
 	type point struct {
 		off  int64
@@ -131,14 +152,27 @@ func (r *rankState) copyBulk(e *emitter) {
 		pts = append(pts, point{off: off, drop: true})
 	}
 	sort.Slice(pts, func(i, j int) bool { return pts[i].off < pts[j].off })
+	var ts *blocks[tsAt] // with rebase: the ts values to rebase, from ti on
+	if rebase {
+		ts = &r.kx.absTs
+	}
+	ti := 0
 	start, end := r.kt.EventsStart()+1, r.kt.EventsEnd()
 	// Count the events of the bulk copy: all of them, less the drops.
 	copied := r.kt.Events - len(r.kx.dangling)
 	pos := start
 	first := true
-	emit := func(s string) {
-		s = strings.TrimLeft(s, " \t\r\n,")
-		if s == "" {
+	var num []byte
+	// emit writes doc[a:b], a run of whole events, without the separators at its ends, with
+	// the ts values inside it rebased.
+	emit := func(a, b int) {
+		for a < b && strings.IndexByte(" \t\r\n,", doc[a]) >= 0 {
+			a++
+		}
+		for b > a && strings.IndexByte(" \t\r\n,", doc[b-1]) >= 0 {
+			b--
+		}
+		if a == b {
 			return
 		}
 		if first {
@@ -147,30 +181,64 @@ func (r *rankState) copyBulk(e *emitter) {
 		} else {
 			e.writeString(",\n")
 		}
-		e.writeString(strings.TrimRight(s, " \t\r\n,"))
+		for ts != nil && ti < ts.len() && ts.at(ti).off() < int64(a) {
+			ti++
+		}
+		for ts != nil && ti < ts.len() && ts.at(ti).off() < int64(b) {
+			off, n := ts.at(ti).off(), ts.at(ti).n()
+			ti++
+			e.writeInput(doc[a:off])
+			num = e.rebased(num[:0], doc[off:off+n])
+			e.write(num)
+			a = int(off + n)
+		}
+		e.writeInput(doc[a:b])
 	}
 	var ev traceevent.Event
 	for _, p := range pts {
-		emit(doc[pos:p.off])
+		emit(pos, int(p.off))
 		evEnd, err := traceevent.Parse(&ev, doc, int(p.off))
 		if err != nil {
 			e.err = err
 			return
 		}
 		if !p.drop {
-			e.buf = patch(e.buf[:0], ev.Raw, nil, ev.ArgsSpan, r.kernelArgs(p.k))
-			emit(string(e.buf))
+			var reps []rep
+			if rebase && ev.HasTs && ev.Ts >= kineto.AbsoluteMinNs {
+				reps = append(reps, rep{ev.TsSpan, e.ts(nil, ev.Ts)})
+			}
+			e.out = patch(e.out[:0], ev.Raw, reps, ev.ArgsSpan, r.kernelArgs(p.k))
+			if first {
+				e.sep()
+				first = false
+			} else {
+				e.writeString(",\n")
+			}
+			e.write(e.out)
 		}
 		pos = evEnd
 	}
-	emit(doc[pos:end])
+	emit(pos, end)
 	e.events += copied
+}
+
+// rebased turns an absolute µs ts value (number or numeric string) into µs since the output's
+// base.
+func (e *emitter) rebased(b []byte, raw string) []byte {
+	if raw[0] == '"' {
+		raw = jsonscan.String(raw)
+	}
+	ns, err := jsonscan.Scaled(raw, 3)
+	if err != nil {
+		return append(b, raw...) // cannot happen: the reader accepted it as a time
+	}
+	return e.ts(b, ns)
 }
 
 // rewriteKineto writes one Kineto event with its time rebased and, in a timeline, its
 // process, flow id and process metadata renamed.
 func (r *rankState) rewriteKineto(e *emitter, ev *kineto.Event, tl *timelineMap) {
-	var reps []rep
+	reps := e.reps[:0]
 	b := e.buf[:0]
 	if ev.Ph == "s" && r.isDangling(ev.Off) {
 		return
@@ -187,9 +255,9 @@ func (r *rankState) rewriteKineto(e *emitter, ev *kineto.Event, tl *timelineMap)
 			reps = append(reps, rep{ev.PidSpan, b[at:]})
 		}
 		if (ev.Ph == "s" || ev.Ph == "t" || ev.Ph == "f") && ev.IDSpan.Valid() {
-			if fi := r.kx.flows[r.kx.keys.key(ev.IDRaw, ev.Event.Cat, ev.Name)]; fi != nil {
+			if idx, ok := r.kx.flows[r.kx.keys.key(ev.IDRaw, ev.Event.Cat, ev.Name)]; ok {
 				at := len(b)
-				b = strconv.AppendUint(b, tl.flowID(r, fi.newID), 10)
+				b = strconv.AppendUint(b, tl.flowID(r, uint64(idx)), 10)
 				reps = append(reps, rep{ev.IDSpan, b[at:]})
 			}
 		}
@@ -207,9 +275,10 @@ func (r *rankState) rewriteKineto(e *emitter, ev *kineto.Event, tl *timelineMap)
 			add = r.kernelArgs(k)
 		}
 	}
-	out := patch(b[len(b):], ev.Raw, reps, ev.ArgsSpan, add)
-	e.event(out)
-	e.buf = out[:0]
+	// Two buffers kept across events: the replacements point into buf while out is built.
+	e.out = patch(e.out[:0], ev.Raw, reps, ev.ArgsSpan, add)
+	e.event(e.out)
+	e.buf, e.reps = b[:0], reps[:0]
 }
 
 func (r *rankState) isDangling(off int64) bool {
@@ -236,7 +305,7 @@ func (r *rankState) kernelArgs(k *kernel) []byte {
 	var proxy, steps, net, chans int
 	for _, op := range g.ops {
 		bytes += op.bytes()
-		proxy += len(op.proxy)
+		proxy += op.proxies
 		steps += op.steps
 		net += op.net
 		chans += len(op.channels)
@@ -308,50 +377,94 @@ func appendOp(o *obj, op *op) {
 }
 
 // writePlugin writes the plugin's events: their times on Kineto's clock, their real-thread
-// slices on tracks of their own, their flow ids renumbered, linked operations annotated.
+// slices on tracks of their own, their flow ids renumbered, linked operations annotated. It
+// walks each file again: most events were read as records only (see lean.go); those that were
+// decoded are met in the same order.
 func (r *rankState) writePlugin(e *emitter, tl *timelineMap, ids *idSpace) {
 	for _, p := range r.px {
-		var keys flowKeys
-		flows := pluginFlows(p.t, &keys, ids.pluginFlows(r))
-		for i := range p.t.Events {
-			ev := &p.t.Events[i]
-			if ev.Raw == "{}" || (ev.Ph == "M" && ev.Name == "process_name") {
-				continue // Kineto names the process
+		flows := pluginFlows(p.lean.flows, ids.pluginFlows(r))
+		kept := p.t.Events
+		var tmp ptrace.Event
+		walk(p.t, func(raw *traceevent.Event) bool {
+			ev := &tmp
+			if len(kept) > 0 && kept[0].Off == raw.Off {
+				ev, kept = &kept[0], kept[1:]
+			} else {
+				tmp = ptrace.Event{Event: *raw, Kind: ptrace.KindOf(raw.Cat, raw.Name),
+					Start: p.t.Base + raw.Ts, End: p.t.Base + raw.Ts + raw.Dur}
+				if raw.Ph != "X" {
+					tmp.Kind = ptrace.KindOther
+				}
 			}
-			if isFlow(ev.Ph) && flows[keys.key(ev.IDRaw, ev.Cat, ev.Name)] == nil {
-				continue // a flow start whose end was cut off with the file
+			if ev.Raw == "{}" || isProcessMeta(ev) {
+				return true // the sentinel of the example plugin; process metadata went first
 			}
-			r.rewritePlugin(e, p, ev, tl, flows[keys.key(ev.IDRaw, ev.Cat, ev.Name)], ids)
-			if e.err != nil {
+			var flowN *uint64
+			if isFlow(ev.Ph) {
+				if flowN = flows[p.lean.keys.key(ev.IDRaw, ev.Cat, ev.Name)]; flowN == nil {
+					return true // a flow start whose end was cut off with the file
+				}
+			}
+			r.rewritePlugin(e, p, ev, tl, flowN, ids)
+			return e.err == nil
+		})
+		if e.err != nil {
+			return
+		}
+	}
+}
+
+// walk visits every event of a plugin trace in file order: again from the file for a trace
+// read from one, else (NCCL's example plugin, parsed whole) its events.
+func walk(t *ptrace.Trace, visit func(*traceevent.Event) bool) {
+	if t.Unanchored || t.Doc.Text() == "" {
+		for i := range t.Events {
+			if !visit(&t.Events[i].Event) {
 				return
+			}
+		}
+		return
+	}
+	t.Doc.Walk(visit)
+}
+
+func isFlow(ph string) bool { return ph == "s" || ph == "t" || ph == "f" }
+
+// isProcessMeta: the plugin names the process it shares with Kineto ("ncclprof <host> pid N").
+func isProcessMeta(ev *ptrace.Event) bool {
+	return ev.Ph == "M" && (ev.Name == "process_name" || ev.Name == "process_labels" || ev.Name == "process_sort_index")
+}
+
+// writePluginProcessMeta writes the plugin's process metadata before Kineto's events: kept, as
+// every input event is, but where Kineto's own names, which come later, win in viewers (the
+// last name of a process is the one shown).
+func (r *rankState) writePluginProcessMeta(e *emitter, tl *timelineMap) {
+	ids := newIDSpace()
+	for _, p := range r.px {
+		for i := range p.t.Events {
+			if ev := &p.t.Events[i]; isProcessMeta(ev) {
+				r.rewritePlugin(e, p, ev, tl, nil, ids)
 			}
 		}
 	}
 }
 
-func isFlow(ph string) bool { return ph == "s" || ph == "t" || ph == "f" }
-
 // pluginFlows numbers the plugin's complete flows; flows missing a start or an end (a cut
 // file) are absent from the map.
-func pluginFlows(t *ptrace.Trace, keys *flowKeys, next *uint64) map[flowKey]*uint64 {
+func pluginFlows(recs []flowRec, next *uint64) map[flowKey]*uint64 {
 	starts, ends := map[flowKey]int{}, map[flowKey]int{}
 	var order []flowKey
-	for i := range t.Events {
-		ev := &t.Events[i]
-		if !isFlow(ev.Ph) {
-			continue
+	for _, f := range recs {
+		if starts[f.key]+ends[f.key] == 0 {
+			order = append(order, f.key)
 		}
-		k := keys.key(ev.IDRaw, ev.Cat, ev.Name)
-		if starts[k]+ends[k] == 0 {
-			order = append(order, k)
-		}
-		if ev.Ph == "s" {
-			starts[k]++
+		if f.start {
+			starts[f.key]++
 		} else {
-			ends[k]++
+			ends[f.key]++
 		}
 	}
-	out := map[flowKey]*uint64{}
+	out := make(map[flowKey]*uint64, len(order))
 	for _, k := range order {
 		if starts[k] == 1 && ends[k] > 0 {
 			v := *next
@@ -363,12 +476,22 @@ func pluginFlows(t *ptrace.Trace, keys *flowKeys, next *uint64) map[flowKey]*uin
 }
 
 func (r *rankState) rewritePlugin(e *emitter, p *pluginIndex, ev *ptrace.Event, tl *timelineMap, flowN *uint64, ids *idSpace) {
-	var reps []rep
+	reps := e.reps[:0]
 	b := e.buf[:0]
 	if ev.HasTs && ev.TsSpan.Valid() {
 		at := len(b)
-		b = e.ts(b, ev.Start+p.shift+r.shift)
+		ts := ev.Start + p.shift + r.shift
+		b = e.ts(b, ts)
 		reps = append(reps, rep{ev.TsSpan, b[at:]})
+		if ev.HasDur && ev.DurSpan.Valid() {
+			// Far from the base Perfetto rounds ts and dur apart: write the dur that ends
+			// the slice where its exact end rounds, so slices nest and meet to the ns.
+			if d := traceevent.PerfettoDur(ts-e.base, ev.Dur); d != ev.Dur {
+				at := len(b)
+				b = jsonscan.AppendMicros(b, d)
+				reps = append(reps, rep{ev.DurSpan, b[at:]})
+			}
+		}
 	}
 	if tl != nil && ev.PidSpan.Valid() {
 		at := len(b)
@@ -391,9 +514,10 @@ func (r *rankState) rewritePlugin(e *emitter, p *pluginIndex, ev *ptrace.Event, 
 	if ev.IsSlice() {
 		add = r.pluginLinkArgs(p, ev)
 	}
-	out := patch(b[len(b):], ev.Raw, reps, ev.ArgsSpan, add)
-	e.event(out)
-	e.buf = out[:0]
+	// Two buffers kept across events: the replacements point into buf while out is built.
+	e.out = patch(e.out[:0], ev.Raw, reps, ev.ArgsSpan, add)
+	e.event(e.out)
+	e.buf, e.reps = b[:0], reps[:0]
 }
 
 // isRealTid: the plugin's synthetic tracks start at 2e9; lower tids are OS threads.
@@ -410,12 +534,7 @@ func (r *rankState) pluginLinkArgs(p *pluginIndex, ev *ptrace.Event) []byte {
 			l = o.group.link
 		}
 	case ptrace.KernelLaunch:
-		for _, g := range p.groups {
-			if g.launch == ev && g.link != nil {
-				l = g.link
-				break
-			}
-		}
+		l = p.launchLink[ev] // (a scan of every group per launch was quadratic)
 	}
 	if l == nil {
 		return nil
@@ -455,15 +574,27 @@ func (r *rankState) writeTrackMeta(e *emitter, tl *timelineMap) {
 		if p.t.Unanchored {
 			continue
 		}
+		var threads [][2]int64
 		for i := range p.t.Events {
-			ev := &p.t.Events[i]
-			if !ev.IsSlice() || ev.Tid.IsStr || !isRealTid(ev.Tid.Num) || seen[[2]int64{ev.Pid.Num, ev.Tid.Num}] {
+			if ev := &p.t.Events[i]; ev.IsSlice() && !ev.Tid.IsStr && isRealTid(ev.Tid.Num) {
+				threads = append(threads, [2]int64{ev.Pid.Num, ev.Tid.Num})
+			}
+		}
+		var counted [][2]int64 // threads only counted slices were on, in a fixed order
+		for th := range p.lean.realThreads {
+			counted = append(counted, th)
+		}
+		sort.Slice(counted, func(i, j int) bool {
+			return counted[i][0] < counted[j][0] || counted[i][0] == counted[j][0] && counted[i][1] < counted[j][1]
+		})
+		for _, th := range append(threads, counted...) {
+			if seen[th] {
 				continue
 			}
-			seen[[2]int64{ev.Pid.Num, ev.Tid.Num}] = true
-			o := newObj(nil).str("ph", "M").str("name", "thread_sort_index").raw("pid", r.pidText(tl, ev.Pid)).
-				int("tid", userTid(ev.Tid.Num))
-			o.raw("args", newObj(nil).int("sort_index", ev.Tid.Num).done())
+			seen[th] = true
+			o := newObj(nil).str("ph", "M").str("name", "thread_sort_index").raw("pid", r.pidText(tl, kineto.ID{Num: th[0]})).
+				int("tid", userTid(th[1]))
+			o.raw("args", newObj(nil).int("sort_index", th[1]).done())
 			e.event(o.done())
 		}
 	}
@@ -505,15 +636,15 @@ func (r *rankState) writeLinkFlows(e *emitter, tl *timelineMap, ids *idSpace) {
 
 // placed is a kernel channel placed on the GPU timeline.
 type placed struct {
-	ev         *ptrace.Event
+	ch         channelRec
 	pid        kineto.ID
 	stream     int64
 	start, end int64
 }
 
 // writePlacedChannels puts each KernelCh on the GPU process of its kernel, at its globaltimer
-// time plus the measured offset, one track per stream and channel (more lanes where noise
-// makes two overlap, so the tracks always nest).
+// time less the GPU clock offset (%globaltimer − Kineto time), one track per stream and channel
+// (more lanes where noise makes two overlap, so the tracks always nest).
 func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 	if r.gpu.from == "" {
 		return
@@ -525,19 +656,29 @@ func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 		}
 		for _, op := range l.group.ops {
 			for _, ch := range op.channels {
-				if ch.GPUStart <= 0 || ch.GPUStop < ch.GPUStart {
+				if ch.gpuStart <= 0 || ch.gpuStop < ch.gpuStart {
 					continue
 				}
-				all = append(all, placed{ev: ch, pid: l.kernel.pid, stream: l.kernel.tid.Num,
-					start: ch.GPUStart + r.gpu.offset + r.shift, end: ch.GPUStop + r.gpu.offset + r.shift})
+				all = append(all, placed{ch: ch, pid: l.kernel.pid, stream: l.kernel.tid.Num,
+					start: ch.gpuStart - r.gpu.offset + r.shift, end: ch.gpuStop - r.gpu.offset + r.shift})
 			}
 		}
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].start < all[j].start })
-	lanes := map[[3]string][]int64{} // (pid, stream, channel) → end of each lane
-	named := map[[2]string]bool{}
+	type trackKey struct {
+		pid     kineto.ID
+		stream  int64
+		channel int
+	}
+	lanes := map[trackKey][]int64{} // (pid, stream, channel) → end of each lane
+	type namedKey struct {
+		pid kineto.ID
+		tid int64
+	}
+	named := map[namedKey]bool{}
+	pidTexts := map[kineto.ID][]byte{}
 	for _, pc := range all {
-		key := [3]string{pc.pid.String(), strconv.FormatInt(pc.stream, 10), strconv.Itoa(pc.ev.Channel)}
+		key := trackKey{pc.pid, pc.stream, pc.ch.channel}
 		ends := lanes[key]
 		lane := -1
 		for i, end := range ends {
@@ -552,12 +693,15 @@ func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 		}
 		ends[lane] = pc.end
 		lanes[key] = ends
-		tid := gpuTrackBase + (pc.stream%1000000)*1024 + int64(lane%8)*128 + int64(pc.ev.Channel%128)
-		pidText := r.pidText(tl, pc.pid)
-		tk := [2]string{string(pidText), strconv.FormatInt(tid, 10)}
-		if !named[tk] {
-			named[tk] = true
-			name := "stream " + strconv.FormatInt(pc.stream, 10) + " NCCL ch " + strconv.Itoa(pc.ev.Channel)
+		tid := gpuTrackBase + (pc.stream%1000000)*1024 + int64(lane%8)*128 + int64(pc.ch.channel%128)
+		pidText, ok := pidTexts[pc.pid]
+		if !ok {
+			pidText = r.pidText(tl, pc.pid)
+			pidTexts[pc.pid] = pidText
+		}
+		if nk := (namedKey{pc.pid, tid}); !named[nk] {
+			named[nk] = true
+			name := "stream " + strconv.FormatInt(pc.stream, 10) + " NCCL ch " + strconv.Itoa(pc.ch.channel)
 			if lane > 0 {
 				name += " lane " + strconv.Itoa(lane)
 			}
@@ -565,16 +709,20 @@ func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 			m.raw("args", newObj(nil).str("name", name).done())
 			e.event(m.done())
 			s := newObj(nil).str("ph", "M").str("name", "thread_sort_index").raw("pid", pidText).int("tid", tid)
-			s.raw("args", newObj(nil).int("sort_index", pc.stream*1000+int64(pc.ev.Channel)*8+int64(lane)+1).done())
+			s.raw("args", newObj(nil).int("sort_index", pc.stream*1000+int64(pc.ch.channel)*8+int64(lane)+1).done())
 			e.event(s.done())
 		}
 		// 64-bit clock values as decimal strings, as the plugin writes them: a double would
-		// lose their low bits.
-		args := newObj(nil).int("channel", int64(pc.ev.Channel)).str("op", hexHandle(pc.ev.Op)).
-			str("gpu_start_ns", strconv.FormatInt(pc.ev.GPUStart, 10)).str("gpu_stop_ns", strconv.FormatInt(pc.ev.GPUStop, 10)).
-			str("gpu_offset_ns", strconv.FormatInt(r.gpu.offset, 10)).str("placed_by", "ncclmerge (median offset over linked kernels)")
-		x := newObj(nil).str("ph", "X").str("cat", "nccl_gpu").str("name", pc.ev.Name).raw("pid", pidText).
-			int("tid", tid).raw("ts", e.ts(nil, pc.start)).micros("dur", pc.end-pc.start).raw("args", args.done())
-		e.event(x.done())
+		// lose their low bits. (Built in the emitter's buffers: one slice per channel.)
+		args := newObj(e.buf[:0]).int("channel", int64(pc.ch.channel)).str("op", hexHandle(pc.ch.op)).
+			str("gpu_start_ns", strconv.FormatInt(pc.ch.gpuStart, 10)).str("gpu_stop_ns", strconv.FormatInt(pc.ch.gpuStop, 10)).
+			str("gpu_offset_ns", strconv.FormatInt(r.gpu.offset, 10)).str("placed_by", r.gpu.placedBy())
+		e.buf = args.done()
+		x := newObj(e.out[:0]).str("ph", "X").str("cat", "nccl_gpu").str("name", pc.ch.name).raw("pid", pidText).
+			int("tid", tid).key("ts")
+		x.b = e.ts(x.b, pc.start)
+		x.micros("dur", traceevent.PerfettoDur(pc.start-e.base, pc.end-pc.start)).raw("args", e.buf)
+		e.out = x.done()
+		e.event(e.out)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/google/pprof/profile"
 	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/stats"
+	"github.com/ncclprof/ncclprof/internal/words"
 )
 
 // Value indices of every sample.
@@ -72,7 +73,7 @@ func (b *builder) op(s *commops.Set, o *commops.Op, w int64) {
 	p, c := s.Procs[o.Proc], s.Comms[o.Comm]
 	stack := []string{
 		fmt.Sprintf("rank %d (%s pid %d)", p.Rank, p.Host, p.Pid),
-		fmt.Sprintf("%s [%d ranks] rank %d", c.Label(), c.NRanks, o.Rank),
+		fmt.Sprintf("%s [%s] rank %d", c.Label(), words.Count(c.NRanks, "rank"), o.Rank),
 		fmt.Sprintf("%s %s", o.Func, stats.BucketLabel(stats.Bucket(o.Bytes))),
 	}
 	labels := map[string][]string{"algo": {dash(o.Algo)}, "proto": {dash(o.Proto)}}

@@ -8,6 +8,7 @@
 package ptrace
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"strings"
@@ -210,16 +211,61 @@ func Read(path string) (*Trace, error) {
 
 // Parse reads a plugin trace held in memory.
 func Parse(path string, data []byte) (*Trace, error) {
+	return ParseLean(path, data, nil)
+}
+
+// ReadLean reads a plugin trace keeping in Events only what drop declines: drop sees every
+// event decoded (the Event is reused: copy what it keeps; its Start and End are still relative
+// to the base) and returns true for those it has taken what it needs from. A reader that only counts most events (proxy steps, network
+// events…) holds a fraction of the memory of the file's events (an Event is about 450 bytes,
+// twice the text it comes from). Doc.Events still counts every event, and Doc.Walk visits them
+// all again.
+func ReadLean(path string, drop func(*Event) bool) (*Trace, error) {
+	data, err := tracefile.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parseLean(path, data, drop, true)
+}
+
+// ParseLean is ReadLean on a trace held in memory (drop nil: keep every event).
+func ParseLean(path string, data []byte, drop func(*Event) bool) (*Trace, error) {
+	return parseLean(path, data, drop, false)
+}
+
+// parseLean reads with repair: replace bytes that are not UTF-8 in data (see traceevent).
+func parseLean(path string, data []byte, drop func(*Event) bool, repair bool) (*Trace, error) {
 	if looksLikeExamplePlugin(data) {
 		return parseExample(path, data)
 	}
-	t := &Trace{}
+	t := &Trace{Doc: &traceevent.Doc{Path: path}} // (a Doc for errors met while reading)
 	var raw []Event
-	doc, err := traceevent.Read(path, data, traceevent.Options{Truncated: true, Hint: syntaxHint},
+	if drop == nil {
+		// Sized up front (every event has a "ph"): growing the slice by doubling would hold
+		// two copies of it at once, each several times the file's size.
+		raw = make([]Event, 0, bytes.Count(data, []byte(`"ph"`))+1)
+	}
+	// The header (and its base) may follow the events: times are made absolute at the end.
+	var ev Event
+	var fillErr error
+	doc, err := traceevent.Read(path, data, traceevent.Options{Truncated: true, Hint: syntaxHint, RepairUTF8: repair},
 		func(e *traceevent.Event) error {
-			raw = append(raw, Event{Event: *e})
+			if drop == nil {
+				raw = append(raw, Event{Event: *e})
+				return nil
+			}
+			if err := t.Decode(e, &ev); err != nil {
+				fillErr = err
+				return err
+			}
+			if !drop(&ev) {
+				raw = append(raw, ev)
+			}
 			return nil
 		})
+	if fillErr != nil {
+		return nil, fillErr
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -227,8 +273,16 @@ func Parse(path string, data []byte) (*Trace, error) {
 	if err := t.readHeader(); err != nil {
 		return nil, err
 	}
+	if drop != nil && cap(raw) > len(raw)+len(raw)/8 {
+		raw = append([]Event(nil), raw...) // grown by doubling: up to half of it unused
+	}
 	t.Events = raw
 	for i := range t.Events {
+		if drop != nil {
+			e := &t.Events[i]
+			e.Start, e.End = e.Start+t.Base, e.End+t.Base
+			continue
+		}
 		if err := t.fill(&t.Events[i]); err != nil {
 			return nil, err
 		}

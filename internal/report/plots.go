@@ -110,9 +110,10 @@ func bandwidthPlot(s *commops.Set) string {
 	return p.done()
 }
 
-// heatmap: communication time of every rank (row) on every communicator (column).
+// heatmap: how long NCCL was busy for every rank (row) on every communicator (column), operations
+// in flight together counted once.
 func heatmap(s *commops.Set) string {
-	p := newSVG("Communication time per rank and communicator", "communicator", "rank")
+	p := newSVG("Busy time per rank and communicator", "communicator", "rank")
 	procs := make([]int, len(s.Procs))
 	for i := range procs {
 		procs[i] = i
@@ -122,16 +123,16 @@ func heatmap(s *commops.Set) string {
 	for r, i := range procs {
 		row[i] = r
 	}
+	nc := len(s.Comms)
+	busy := s.BusyBy(len(s.Procs)*nc, func(o *commops.Op) int { return row[o.Proc]*nc + int(o.Comm) })
 	cells := make([][]int64, len(s.Procs))
-	for i := range cells {
-		cells[i] = make([]int64, len(s.Comms))
-	}
 	var top int64
-	for i := range s.Ops {
-		o := &s.Ops[i]
-		c := &cells[row[o.Proc]][o.Comm]
-		*c += o.Time * o.Weight() // a sampled operation stands for N; what a trigger added for none
-		top = max(top, *c)
+	for r := range cells {
+		cells[r] = make([]int64, nc)
+		for c := range cells[r] {
+			cells[r][c] = busy[r*nc+c].BusyNs
+			top = max(top, cells[r][c])
+		}
 	}
 	approx := "" // the totals of sampled traces are estimates
 	if s.Sampling.On() {
@@ -151,7 +152,11 @@ func heatmap(s *commops.Set) string {
 			tip := fmt.Sprintf("rank %d (%s pid %d), %s: %s%.3f ms", pr.Rank, pr.Host, pr.Pid, s.Comms[c].Label(), approx, float64(v)/1e6)
 			p.rect(l+float64(c)*w+0.5, t+float64(r)*h+0.5, w-1, h-1, heat(float64(v)/float64(top)), tip)
 			if w > 70 && h > 14 && v > 0 {
-				p.text(l+(float64(c)+0.5)*w, t+(float64(r)+0.5)*h+4, "middle", "cell", fmt.Sprintf("%s%.1f ms", approx, float64(v)/1e6))
+				class := "cell"
+				if float64(v) > 0.5*float64(top) { // white on the dark half of the scale
+					class = "cell dark"
+				}
+				p.text(l+(float64(c)+0.5)*w, t+(float64(r)+0.5)*h+4, "middle", class, fmt.Sprintf("%s%.1f ms", approx, float64(v)/1e6))
 			}
 		}
 		if r%every == 0 {
@@ -161,6 +166,7 @@ func heatmap(s *commops.Set) string {
 	for c := range s.Comms {
 		p.text(l+(float64(c)+0.5)*w, float64(PlotH-MarginB+16), "middle", "tick", clip(s.Comms[c].Label(), int(max(w/7, 4))))
 	}
+	p.axisTitles()
 	p.text(float64(PlotW-MarginR+12), t+10, "start", "tick", "0 ms (white)")
 	p.rect(float64(PlotW-MarginR+12), t+18, 14, 60, "url(#heatgrad)", "colour scale")
 	p.text(float64(PlotW-MarginR+12), t+94, "start", "tick", fmt.Sprintf("%.1f ms", float64(top)/1e6))
@@ -180,7 +186,7 @@ func heat(f float64) string {
 // skewPlot: each matched collective's skew (first to last arrival) over the run, per communicator;
 // those whose last rank was late are drawn larger, in red.
 func skewPlot(s *commops.Set, r *skew.Result) string {
-	p := newSVG("Arrival skew of each collective over time", "time since the first collective (s)", "skew, first to last arrival")
+	p := newSVG("Arrival skew of each collective over time", "", "skew, first to last arrival")
 	p.logY = true
 	if r == nil || len(r.Points) == 0 {
 		return p.empty("no collective seen on two ranks or more")
@@ -196,12 +202,10 @@ func skewPlot(s *commops.Set, r *skew.Result) string {
 		return p.empty("every collective's ranks arrived together")
 	}
 	lo, hi = math.Pow(10, math.Floor(math.Log10(lo))), math.Pow(10, math.Ceil(math.Log10(hi)))
-	p.scale(0, float64(t1-t0)/1e9, lo, hi)
-	var yt []tick
-	for v := lo; v <= hi*1.01; v *= 10 {
-		yt = append(yt, tick{v, fmtNs(v)})
-	}
-	p.axes(linearTicks(0, p.x1, 6, num), yt)
+	div, unit := timeAxis(float64(t1 - t0))
+	p.xlabel = "time since the first collective (" + unit + ")"
+	p.scale(0, float64(t1-t0)/div, lo, hi)
+	p.axes(linearTicks(0, p.x1, 6, num), logTicks(lo, hi, fmtNs))
 	names := make([]string, len(s.Comms))
 	cs := make([]string, len(s.Comms))
 	for i, c := range s.Comms {
@@ -212,7 +216,7 @@ func skewPlot(s *commops.Set, r *skew.Result) string {
 		if q.SkewNs <= 0 || (i%stride != 0 && !q.Late) {
 			continue
 		}
-		x, y := float64(q.AtNs-t0)/1e9, float64(q.SkewNs)
+		x, y := float64(q.AtNs-t0)/div, float64(q.SkewNs)
 		tip := fmt.Sprintf("%s: skew %s, last rank %d", names[q.Comm], fmtNs(y), q.Last)
 		if q.Late {
 			p.dot(x, y, 4.5, "#d62728", tip+" (late)")
@@ -245,7 +249,7 @@ func latePlot(r *skew.Result) string {
 		top = max(top, n)
 	}
 	p.scale(-0.5, float64(len(ranks))-0.5, 0, niceMax(float64(max(top, 1))*1.1))
-	p.axes(nil, linearTicks(0, p.y1, 5, num))
+	p.axes(nil, countTicks(p.y1))
 	w := float64(PlotW-MarginL-MarginR) / float64(len(ranks))
 	every := max(1, len(ranks)/24)
 	for i, g := range ranks {

@@ -20,19 +20,22 @@ import (
 	"github.com/ncclprof/ncclprof/internal/hang"
 	"github.com/ncclprof/ncclprof/internal/skew"
 	"github.com/ncclprof/ncclprof/internal/stats"
+	"github.com/ncclprof/ncclprof/internal/words"
 )
 
 //go:embed page.html
 var pageHTML string
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"ms":   func(ns int64) string { return fmt.Sprintf("%.3f", float64(ns)/1e6) },
-	"us":   func(ns int64) string { return fmt.Sprintf("%.1f", float64(ns)/1e3) },
-	"pct":  func(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) },
-	"bw":   func(v float64) string { return fmtBW(v) },
-	"size": func(n uint64) string { return stats.Size(n) },
-	"base": filepath.Base,
-	"secs": func(ns int64) string { return fmt.Sprintf("%.1f", float64(ns)/1e9) },
+	"ms":    func(ns int64) string { return fmt.Sprintf("%.3f", float64(ns)/1e6) },
+	"us":    func(ns int64) string { return fmt.Sprintf("%.1f", float64(ns)/1e3) },
+	"pct":   func(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) },
+	"bw":    func(v float64) string { return fmtBW(v) },
+	"size":  func(n uint64) string { return stats.Size(n) },
+	"base":  filepath.Base,
+	"count": words.Count,
+	"ratio": func(a, b int64) float64 { return float64(a) / float64(b) },
+	"secs":  func(ns int64) string { return fmt.Sprintf("%.1f", float64(ns)/1e9) },
 	"suspect": func(state string) bool {
 		return state == hang.StateAbsent || state == hang.StateGPU || state == hang.StateLinkSend || state == hang.StateUnknown
 	},
@@ -46,18 +49,24 @@ type Page struct {
 	Title     string
 	Generated string
 	Files     []string
-	// Sampled: "sampled 1/N" when the traces are sampled: Ops and TotalNs are then estimates,
-	// scaled up from the OpsRead operations read.
+	// Sampled: "sampled 1/N" when the traces are sampled: Ops, TotalNs and the busy times are
+	// then estimates, scaled up from the OpsRead operations read.
 	Sampled string
 	OpsRead int
 	Ops     int
 	Ranks   int
-	TotalNs int64
-	Plots   []template.HTML
-	Stats   []*stats.Row
-	Skew    *skew.Result
-	Slowest []SlowOp
-	Notes   []string
+	// TotalNs is the sum of the operations' times: operations in flight together each count, so
+	// it can exceed the wall time. Busy is each rank's busy time (the union of its operations'
+	// intervals), BusyTop the busiest rank and BusyMedianNs the median over ranks.
+	TotalNs      int64
+	Busy         []stats.RankBusy
+	BusyTop      stats.RankBusy
+	BusyMedianNs int64
+	Plots        []template.HTML
+	Stats        []*stats.Row
+	Skew         *skew.Result
+	Slowest      []SlowOp
+	Notes        []string
 	// Traces: the page has the trace analyses (it may have the hang alone).
 	Traces bool
 	// Hang is the analysis of the in-flight dumps found beside the traces (nil: none).
@@ -89,8 +98,9 @@ type SlowOp struct {
 // Build assembles the page from the operations, their statistics and their skew.
 func Build(s *commops.Set, st *stats.Table, sk *skew.Result, title string) *Page {
 	p := &Page{Title: title, Generated: generated(), Files: s.Files, Traces: true,
-		Ops: st.Ops, Ranks: len(s.Procs), TotalNs: st.TotalNs, Skew: sk, Notes: sk.Notes,
+		Ops: st.Ops, Ranks: len(s.Procs), TotalNs: st.TotalNs, Busy: st.Ranks, Skew: sk, Notes: sk.Notes,
 		Sampled: s.Sampling.Label(), OpsRead: s.Sampling.Sampled + s.Sampling.Full}
+	p.BusyTop, p.BusyMedianNs = st.Busiest()
 	for _, svg := range []string{bandwidthPlot(s), heatmap(s), skewPlot(s, sk), latePlot(sk)} {
 		p.Plots = append(p.Plots, template.HTML(svg)) // built by this package, every text escaped
 	}

@@ -7,8 +7,8 @@ import (
 	"strings"
 )
 
-// Plot geometry: every plot has the same box, so a page lays them out in a fixed grid (and the
-// screenshot test knows where each one's data area is).
+// Plot geometry: every plot is drawn in the same box of PlotW × PlotH user units; the page
+// scales it to the width of its column (viewBox), so two columns fit a 1280 px window.
 const (
 	PlotW, PlotH = 760, 330
 	// The data area inside a plot: left, top, right and bottom margins hold the axes.
@@ -29,7 +29,7 @@ type svg struct {
 
 func newSVG(title, xlabel, ylabel string) *svg {
 	s := &svg{title: title, xlabel: xlabel, ylabel: ylabel}
-	fmt.Fprintf(&s.b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" class="plot">`, PlotW, PlotH, PlotW, PlotH)
+	fmt.Fprintf(&s.b, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" class="plot" role="img">`, PlotW, PlotH)
 	fmt.Fprintf(&s.b, `<rect x="0" y="0" width="%d" height="%d" fill="#ffffff"/>`, PlotW, PlotH)
 	fmt.Fprintf(&s.b, `<text x="%d" y="20" class="title">%s</text>`, MarginL, esc(title))
 	return s
@@ -82,6 +82,12 @@ func (s *svg) axes(xt []tick, yt []tick) {
 			l, y, r, y, l-6, y+4, esc(k.label))
 	}
 	fmt.Fprintf(&s.b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" class="frame"/>`, l, t, r-l, b-t)
+	s.axisTitles()
+}
+
+// axisTitles writes the x axis's title under the data area and the y axis's beside it.
+func (s *svg) axisTitles() {
+	l, r, t, b := float64(MarginL), float64(PlotW-MarginR), float64(MarginT), float64(PlotH-MarginB)
 	fmt.Fprintf(&s.b, `<text x="%.1f" y="%d" class="label" text-anchor="middle">%s</text>`, (l+r)/2, PlotH-8, esc(s.xlabel))
 	fmt.Fprintf(&s.b, `<text transform="translate(16 %.1f) rotate(-90)" class="label" text-anchor="middle">%s</text>`, (t+b)/2, esc(s.ylabel))
 }
@@ -174,6 +180,46 @@ func linearTicks(lo, hi float64, n int, format func(float64) string) []tick {
 		t = append(t, tick{v, format(v)})
 	}
 	return t
+}
+
+// countTicks returns round whole-number ticks over [0, hi], for axes that count things: a count
+// has no halves.
+func countTicks(hi float64) []tick {
+	t := linearTicks(0, hi, 5, num)
+	if len(t) > 1 && t[1].v-t[0].v >= 1 {
+		return t
+	}
+	t = t[:0]
+	for v := 0.0; v <= hi+1e-9; v++ {
+		t = append(t, tick{v, num(v)})
+	}
+	return t
+}
+
+// logTicks returns ticks for a log axis over [lo, hi] (powers of ten): every decade, and 2 and 5
+// times each when the range spans two decades or fewer, so the axis never has only its ends.
+func logTicks(lo, hi float64, format func(float64) string) []tick {
+	var t []tick
+	few := math.Log10(hi/lo) <= 2.01
+	for d := lo; d <= hi*1.0001; d *= 10 {
+		for _, m := range []float64{1, 2, 5} {
+			if v := d * m; v <= hi*1.0001 && (m == 1 || few) {
+				t = append(t, tick{v, format(v)})
+			}
+		}
+	}
+	return t
+}
+
+// timeAxis picks the unit of a time axis spanning span ns: the scale to divide ns by, and its name.
+func timeAxis(spanNs float64) (div float64, unit string) {
+	switch {
+	case spanNs >= 10e9:
+		return 1e9, "s"
+	case spanNs >= 10e6:
+		return 1e6, "ms"
+	}
+	return 1e3, "µs"
 }
 
 // niceMax rounds up to 1, 2 or 5 times a power of ten.

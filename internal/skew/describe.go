@@ -49,14 +49,19 @@ func (a *analysis) commRows() {
 		a.res.Comms = append(a.res.Comms, c)
 		ranks := seen[c.CommHash]
 		c.Present = len(ranks)
-		for r := 0; r < c.NRanks; r++ {
+		// At most the ranks present plus the listed ones are visited, whatever size is claimed.
+		for r := 0; r < c.NRanks && len(c.Missing) < maxMissingListed; r++ {
 			if _, ok := ranks[r]; !ok {
 				c.Missing = append(c.Missing, r)
 			}
 		}
-		if len(c.Missing) > 0 {
+		if missing := c.NRanks - c.Present; missing > 0 {
+			list := joinInts(c.Missing)
+			if missing > len(c.Missing) {
+				list += fmt.Sprintf(" and %d more", missing-len(c.Missing))
+			}
 			a.res.Notes = append(a.res.Notes, fmt.Sprintf("communicator %s: no trace of rank %s (%d of %d ranks present); its collectives are compared over the ranks present",
-				c.Comm, joinInts(c.Missing), c.Present, c.NRanks))
+				c.Comm, list, c.Present, c.NRanks))
 		}
 		most := 0
 		for _, n := range ranks {
@@ -71,6 +76,9 @@ func (a *analysis) commRows() {
 	sort.Slice(a.res.Comms, func(i, j int) bool { return a.res.Comms[i].Comm < a.res.Comms[j].Comm })
 	sort.Strings(a.res.Notes)
 }
+
+// maxMissingListed: how many missing ranks of a communicator are named.
+const maxMissingListed = 64
 
 func joinInts(v []int) string {
 	s := make([]string, len(v))

@@ -96,8 +96,10 @@ type CommRow struct {
 	CommHash string `json:"comm_hash"`
 	NRanks   int    `json:"nranks"`
 	Present  int    `json:"ranks_present"`
-	Missing  []int  `json:"ranks_missing,omitempty"`
-	Matched  int    `json:"matched_ops"`
+	// Missing lists the ranks without a trace (the first maxMissingListed of them): NRanks −
+	// Present in all.
+	Missing []int `json:"ranks_missing,omitempty"`
+	Matched int   `json:"matched_ops"`
 	// Lateness statistics over all arrivals of the communicator, and the threshold they give.
 	MedianNs    int64 `json:"lateness_median_ns"`
 	MADNs       int64 `json:"lateness_mad_ns"`
@@ -230,12 +232,14 @@ func Analyze(s *commops.Set, opt Options) *Result {
 
 // match groups the collectives (seq ≥ 0) by (communicator, function, seq), one operation per rank
 // (a rank whose operation appears twice, in two overlapping files, counts once). It costs O(1) per
-// operation, so that a job's analysis grows linearly with ranks × operations.
+// operation, so that a job's analysis grows linearly with ranks × operations. Everything is sized
+// by the ranks the traces contain, never by the size a file claims for a communicator.
 func match(s *commops.Set) ([]matchKey, [][]int32) {
+	dense, present := denseRanks(s)
 	index := map[matchKey]int32{}
 	var keys []matchKey
 	var groups [][]int32
-	var seen [][]uint64 // per group, a bit per rank
+	var seen [][]uint64 // per group, a bit per rank present
 	for i := range s.Ops {
 		o := &s.Ops[i]
 		// What the trigger traced around a slow operation is that rank's alone (each rank's
@@ -249,11 +253,12 @@ func match(s *commops.Set) ([]matchKey, [][]int32) {
 			g = int32(len(groups))
 			index[k] = g
 			keys = append(keys, k)
-			n := max(s.Comms[o.Comm].NRanks, 2)
+			n := present[o.Comm]
 			groups = append(groups, make([]int32, 0, n))
 			seen = append(seen, make([]uint64, (n+63)/64))
 		}
-		w, bit := int(o.Rank/64), uint64(1)<<(o.Rank%64)
+		r := dense[i]
+		w, bit := int(r/64), uint64(1)<<(r%64)
 		for w >= len(seen[g]) {
 			seen[g] = append(seen[g], 0)
 		}
@@ -263,6 +268,29 @@ func match(s *commops.Set) ([]matchKey, [][]int32) {
 		}
 	}
 	return keys, groups
+}
+
+// denseRanks numbers each communicator's ranks in the order they appear (dense[i] for operation
+// i; -1 without a rank) and counts them (present, per communicator).
+func denseRanks(s *commops.Set) (dense []int32, present []int) {
+	dense = make([]int32, len(s.Ops))
+	present = make([]int, len(s.Comms))
+	ids := map[[2]int32]int32{}
+	for i := range s.Ops {
+		o := &s.Ops[i]
+		if o.Rank < 0 {
+			dense[i] = -1
+			continue
+		}
+		id, ok := ids[[2]int32{o.Comm, o.Rank}]
+		if !ok {
+			id = int32(present[o.Comm])
+			present[o.Comm]++
+			ids[[2]int32{o.Comm, o.Rank}] = id
+		}
+		dense[i] = id
+	}
+	return dense, present
 }
 
 // alignHosts measures each host's clock offset on the ends of the matched collectives.

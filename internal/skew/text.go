@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/ncclprof/ncclprof/internal/words"
 )
 
 // WriteText prints the result for a person: the slow ranks first, then every rank that was late,
@@ -36,9 +38,11 @@ func (r *Result) WriteText(w io.Writer) {
 	r.writeRanks(w)
 	r.writeCompletion(w)
 	r.writeTop(w)
-	if a := r.Alignment; a != nil {
-		fmt.Fprintf(w, "\nclocks of %d hosts aligned on the ends of %d collectives (reference %s): end spread median %s before, %s after (p90 %s)\n",
-			a.Hosts, a.Collectives, a.Reference, fmtNs(a.BeforeMedianNs), fmtNs(a.ResidualMedianNs), fmtNs(a.ResidualP90Ns))
+	if a := r.Alignment; a != nil && a.Collectives == 0 {
+		fmt.Fprintf(w, "\nclocks of %s not aligned: no collective's end was seen on two hosts\n", words.Count(a.Hosts, "host"))
+	} else if a != nil {
+		fmt.Fprintf(w, "\nclocks of %s aligned on the ends of %s (reference %s): end spread median %s before, %s after (p90 %s)\n",
+			words.Count(a.Hosts, "host"), words.Count(a.Collectives, "collective"), a.Reference, fmtNs(a.BeforeMedianNs), fmtNs(a.ResidualMedianNs), fmtNs(a.ResidualP90Ns))
 		for _, h := range slices.Sorted(maps.Keys(a.ShiftNs)) {
 			fmt.Fprintf(w, "  host %s: clock shifted by %s\n", h, fmtNs(a.ShiftNs[h]))
 		}

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/ncclprof/ncclprof/internal/commops"
+	"github.com/ncclprof/ncclprof/internal/words"
 )
 
 // Formats lists what Write accepts.
@@ -99,11 +100,17 @@ func (t *Table) writeTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	about := ""
 	if sm := t.Sampling; sm != nil {
-		fmt.Fprintf(w, "%s: about %d operations, %s in %s of communication time, scaled up from the %d operations read (~: an estimate)\n",
-			sm.Label(), t.Ops, Size(t.TotalBytes), fmtDur(t.TotalNs), sm.Sampled+sm.Full)
+		about = "about "
+		fmt.Fprintf(w, "%s: about %s, %s; their times add up to about %s (share: of this sum), scaled up from the %d operations read (~: an estimate)\n",
+			sm.Label(), words.Count(t.Ops, "operation"), Size(t.TotalBytes), fmtDur(t.TotalNs), sm.Sampled+sm.Full)
 	} else {
-		fmt.Fprintf(w, "%d operations, %s in %s of communication time\n", t.Ops, Size(t.TotalBytes), fmtDur(t.TotalNs))
+		fmt.Fprintf(w, "%s, %s; their times add up to %s (share: of this sum)\n", words.Count(t.Ops, "operation"), Size(t.TotalBytes), fmtDur(t.TotalNs))
+	}
+	if top, med := t.Busiest(); top.Timed > 0 {
+		fmt.Fprintf(w, "NCCL busy (operations in flight together counted once): most on rank %d, %s%s of the %s from its first operation to its last; median %s%s over %s\n",
+			top.Rank, about, fmtDur(top.BusyNs), fmtDur(top.SpanNs), about, fmtDur(med), words.Count(len(t.Ranks), "rank"))
 	}
 	for _, n := range t.Notes {
 		fmt.Fprintln(w, "note:", n)

@@ -54,13 +54,28 @@ type Row struct {
 
 // Table is the answer for a set of traces.
 type Table struct {
-	Rows       []*Row   `json:"rows"`
-	Ops        int      `json:"operations"`
-	TotalNs    int64    `json:"total_time_ns"`
-	TotalBytes uint64   `json:"total_bytes"`
-	Notes      []string `json:"notes,omitempty"`
+	Rows []*Row `json:"rows"`
+	Ops  int    `json:"operations"`
+	// TotalNs is the sum of every operation's time, which counts operations in flight together
+	// once each (and so can exceed the wall time); Ranks has each rank's busy time.
+	TotalNs    int64      `json:"total_time_ns"`
+	TotalBytes uint64     `json:"total_bytes"`
+	Ranks      []RankBusy `json:"ranks"`
+	Notes      []string   `json:"notes,omitempty"`
 	// Sampling: set when inputs were sampled traces; the figures above are then estimates.
 	Sampling *commops.Sampling `json:"sampling,omitempty"`
+}
+
+// RankBusy is one rank's (process's) communication: how long NCCL was busy, operations in
+// flight together counted once, beside the sum of its operations' times.
+type RankBusy struct {
+	Rank   int    `json:"rank"`
+	Host   string `json:"host"`
+	Pid    int64  `json:"pid"`
+	Timed  int    `json:"timed_operations"`
+	BusyNs int64  `json:"busy_ns"`
+	SumNs  int64  `json:"sum_ns"`
+	SpanNs int64  `json:"span_ns"`
 }
 
 type key struct {
@@ -108,7 +123,34 @@ func Compute(s *commops.Set) *Table {
 		r.finish(t.TotalNs)
 	}
 	t.Sort("time")
+	t.Ranks = ranksBusy(s)
 	return t
+}
+
+// ranksBusy measures each process, in rank order.
+func ranksBusy(s *commops.Set) []RankBusy {
+	out := make([]RankBusy, len(s.Procs))
+	for i, b := range s.BusyByProc() {
+		p := s.Procs[i]
+		out[i] = RankBusy{Rank: p.Rank, Host: p.Host, Pid: p.Pid, Timed: b.Ops, BusyNs: b.BusyNs, SumNs: b.SumNs, SpanNs: b.SpanNs}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Rank < out[j].Rank })
+	return out
+}
+
+// Busiest is the rank that was busy longest, and the median busy time over ranks.
+func (t *Table) Busiest() (top RankBusy, medianNs int64) {
+	if len(t.Ranks) == 0 {
+		return RankBusy{}, 0
+	}
+	v := make([]float64, len(t.Ranks))
+	for i, r := range t.Ranks {
+		v[i] = float64(r.BusyNs)
+		if r.BusyNs > top.BusyNs {
+			top = r
+		}
+	}
+	return top, int64(quantile.Median(v))
 }
 
 // add counts o, which stands for w operations (1 from a full trace).

@@ -12,6 +12,9 @@ import (
 // SimulatedNote marks Kineto traces made by KinetoFromPlugin.
 const SimulatedNote = "SIMULATED: written by ncclmerge demo from an ncclprof plugin trace of the C test host; not recorded by torch.profiler"
 
+// firstCorrelation is the first CUPTI correlation id of a synthesized Kineto trace.
+const firstCorrelation = 600000
+
 // KinetoOptions describe the simulated rank.
 type KinetoOptions struct {
 	Rank, WorldSize int
@@ -24,7 +27,11 @@ type KinetoOptions struct {
 // completion span), with Kineto's collective args and ac2g flow. It returns the trace and the
 // number of kernels.
 func KinetoFromPlugin(t *ptrace.Trace, opt KinetoOptions) ([]byte, int) {
-	k := &kgen{t: t, opt: opt, byID: map[uint64]*ptrace.Event{}, children: map[uint64][]*ptrace.Event{},
+	// Correlation ids as CUPTI numbers them in a profiled window of a real job (it counts every
+	// runtime call since the process started: hundreds of thousands). Small ids made HTA 0.5.0
+	// with pandas 3 fail on the merged demo: it stores them in an int8 column and then writes
+	// row numbers of the (larger) merged trace into it.
+	k := &kgen{corr: firstCorrelation, t: t, opt: opt, byID: map[uint64]*ptrace.Event{}, children: map[uint64][]*ptrace.Event{},
 		streamEnd: map[int64]int64{}, threads: map[int64]bool{}, streams: map[int64]bool{}}
 	for i := range t.Events {
 		e := &t.Events[i]
@@ -131,7 +138,9 @@ func (k *kgen) launch(l *ptrace.Event) {
 			pid, tid, k.ts(callStart), k.dur(callDur), corr, corr),
 		fmt.Sprintf(`{"ph": "s", "id": %d, "pid": %d, "tid": %d, "ts": %s, "cat": "ac2g", "name": "ac2g"}`, corr, pid, tid, k.ts(callStart)))
 	start, end := k.kernelTime(l, ops)
-	start = max(start, k.streamEnd[stream]+1000)
+	// A kernel runs after the call that launched it (its ac2g flow must not go back in time) and
+	// after the stream's previous kernel.
+	start = max(start, callStart, k.streamEnd[stream]+1000)
 	end = max(end, start+1000)
 	k.streamEnd[stream] = end
 	dev := k.opt.Device
@@ -143,25 +152,31 @@ func (k *kgen) launch(l *ptrace.Event) {
 }
 
 // kernelTime puts the kernel after its launch: over its channels' GPU times where the plugin
-// recorded them and knows the GPU clock, else until the operation completed.
+// recorded them (where the plugin placed them: %globaltimer − its GPU clock offset, which
+// follows the GPU timer's drift), never past the end of the operation, else until the operation
+// completed.
 func (k *kgen) kernelTime(l *ptrace.Event, ops []*ptrace.Event) (int64, int64) {
 	start, end := l.End+5000, l.End+50000
-	lo, hi := int64(1<<62), int64(0)
+	lo, hi, done := int64(1<<62), int64(0), int64(0)
+	gpu := k.t.GPUClock.Method != "" && k.t.GPUClock.Method != "none"
 	for _, o := range ops {
 		for _, c := range k.children[o.ID] {
 			switch {
-			case c.Kind == ptrace.KernelCh && c.GPUStart > 0 && k.t.GPUClock.Method != "" && k.t.GPUClock.Method != "none":
-				lo, hi = min(lo, c.GPUStart+k.t.GPUClock.OffsetNs-300), max(hi, c.GPUStop+k.t.GPUClock.OffsetNs+300)
+			case c.Kind == ptrace.KernelCh && c.GPUStart > 0 && gpu:
+				lo, hi = min(lo, c.Start-300), max(hi, c.End+300)
 			case c.Kind == ptrace.Completion:
-				hi = max(hi, c.End)
+				done = max(done, c.End)
 			}
 		}
 	}
 	if lo < hi {
+		if done > lo {
+			hi = min(hi, done)
+		}
 		return lo, hi
 	}
-	if hi > start {
-		end = hi
+	if done > start {
+		end = done
 	}
 	return start, end
 }
@@ -184,7 +199,9 @@ func (k *kgen) finish() []byte {
 		meta = append(meta, fmt.Sprintf(`{"ph": "M", "name": "thread_name", "pid": %d, "tid": %d, "args": {"name": "thread %d (simulated)"}}`, pid, tid, tid))
 	}
 	for _, s := range sortedKeys(k.streams) {
-		meta = append(meta, fmt.Sprintf(`{"ph": "M", "name": "thread_name", "pid": %d, "tid": %d, "args": {"name": "stream %d "}}`, dev, s, s))
+		// Kineto itself names streams "stream 7 " (a trailing space); ncclmerge keeps real
+		// traces' events as they are, but the demo's own traces need not copy the quirk.
+		meta = append(meta, fmt.Sprintf(`{"ph": "M", "name": "thread_name", "pid": %d, "tid": %d, "args": {"name": "stream %d"}}`, dev, s, s))
 	}
 	b.WriteString("  " + strings.Join(append(meta, k.events...), ",\n  "))
 	b.WriteString("\n  ],\n  \"traceName\": \"simulated\"\n}\n")

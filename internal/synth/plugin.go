@@ -23,8 +23,9 @@ type PluginOptions struct {
 	// CPUOffsetNs: the plugin's clock runs this far behind Kineto's (plugin = Kineto − offset);
 	// a merge should measure +CPUOffsetNs.
 	CPUOffsetNs int64
-	// GPUOffsetNs: %globaltimer = Kineto time − GPUOffsetNs; a merge should place channels
-	// with this offset (to within the channels' start delay, < 1 µs).
+	// GPUOffsetNs: the GPU clock offset, %globaltimer − Unix (Kineto) time, the sign the
+	// plugin's gpu_clock uses (docs/trace-format.md): the GPU timer runs this far ahead. A merge
+	// should measure it (to within the channels' start delay, < 1 µs).
 	GPUOffsetNs int64
 	// DropLaunchEvery n > 0 leaves out the KernelLaunch of every n-th operation (the order
 	// rule must link it); DropOpEvery leaves out every m-th operation entirely.
@@ -34,9 +35,11 @@ type PluginOptions struct {
 	// Mismatch gives the n-th operation's API call a wrong count (0: none), so the launch
 	// rule must refuse the kernel.
 	Mismatch int
-	Channels int
-	Seed     int64
-	Host     string
+	// WrongType gives the n-th operation (0: none) a datatype other than its kernel's.
+	WrongType int
+	Channels  int
+	Seed      int64
+	Host      string
 	// ErrorBoundNs is the clock error the plugin declares.
 	ErrorBoundNs int64
 }
@@ -69,7 +72,31 @@ type kern struct {
 	spec       collective.Kernel
 	comms      kineto.CommsArgs
 	pg         string
+	stream     string
 	launch     *call
+	enq        int64 // when its operation was enqueued (see enqueueTimes)
+}
+
+// enqueueTimes gives each kernel the time its operation was enqueued: its launch call where
+// Kineto has one. A kernel without one (launched before the Kineto window began, or its call
+// not kept) gets a time 20 µs before it starts, but never after the enqueue of the kernel
+// that follows it on its stream: a stream runs kernels in launch order, so a kernel that runs
+// before one launched at t was launched before t — for the first kernels of a trace that is
+// before the Kineto window, and so is the operation the plugin recorded.
+func enqueueTimes(ks []*kern) {
+	next := map[string]int64{} // stream → enqueue of the next kernel on it
+	for i := len(ks) - 1; i >= 0; i-- {
+		k := ks[i]
+		if k.launch != nil {
+			k.enq = k.launch.start
+		} else {
+			k.enq = k.start - 20*1000
+			if n, ok := next[k.stream]; ok {
+				k.enq = min(k.enq, n-60*1000)
+			}
+		}
+		next[k.stream] = k.enq
+	}
 }
 
 type call struct {
@@ -93,8 +120,16 @@ func PluginFromKineto(path string, opt PluginOptions) ([]byte, *Truth, error) {
 		const window = int64(7889238) * 1e9
 		g.base = ks[0].start / window * window
 	}
-	for i, k := range ks {
-		g.kernel(i, k)
+	enqueueTimes(ks)
+	// Events are written in enqueue order (each thread's slices must follow one another);
+	// i stays the kernel's position by GPU start, which the Drop*/Mismatch options count.
+	order := make([]int, len(ks))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return ks[order[a]].enq < ks[order[b]].enq })
+	for _, i := range order {
+		g.kernel(i, ks[i])
 	}
 	return g.finish(), g.truth, nil
 }
@@ -103,7 +138,9 @@ func readKernels(path string) ([]*kern, *kineto.Trace, error) {
 	var ks []*kern
 	byCorr := map[uint64]*call{}
 	var calls []*call
+	var annots kineto.Annotations
 	kt, err := kineto.Read(path, kineto.Options{}, func(e *kineto.Event) error {
+		annots.Add(e)
 		switch {
 		case e.Ph != "X":
 		case (e.Cat == kineto.CatRuntime || e.Cat == kineto.CatDriver) && kineto.IsLaunch(e.Name) && !e.Pid.IsStr && !e.Tid.IsStr:
@@ -113,6 +150,7 @@ func readKernels(path string) ([]*kern, *kineto.Trace, error) {
 		case e.Cat == kineto.CatKernel && kineto.IsNCCLKernel(e.Name):
 			spec, _ := collective.ParseKernel(e.Name)
 			k := &kern{off: e.Off, corr: e.Correlation(), start: e.Ts, end: e.Ts + e.Dur, name: e.Name, spec: spec, comms: e.Comms()}
+			k.stream = e.Pid.String() + "/" + e.Tid.String()
 			k.pg = "stream " + e.Tid.String()
 			if k.comms.PGName != "" {
 				k.pg = "pg " + k.comms.PGName
@@ -127,10 +165,16 @@ func readKernels(path string) ([]*kern, *kineto.Trace, error) {
 	for _, c := range calls {
 		c.start, c.end = kt.Unix(c.start), kt.Unix(c.end)
 	}
+	annots.Finish(kt)
 	for _, k := range ks {
 		k.start, k.end = kt.Unix(k.start), kt.Unix(k.end)
 		if k.corr != 0 {
 			k.launch = byCorr[k.corr]
+		}
+		if !k.comms.Present && k.launch != nil {
+			if a := annots.Around(k.launch.pid, k.launch.tid, k.launch.start, k.launch.end); a != nil {
+				k.comms = a.Comms // what the merge compares the plugin's count and dtype with
+			}
 		}
 	}
 	if len(ks) == 0 {
@@ -261,14 +305,18 @@ func (g *gen) kernel(i int, k *kern) {
 	}
 	c := g.comm(k)
 	tid := g.kt.Pid // the main thread, where the launch call is missing
-	ls, le := k.start-20*1000, k.start-15*1000
+	ls, le := k.enq, k.enq+5*1000
 	if k.launch != nil {
 		tid, ls, le = k.launch.tid, k.launch.start, k.launch.end
 	}
 	withLaunch := !g.opt.NoAPI && k.launch != nil && !(g.opt.DropLaunchEvery > 0 && i%g.opt.DropLaunchEvery == g.opt.DropLaunchEvery-1)
 	mismatch := g.opt.Mismatch > 0 && i == g.opt.Mismatch && !g.opt.NoAPI
+	wrongType := g.opt.WrongType > 0 && i == g.opt.WrongType
+	// A wrong type shows where PyTorch recorded the dtype, or the kernel is a reduction
+	// specialized for one.
+	typeShows := k.comms.Dtype != "" || (collective.Reduces(k.spec.Func) && k.spec.Datatype != "")
 	switch {
-	case mismatch && withLaunch && k.comms.Present:
+	case mismatch && withLaunch && k.comms.Present, wrongType && withLaunch && typeShows:
 		exp.Rule = "" // the launch rule must refuse it; order must not take it either
 	case withLaunch:
 		exp.Rule = "launch"
@@ -289,6 +337,14 @@ func (g *gen) kernel(i int, k *kern) {
 	}
 	w0 := lStart - room
 	specs := g.opsOf(k, c)
+	if wrongType {
+		for j := range specs {
+			specs[j].dtype = "ncclFloat16"
+			if dtypeOf(k) == "ncclFloat16" {
+				specs[j].dtype = "ncclFloat64"
+			}
+		}
+	}
 	gapi := g.next()
 	if !g.opt.NoAPI {
 		g.slice("nccl_api", "ncclGroup", tid, w0, lEnd+100, gapi, 0, c, `"depth":1,"graph_captured":false`)
@@ -382,7 +438,7 @@ func (g *gen) proxyAndChannels(k *kern, c *comm, op uint64, s opSpec) {
 		}
 		c.lastChannelStop[ch] = ge
 		g.slice("nccl_gpu", s.fn+" ch"+strconv.Itoa(ch), tid, gs, ge, g.next(), op, c,
-			fmt.Sprintf(`"channel":%d,"gpu_start_ns":"%d","gpu_stop_ns":"%d","clock":"gpu","op":%s`, ch, gs-g.opt.GPUOffsetNs, ge-g.opt.GPUOffsetNs, hx(op)))
+			fmt.Sprintf(`"channel":%d,"gpu_start_ns":"%d","gpu_stop_ns":"%d","clock":"gpu","op":%s`, ch, gs+g.opt.GPUOffsetNs, ge+g.opt.GPUOffsetNs, hx(op)))
 		g.truth.Channels++
 	}
 }

@@ -7,13 +7,11 @@ import (
 
 	"github.com/ncclprof/ncclprof/internal/kineto"
 	"github.com/ncclprof/ncclprof/internal/ptrace"
+	"github.com/ncclprof/ncclprof/internal/testtraces"
 	"github.com/ncclprof/ncclprof/internal/tracecheck"
 )
 
-func src(t *testing.T) string {
-	p, _ := filepath.Abs("../../../shared/traces/kineto/trace_filter_sampled_rank-0.json.gz")
-	return p
-}
+func src(t *testing.T) string { return testtraces.Kineto(t, "trace_filter_sampled_rank-0.json.gz") }
 
 // A repeated trace is a valid trace with n times the events, later copies later in time, and
 // no new check findings beyond n times the source's.

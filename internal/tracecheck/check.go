@@ -1,8 +1,9 @@
 // Package tracecheck tells what Perfetto's JSON importer would do with a trace: which events
 // it would reject or misplace, which flows it would drop, which slices it would move off their
 // track. It re-implements the importer's rules that matter for merged traces (see
-// kineto-trace-format.md §7): per-(pid, tid) nesting with the sorter's tie-breaks, the tid-0
-// rewrite, v1 flows keyed globally by (id, cat, name), and dropped negative timestamps.
+// kineto-trace-format.md §7): times read as Perfetto reads them (µs as a double, × 1000,
+// rounded to the ns), per-(pid, tid) nesting with the sorter's tie-breaks, the tid-0 rewrite,
+// v1 flows keyed globally by (id, cat, name), and dropped negative timestamps.
 package tracecheck
 
 import (
@@ -15,6 +16,7 @@ import (
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
 	"github.com/ncclprof/ncclprof/internal/traceevent"
 	"github.com/ncclprof/ncclprof/internal/tracefile"
+	"github.com/tidwall/gjson"
 )
 
 // Severity orders findings.
@@ -48,13 +50,14 @@ const (
 	CodeFlowEndNoStart  = "flow_end_without_start"
 	CodeUnmatchedEnd    = "end_without_begin"
 	CodeUnknownPhase    = "unsupported_phase"
+	CodeInvalidUTF8     = "invalid_utf8"
 	maxExamplesPerGroup = 3
 )
 
 var severities = map[string]Severity{
 	CodeInvalidJSON: Error, CodeMissingField: Error, CodeFlowNoEnd: Error, CodeFlowDuplicate: Error,
-	CodeFlowInvalidID: Error,
-	CodeOverlap:       Warning, CodeTidZero: Warning, CodeNegativeTs: Warning, CodeNegativeDur: Warning,
+	CodeFlowInvalidID: Error, CodeInvalidUTF8: Error,
+	CodeOverlap: Warning, CodeTidZero: Warning, CodeNegativeTs: Warning, CodeNegativeDur: Warning,
 	CodeEndBeforeBegin: Warning, CodeFlowBackwards: Warning,
 	CodeFlowEndNoStart: Info, CodeUnmatchedEnd: Info, CodeUnknownPhase: Info,
 }
@@ -173,12 +176,16 @@ func Check(path string, data []byte) *Report {
 	r := &Report{Path: path, byCode: map[string]*Finding{}}
 	c := &checker{r: r, tracks: map[track][]slice{}, begins: map[track][]beginEnd{}, flows: map[string]*flowState{}}
 	n := 0
-	_, err := traceevent.Read(path, data, traceevent.Options{}, func(e *traceevent.Event) error {
+	doc, err := traceevent.Read(path, data, traceevent.Options{}, func(e *traceevent.Event) error {
 		c.event(e, n)
 		n++
 		return nil
 	})
 	r.Events = n
+	if doc != nil && doc.InvalidUTF8 > 0 {
+		r.add(CodeInvalidUTF8, "%d bytes are not valid UTF-8, the first at byte %d: JSON text must be UTF-8 (Python's json, and so HTA, refuse the file)",
+			doc.InvalidUTF8, doc.FirstInvalidUTF8)
+	}
 	if err != nil {
 		r.add(CodeInvalidJSON, "%v", err)
 		return r
@@ -219,13 +226,14 @@ func (c *checker) event(e *traceevent.Event, n int) {
 	if !c.required(e, n) {
 		return
 	}
-	if e.Ph != "M" && e.TidSpan.Valid() && idString(e, e.TidSpan) == "0" {
+	if e.Ph != "M" && e.TidSpan.Valid() && idString(e, e.TidSpan) == "0" && !processScoped(e) {
 		c.r.add(CodeTidZero, "%s: Perfetto shows tid 0 as the process's main thread (tid = pid)", where(e, n))
 	}
 	if e.HasTs && e.Ts < 0 && e.Ph != "M" {
 		c.r.add(CodeNegativeTs, "%s: Perfetto drops events with a negative ts", where(e, n))
 		return
 	}
+	ts := perfettoTs(e)
 	switch e.Ph {
 	case "X":
 		c.r.Slices++
@@ -233,11 +241,15 @@ func (c *checker) event(e *traceevent.Event, n int) {
 			c.r.add(CodeNegativeDur, "%s: dur %d ns", where(e, n), e.Dur)
 			return
 		}
+		dur := e.Dur
+		if v, ok := traceevent.PerfettoNs(e.Raw[e.DurSpan.Start:e.DurSpan.End]); ok && e.DurSpan.Valid() {
+			dur = v
+		}
 		tr := norm(e)
-		c.tracks[tr] = append(c.tracks[tr], slice{e.Ts, e.Ts + e.Dur, n, e.Name})
+		c.tracks[tr] = append(c.tracks[tr], slice{ts, ts + dur, n, e.Name})
 	case "B", "E":
 		tr := norm(e)
-		c.begins[tr] = append(c.begins[tr], beginEnd{e.Ts, e.Ph == "B", n, e.Name})
+		c.begins[tr] = append(c.begins[tr], beginEnd{ts, e.Ph == "B", n, e.Name})
 	case "s", "t", "f":
 		c.flow(e, n)
 	case "i", "I", "R", "C", "M", "b", "e", "n", "T", "P":
@@ -304,6 +316,17 @@ func flowKey(e *traceevent.Event) (string, bool) {
 	return strconv.FormatUint(id, 10) + "\x00" + e.Cat + "\x00" + e.Name, true
 }
 
+// perfettoTs is the event's ts as Perfetto's importer reads it: the µs text as a double,
+// times 1000, rounded to the ns (which far from the base is not always the decimal's ns).
+func perfettoTs(e *traceevent.Event) int64 {
+	if e.TsSpan.Valid() {
+		if v, ok := traceevent.PerfettoNs(e.Raw[e.TsSpan.Start:e.TsSpan.End]); ok {
+			return v
+		}
+	}
+	return e.Ts
+}
+
 func (c *checker) flow(e *traceevent.Event, n int) {
 	key, ok := flowKey(e)
 	if !ok {
@@ -323,14 +346,14 @@ func (c *checker) flow(e *traceevent.Event, n int) {
 			c.r.add(CodeFlowDuplicate, "%s: a second flow start with id %s cat %q name %q (Perfetto drops it)", where(e, n), e.IDRaw, e.Cat, e.Name)
 			return
 		}
-		st.startTs = e.Ts
+		st.startTs = perfettoTs(e)
 		if st.ends > 0 {
 			st.first, st.firstWhere = n, where(e, n)
 		}
 	default:
 		st.ends++
-		if st.starts > 0 && e.Ts < st.startTs {
-			c.r.add(CodeFlowBackwards, "%s: ends %d ns before its start", where(e, n), st.startTs-e.Ts)
+		if ts := perfettoTs(e); st.starts > 0 && ts < st.startTs {
+			c.r.add(CodeFlowBackwards, "%s: ends %d ns before its start", where(e, n), st.startTs-ts)
 		}
 	}
 }
@@ -435,4 +458,14 @@ func sortedTracks(m map[track][]beginEnd) []track {
 		return keys[i].tid < keys[j].tid
 	})
 	return keys
+}
+
+// processScoped: an instant of process or global scope ("s": "p" or "g") is drawn on the process
+// (or global) track, so its tid does not matter (the plugin's ncclprof_step labels).
+func processScoped(e *traceevent.Event) bool {
+	if e.Ph != "i" && e.Ph != "I" {
+		return false
+	}
+	s := gjson.Get(e.Raw, "s").Str
+	return s == "p" || s == "g"
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
@@ -31,6 +32,10 @@ type Doc struct {
 	// to the last complete one were read. TruncatedAt is the offset of the first byte not read.
 	Truncated   bool
 	TruncatedAt int64
+	// InvalidUTF8 counts the bytes that are not valid UTF-8 (JSON text must be), the first at
+	// FirstInvalidUTF8; with Options.RepairUTF8 they were replaced with '?'.
+	InvalidUTF8      int
+	FirstInvalidUTF8 int64
 
 	eventsStart, eventsEnd int
 }
@@ -63,6 +68,10 @@ type Options struct {
 	Progress func(done, total int64)
 	// Hint is the advice added to a syntax error ("check that it is a trace written by …").
 	Hint string
+	// RepairUTF8 replaces each byte that is not valid UTF-8 with '?' in data itself (the
+	// caller owns it), so that what is copied from the document is valid JSON text for every
+	// reader; Doc.InvalidUTF8 counts them either way.
+	RepairUTF8 bool
 }
 
 // Error is a problem with a trace file, at a byte offset.
@@ -91,11 +100,40 @@ func (d *Doc) Errorf(off int, hint, format string, a ...any) error {
 // stay valid as long as data does).
 func Read(path string, data []byte, opt Options, visit func(*Event) error) (*Doc, error) {
 	d := &Doc{Path: path, Data: data}
+	// Valid text is checked at memory speed (tens of GB/s); only a file that fails is walked
+	// byte by byte.
+	if !utf8.Valid(data) {
+		d.InvalidUTF8, d.FirstInvalidUTF8 = invalidUTF8(data, opt.RepairUTF8)
+	}
 	d.doc = unsafe.String(unsafe.SliceData(data), len(data))
 	if err := d.walkTop(opt, visit); err != nil {
 		return nil, err
 	}
 	return d, nil
+}
+
+// invalidUTF8 counts (and with repair replaces with '?', keeping every offset) the bytes of b
+// that are not part of a valid UTF-8 sequence.
+func invalidUTF8(b []byte, repair bool) (n int, first int64) {
+	first = -1
+	for i := 0; i < len(b); {
+		if b[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size == 1 {
+			if first < 0 {
+				first = int64(i)
+			}
+			n++
+			if repair {
+				b[i] = '?'
+			}
+		}
+		i += size
+	}
+	return n, first
 }
 
 func (d *Doc) walkTop(opt Options, visit func(*Event) error) error {

@@ -5,8 +5,10 @@
 package traceevent
 
 import (
+	"math"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
 	"github.com/tidwall/gjson"
@@ -67,8 +69,8 @@ type Event struct {
 	Ts, Dur       int64
 	HasTs, HasDur bool
 
-	// Positions inside Raw of the values a writer may replace.
-	TsSpan, PidSpan, TidSpan, IDSpan, ArgsSpan Span
+	// Positions inside Raw of the values a writer may replace (or a checker read as text).
+	TsSpan, DurSpan, PidSpan, TidSpan, IDSpan, ArgsSpan Span
 	// IDRaw is the flow id as written; Bp the flow binding point.
 	IDRaw string
 	Bp    string
@@ -143,6 +145,7 @@ func Parse(e *Event, doc string, start int) (int, error) {
 				problem, problemAt = "ts is not a number: "+Clip(raw), v
 			}
 		case "dur":
+			e.DurSpan = sp
 			if e.Dur, e.HasDur = timeOf(raw); !e.HasDur && problem == "" {
 				problem, problemAt = "dur is not a number: "+Clip(raw), v
 			}
@@ -181,4 +184,98 @@ func Clip(s string) string {
 		return s[:40] + "…"
 	}
 	return s
+}
+
+// PerfettoNs is the time Perfetto's JSON importer gives a ts or dur value written as text (its
+// json_parser.h and json_trace_tokenizer.cc CoerceToTs): an integer is µs × 1000 exactly; a
+// number with a fraction or exponent becomes the double int_part + fraction_digits/10^n (summed
+// in doubles, not correctly rounded), kept exact when it is whole and otherwise rounded as
+// llround(µs × 1000). A double holds a ns only up to about 2.25e12 µs (26 days from the base):
+// beyond, two values that meet exactly in decimal may overlap by a ns once read.
+func PerfettoNs(raw string) (int64, bool) {
+	if len(raw) > 0 && raw[0] == '"' {
+		raw = jsonscan.String(raw)
+	}
+	if !strings.ContainsAny(raw, ".eE") {
+		if n, err := strconv.ParseInt(raw, 10, 64); err == nil {
+			return n * 1000, true
+		}
+	}
+	f, ok := perfettoDouble(raw)
+	if !ok {
+		return 0, false
+	}
+	if f == math.Trunc(f) {
+		return int64(f) * 1000, true
+	}
+	return int64(math.Round(f * 1000)), true
+}
+
+// perfettoDouble parses a JSON number the way Perfetto's parser does.
+func perfettoDouble(s string) (float64, bool) {
+	i, neg := 0, false
+	if i < len(s) && s[i] == '-' {
+		neg, i = true, i+1
+	}
+	var intPart int64
+	digits := 0
+	for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+		intPart = intPart*10 + int64(s[i]-'0')
+		digits++
+	}
+	var fraction float64
+	if i < len(s) && s[i] == '.' {
+		i++
+		var fract int64
+		var div uint64 = 1
+		for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+			fract = fract*10 + int64(s[i]-'0')
+			div *= 10
+		}
+		fraction = float64(fract) / float64(div)
+	}
+	var exp int64
+	expNeg := false
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			expNeg, i = s[i] == '-', i+1
+		}
+		for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+			exp = exp*10 + int64(s[i]-'0')
+		}
+	}
+	if digits == 0 || i != len(s) {
+		return 0, false
+	}
+	out := float64(intPart) + fraction
+	if expNeg {
+		out /= math.Pow(10, float64(exp))
+	} else if exp > 0 {
+		out *= math.Pow(10, float64(exp))
+	}
+	if neg {
+		out = -out
+	}
+	return out, !math.IsInf(out, 0) && !math.IsNaN(out)
+}
+
+// PerfettoOf is PerfettoNs of the µs text AppendMicros writes for ns.
+func PerfettoOf(ns int64) int64 {
+	var buf [32]byte
+	b := jsonscan.AppendMicros(buf[:0], ns)
+	v, _ := PerfettoNs(unsafe.String(unsafe.SliceData(b), len(b)))
+	return v
+}
+
+// PerfettoDur is the dur to write for a slice written at ts (ns since the base, written with
+// AppendMicros) lasting dur ns so that, as Perfetto rounds them, it ends exactly where a
+// slice starting at ts + dur begins: children then nest in their parents, and slices that meet
+// do not overlap, to the ns. It differs from dur by at most a ns or two, and only far from
+// the base.
+func PerfettoDur(ts, dur int64) int64 {
+	if ts+dur < 2_000_000_000_000_000 && ts > -2_000_000_000_000_000 {
+		return dur // every ns is exact in a double this close to the base
+	}
+	return max(PerfettoOf(ts+dur)-PerfettoOf(ts), 0)
 }

@@ -15,7 +15,7 @@ import (
 // ended, and otherwise parses that stretch itself, so the result is the sequential one.
 
 const (
-	chunkSize   = 4 << 20
+	chunkSize   = 1 << 20
 	minParallel = 8 * chunkSize
 )
 

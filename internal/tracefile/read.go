@@ -57,13 +57,25 @@ func readGzip(f *os.File, path string, compressed int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s: not a readable gzip file (%v); check that the file is complete", path, err)
 	}
 	defer zr.Close()
+	limit := MaxDecompressed
+	if limit <= 0 {
+		limit = decompressLimit()
+	}
 	// One byte more than the hint, so a correct hint ends with room to spare and no regrowth.
-	buf := make([]byte, 0, hint+1)
+	buf := make([]byte, 0, min(int64(hint), limit)+1)
 	for {
+		if int64(len(buf)) > limit {
+			return nil, fmt.Errorf("%s: decompresses to more than %s, more than this machine can merge (a trace needs about 1.5× its size in memory; %s available); if the file is a real trace, decompress it with `gzip -dc` and check its content", path, fmtGB(limit), fmtGB(availableMemory()))
+		}
+		if len(buf) >= sniffAt && !jsonStart(buf) {
+			// Not a trace: stop before inflating the rest (a gzip bomb of zeros would
+			// otherwise fill memory before the parser saw its first byte).
+			return buf, nil
+		}
 		if len(buf) == cap(buf) {
 			// The hint was short (a stream over 4 GiB wraps gzip's length field): grow by a
 			// quarter rather than double, to keep the transient copy small.
-			nb := make([]byte, len(buf), cap(buf)+cap(buf)/4+1<<20)
+			nb := make([]byte, len(buf), min(int64(cap(buf)+cap(buf)/4+1<<20), limit+1))
 			copy(nb, buf)
 			buf = nb
 		}
@@ -98,3 +110,53 @@ func gzipSizeHint(f *os.File, compressed int64) int {
 	}
 	return int(isize)
 }
+
+// MaxDecompressed caps the size a gzip trace may decompress to (0: from the memory available,
+// see decompressLimit). Tests set it.
+var MaxDecompressed int64
+
+// sniffAt: after this many decompressed bytes a trace must have shown its first JSON byte.
+const sniffAt = 1 << 20
+
+// jsonStart reports whether the data so far can start a JSON trace: whitespace, then '{' or
+// '[' (or only whitespace so far).
+func jsonStart(b []byte) bool {
+	for _, c := range b {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '{', '[':
+			return true
+		}
+		return false
+	}
+	return true
+}
+
+// decompressLimit is the most a decompressed trace may take: two thirds of the memory
+// available now (the merge holds the text once, and its indexes and output buffers need about
+// half as much again).
+func decompressLimit() int64 {
+	if a := availableMemory(); a > 0 {
+		return a * 2 / 3
+	}
+	return 16 << 30
+}
+
+// availableMemory is MemAvailable from /proc/meminfo, in bytes (0 if unknown).
+func availableMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(l, []byte("MemAvailable:")); ok {
+			var kb int64
+			fmt.Sscanf(string(bytes.TrimSpace(v)), "%d", &kb)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func fmtGB(n int64) string { return fmt.Sprintf("%.1f GB", float64(n)/1e9) }

@@ -1,6 +1,8 @@
 package tracefile
 
 import (
+	"bytes"
+	"compress/gzip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,5 +79,52 @@ func TestCreateMakesDirAndUsualMode(t *testing.T) {
 	b, err := ReadFile(path)
 	if err != nil || string(b) != `{"traceEvents":[]}` {
 		t.Errorf("read back %q, %v", b, err)
+	}
+}
+
+func gzipFile(t *testing.T, parts ...[]byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "bomb.json.gz")
+	var b bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&b, gzip.BestCompression)
+	for _, part := range parts {
+		zw.Write(part)
+	}
+	zw.Close()
+	if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A gzip bomb of zeros is not inflated whole: reading stops once the data cannot be a trace
+// (it inflated 2.8 GB from 1 MB before the parser saw byte 0).
+func TestGzipBombOfZerosStopsEarly(t *testing.T) {
+	p := gzipFile(t, make([]byte, 256<<20))
+	data, err := ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) > 4<<20 {
+		t.Fatalf("inflated %d bytes of zeros; want it to stop within the first MiBs", len(data))
+	}
+}
+
+// Valid JSON that inflates past what the merge can hold (whitespace) is refused with a clear
+// error, without inflating it.
+func TestGzipBombOfSpacesCapped(t *testing.T) {
+	MaxDecompressed = 8 << 20
+	defer func() { MaxDecompressed = 0 }()
+	p := gzipFile(t, []byte(`{"traceEvents": [`), bytes.Repeat([]byte(" "), 64<<20), []byte(`]}`))
+	_, err := ReadFile(p)
+	if err == nil || !strings.Contains(err.Error(), "decompresses to more than") {
+		t.Fatalf("want a refusal, got %v", err)
+	}
+	if !strings.Contains(err.Error(), "available") {
+		t.Errorf("the error should say what memory is available: %v", err)
+	}
+	// The limit from the machine's memory is below what is available.
+	if l := decompressLimit(); l <= 0 || (availableMemory() > 0 && l >= availableMemory()) {
+		t.Errorf("decompressLimit %d, available %d", l, availableMemory())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -20,22 +21,29 @@ func IsGzipName(name string) bool { return strings.HasSuffix(strings.ToLower(nam
 // name the user asked for (Kineto does the same with its .tmp file).
 type Writer struct {
 	*bufio.Writer
-	f    *os.File
-	gz   *gzip.Writer
-	path string
-	tmp  string
+	f  *os.File
+	gz *gzip.Writer
+	// async writes (and compresses) on another goroutine; nil for CreateRaw.
+	async *asyncWriter
+	path  string
+	tmp   string
 }
 
 // Create opens path for writing; a name ending in .gz is written gzip-compressed.
 func Create(path string) (*Writer, error) {
 	w, err := CreateRaw(path)
-	if err != nil || !IsGzipName(path) {
+	if err != nil {
 		return w, err
 	}
-	// Level 1: trace JSON compresses about 8:1 even so, and higher levels cost several times
-	// the merge itself.
-	w.gz, _ = gzip.NewWriterLevel(w.f, gzip.BestSpeed)
-	w.Writer = bufio.NewWriterSize(w.gz, 1<<20)
+	var sink io.Writer = w.f
+	if IsGzipName(path) {
+		// Level 1: trace JSON compresses about 8:1 even so, and higher levels cost several
+		// times the merge itself.
+		w.gz, _ = gzip.NewWriterLevel(w.f, gzip.BestSpeed)
+		sink = w.gz
+	}
+	w.async = newAsyncWriter(sink)
+	w.Writer = bufio.NewWriterSize(w.async, 1<<16)
 	return w, nil
 }
 
@@ -70,6 +78,11 @@ var tmpSeq atomic.Uint64
 // Close flushes, closes and moves the file to its name.
 func (w *Writer) Close() error {
 	err := w.Flush()
+	if w.async != nil {
+		if e := w.async.Close(); err == nil {
+			err = e
+		}
+	}
 	if w.gz != nil {
 		if e := w.gz.Close(); err == nil {
 			err = e
@@ -88,8 +101,24 @@ func (w *Writer) Close() error {
 	return nil
 }
 
+// WriteStable writes s, which the caller guarantees stays unchanged until Close (text of an
+// input held in memory): long runs are handed to the writing goroutine without a copy.
+func (w *Writer) WriteStable(s string) error {
+	if w.async == nil || len(s) < 64<<10 {
+		_, err := w.WriteString(s)
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return w.async.writeStable(s)
+}
+
 // Abort discards what was written.
 func (w *Writer) Abort() {
+	if w.async != nil {
+		w.async.Close()
+	}
 	w.f.Close()
 	os.Remove(w.tmp)
 }

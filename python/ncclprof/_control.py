@@ -23,22 +23,6 @@ import threading
 from . import _paths
 from ._errors import PluginConflictError
 
-# Order of ncclprof_counters (NP_C_* in plugin/core.h) and ncclprof_stats (NP_S_*).
-COUNTER_NAMES = (
-    "events", "dropped_full", "dropped_threads", "null_handle", "stale_handle", "bad_handle",
-    "null_descr", "unknown_type", "unknown_state", "stop_twice", "after_stop", "foreign_event",
-    "foreign_context", "late", "quiesce_timeout", "init_disabled", "null_finalize",
-    "windows_sealed", "sealed_at_max_grace",
-)
-STATS_NAMES = (
-    "trace_files", "trace_events", "trace_bytes", "trace_errors", "trace_skipped", "summaries",
-    "metrics_exports", "metrics_failures", "ops_completed", "goroutines", "go_heap_bytes",
-    "drain_cpu_ns", "drain_records",
-    # The sampled trace (NCCLPROF_TRACE_SAMPLE): files written and deleted by rotation, bytes on
-    # disk now, operations traced in full and sampled away, triggers fired.
-    "sampled_files", "sampled_files_deleted", "sampled_bytes", "sampled_operations",
-    "sampled_away", "sampled_triggers",
-)
 
 # Results of flush().
 FLUSHED = "flushed"            # everything recorded so far was processed and written
@@ -135,6 +119,11 @@ def _usable() -> bool:
     return _child_usable
 
 
+# Exports older or C-only builds lack: ncclprof_metrics_flush is Go's (absent from the C-only
+# sanitizer builds); the others are newer than the first Python package.
+_OPTIONAL = ("ncclprof_metrics_flush", "ncclprof_started", "ncclprof_counter_name", "ncclprof_stat_name")
+
+
 def _declare(lib) -> None:
     u64p = ctypes.POINTER(ctypes.c_uint64)
     sigs = {
@@ -149,6 +138,9 @@ def _declare(lib) -> None:
         "ncclprof_stats": (ctypes.c_int, [u64p, ctypes.c_int]),
         "ncclprof_metrics_flush": (ctypes.c_int, [ctypes.c_int]),
         "ncclprof_dump_inflight": (ctypes.c_int, []),
+        "ncclprof_started": (ctypes.c_int, []),
+        "ncclprof_counter_name": (ctypes.c_char_p, [ctypes.c_int]),
+        "ncclprof_stat_name": (ctypes.c_char_p, [ctypes.c_int]),
     }
     for name, (res, args) in sigs.items():
         try:
@@ -156,7 +148,7 @@ def _declare(lib) -> None:
         except AttributeError:
             fn = None
         if fn is None:
-            if name == "ncclprof_metrics_flush":  # Go export; absent from C-only builds
+            if name in _OPTIONAL:
                 continue
             raise PluginConflictError(
                 f"{_lib_path} does not export {name}(): it is not an ncclprof plugin library, or "
@@ -210,6 +202,19 @@ def loaded_path():
     return _lib_path if loaded() else None
 
 
+def started(path: str) -> bool:
+    """Whether NCCL has created a communicator with the plugin at `path` in this process: the
+    plugin reads its settings then, so only from then on are they fixed. Loading the library
+    (any control call) fixes nothing; a build too old to say is taken as started."""
+    if not is_mapped(path):
+        return False
+    lb = lib()
+    if lb is None:
+        return True  # a forked child of a process that had it mapped
+    fn = getattr(lb, "ncclprof_started", None)
+    return True if fn is None else bool(fn())
+
+
 def plugin_version():
     lb = lib()
     return lb.ncclprof_version().decode() if lb else None
@@ -226,21 +231,28 @@ def get_event_mask():
     return lb.ncclprof_get_event_mask() if lb else None
 
 
-def _read_array(fn, names) -> dict:
+def _read_array(fn, name_fn) -> dict:
+    """{name: value} of a counter array, named by the library's own list (the names its trace
+    and summary use); value_<i> only from a library too old to name them."""
     n = fn(None, 0)
     buf = (ctypes.c_uint64 * n)()
     fn(buf, n)
-    return {(names[i] if i < len(names) else f"value_{i}"): int(buf[i]) for i in range(n)}
+    out = {}
+    for i in range(n):
+        name = name_fn(i) if name_fn else None
+        out[name.decode() if name else f"value_{i}"] = int(buf[i])
+    return out
 
 
 def counters() -> dict:
+    """The plugin's process-wide counters by name (as in the trace's and summary's health)."""
     lb = lib()
-    return _read_array(lb.ncclprof_counters, COUNTER_NAMES) if lb else {}
+    return _read_array(lb.ncclprof_counters, getattr(lb, "ncclprof_counter_name", None)) if lb else {}
 
 
 def stats() -> dict:
     lb = lib()
-    return _read_array(lb.ncclprof_stats, STATS_NAMES) if lb else {}
+    return _read_array(lb.ncclprof_stats, getattr(lb, "ncclprof_stat_name", None)) if lb else {}
 
 
 def flush(timeout: float = 5.0) -> str:

@@ -2,13 +2,13 @@
 
 NCCL decides which profiler plugin to load once per process, when it creates its first
 communicator (it reads NCCL_PROFILER_PLUGIN then; a failure is never retried). The plugin's C
-side reads its variables (event mask, windows) with getenv() at that moment too. Its Go side
-(trace, output directory, metrics, OTEL_*, GOMAXPROCS) reads them once, when the library
-loads; a Go c-shared runtime takes the environment the process started with unless the build
-exports LIVE_ENV_SYMBOL (then, the one at load). So everything here must happen before the
-first NCCL communicator and before anything loads the library; enable() checks that, warns
-when the build cannot see what it sets, and says what to do when it is too late or when another
-profiler plugin would be displaced.
+side reads its variables (event mask, windows) with getenv() at that moment too, and so does
+its Go side (trace, output directory, metrics, OTEL_*, GOMAXPROCS) in builds that export
+LIVE_ENV_SYMBOL; older builds' Go runtime takes the environment the process started with.
+Loading the library (any control call: counters(), set_step(), ...) fixes nothing; only the
+first communicator does. So everything here must happen before the first NCCL communicator;
+enable() checks that, warns when the build cannot see what it sets, and says what to do when it
+is too late or when another profiler plugin would be displaced.
 """
 
 from __future__ import annotations
@@ -40,15 +40,16 @@ EVENT_BITS["default"] = (EVENT_BITS["group"] | EVENT_BITS["coll"] | EVENT_BITS["
 
 METRICS_EXPORTERS = ("file", "otlp", "prometheus", "console", "none")
 
-# Variables read by the plugin's Go side when the library loads (changing them later has no
-# effect in this process); all other NCCLPROF_* and OTEL_* variables are too, except those its
-# C side reads with getenv() at NCCL's first communicator (C_SIDE_VARS).
+# Variables read by the plugin's Go side when NCCL's first communicator starts it (changing them
+# later has no effect in this process); all other NCCLPROF_* and OTEL_* variables are too, except
+# those its C side reads with getenv() at that same moment (C_SIDE_VARS).
 GO_SIDE_VARS = ("NCCLPROF_TRACE", "NCCLPROF_TRACE_DIR", "NCCLPROF_OUTPUT_DIR", "NCCLPROF_METRICS",
                 "NCCLPROF_GOMAXPROCS", "NCCLPROF_PROMETHEUS_PORT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 C_SIDE_VARS = frozenset({"NCCLPROF_ENABLE", "NCCLPROF_EVENT_MASK", "NCCLPROF_WINDOWS",
                          "NCCLPROF_WINDOW_SLOTS", "NCCLPROF_WINDOW_MS", "NCCLPROF_GRACE_MS",
                          "NCCLPROF_FINALIZE_TIMEOUT_MS", "NCCLPROF_CLOCK"})
-# Defined by plugin builds whose Go side takes the environment as it is when the library loads.
+# Defined by plugin builds whose Go side takes the environment as it is when NCCL's first
+# communicator starts the plugin.
 # Without it, the Go runtime of the c-shared library sees only the environment the process
 # started with (it reads it from the initial stack), so values set from Python do not reach it.
 LIVE_ENV_SYMBOL = "ncclprof_reads_live_env"
@@ -299,7 +300,8 @@ def enable(trace_dir=None, metrics=None, event_mask=None, *, output_dir=None, tr
         check_conflicts(library)
         already_ours = bool(os.environ.get("NCCL_PROFILER_PLUGIN")) and _control.same_file(
             os.environ["NCCL_PROFILER_PLUGIN"], library)
-        started = _control.is_mapped(library)  # NCCL (or this package) loaded it already
+        loaded = _control.is_mapped(library)  # NCCL or a control call loaded it already
+        started = _control.started(library)  # NCCL created a communicator: settings are read
         groups = _nccl_process_groups()
         if groups and not already_ours:
             raise TooLateError(
@@ -309,7 +311,7 @@ def enable(trace_dir=None, metrics=None, event_mask=None, *, output_dir=None, tr
                 "let the launcher set the variables: eval \"$(python -m ncclprof env)\" before "
                 "torchrun.")
         if started:
-            # The Go side read its variables when the library loaded; they cannot change now.
+            # The plugin read its variables at NCCL's first communicator; they cannot change now.
             # (The trace directory can: ncclprof.profile hands it to the plugin with each window;
             # only a whole-run trace took it from the environment.)
             whole_run = os.environ.get("NCCLPROF_TRACE") == "1" or "NCCLPROF_TRACE" in updates
@@ -326,8 +328,10 @@ def enable(trace_dir=None, metrics=None, event_mask=None, *, output_dir=None, tr
         os.environ["NCCL_PROFILER_PLUGIN"] = library
         for k, v in updates.items():
             os.environ[k] = v
-        if started and mask_bits is not None:
-            _control.set_event_mask(mask_bits)  # the mask NCCL reads per operation
+        if loaded and mask_bits is not None:
+            # The mask NCCL reads per operation; a control call's mask would win over the
+            # variable at the first communicator (it is sticky), so this one is set the same way.
+            _control.set_event_mask(mask_bits)
         keys = ("NCCL_PROFILER_PLUGIN",) + GO_SIDE_VARS + ("NCCLPROF_EVENT_MASK",) + tuple(
             k for k in updates if k not in GO_SIDE_VARS)
         _state = {k: os.environ[k] for k in dict.fromkeys(keys) if os.environ.get(k)}

@@ -19,7 +19,8 @@ import ncclprof
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent.parent
-SHARED_TRACES = REPO.parent / "shared" / "traces" / "kineto"
+# The real Kineto traces the tests read (with their license and provenance: its README.md).
+KINETO_TRACES = REPO / "testdata" / "kineto"
 
 # Variables that configure NCCL's profiler plugin or ncclprof: cleared for every test.
 _CONFIG_PREFIXES = ("NCCLPROF_", "NCCL_PROFILER", "NCCL_INSPECTOR", "OTEL_")
@@ -58,9 +59,9 @@ def run_py(*code: str, env=None, timeout=120, cwd=None, check=True) -> subproces
 
 
 def real_trace(name: str) -> Path:
-    p = SHARED_TRACES / name
+    p = KINETO_TRACES / name
     if not p.exists():
-        pytest.fail(f"{p} is missing: the tests read the real Kineto traces in <repo>/../shared/traces")
+        pytest.fail(f"{p} is missing: the repository carries the real Kineto traces in testdata/kineto")
     return p
 
 

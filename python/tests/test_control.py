@@ -37,8 +37,9 @@ def test_before_nccl_starts_the_plugin():
     assert r["VERSION"] == ncclprof_version()
     assert r["FLUSH"] == "not-started"  # no communicator: nothing was ever initialized
     c = r["COUNTERS"]
-    assert list(c)[:3] == ["events", "dropped_full", "dropped_threads"]
-    assert len(c) >= 19 and all(v == 0 for v in c.values())
+    assert list(c)[:3] == ["events", "dropped_windows_full", "dropped_too_many_threads"]
+    assert len(c) >= 20 and all(v == 0 for v in c.values())
+    assert not any(k.startswith("value_") for k in c), c  # every counter has its name
     s = r["STATS"]
     assert {"trace_files", "trace_events", "trace_bytes", "trace_errors"} <= set(s)
     assert s["trace_files"] == 0
@@ -161,6 +162,30 @@ def test_trace_window_holds_what_happened_inside_it(tmp_path):
     assert r["STATS"]["trace_files"] == 1
     assert r["STATS"]["trace_events"] == t["ncclprofEnd"]["events"] > 0
     assert r["STATS"]["trace_errors"] == 0
+
+
+def test_counters_have_one_name_everywhere(tmp_path):
+    # Issue 13 #7: Python's counters(), the trace's health section and the summary's read the
+    # plugin's one list of names: the same names, for the same values once everything is written.
+    d = tmp_path / "out"
+    r = _results(run_py(PRELUDE, f"""
+        ncclprof.enable(output_dir={str(d)!r}, trace_all=True)
+        nccl = NCCL(); comm = nccl.comm()
+        for _ in range(5): comm.sendrecv_self()
+        comm.finalize()
+        out("COUNTERS", ncclprof.counters())
+        out("STATS", ncclprof.stats())
+    """).stdout)
+    c = r["COUNTERS"]
+    assert c["events"] == 5 * EVENTS_PER_SENDRECV and not any(k.startswith("value_") for k in c)
+    assert set(r["STATS"]) >= {"trace_files", "summaries", "go_heap_bytes"}
+    assert not any(k.startswith("value_") for k in r["STATS"])
+    [summary] = d.glob("ncclprof-summary-*.json")
+    [trace] = d.glob("ncclprof-*.trace.json")
+    in_summary = json.loads(summary.read_text())["process_counters"]
+    in_trace = json.loads(trace.read_text())["ncclprofEnd"]["counters"]
+    assert set(c) == set(in_summary) == set(in_trace)
+    assert in_summary["events"] == in_trace["events"] == c["events"]
 
 
 def test_step_label_length_and_clearing():

@@ -191,23 +191,53 @@ def test_another_profiler_already_loaded(empty_plugin, tmp_path):
     assert "PLUGIN None" in p.stdout
 
 
-def test_settings_frozen_once_the_plugin_runs(tmp_path):
-    # The plugin's Go side read its variables when the library loaded: changing them later is
+def test_control_calls_before_a_communicator_do_not_make_it_too_late():
+    # Issue 13 #2: counters(), plugin_version() and set_step() load the library, but the plugin
+    # reads its settings only when NCCL creates the first communicator, so enable() after them
+    # must work and what it set must reach the plugin: the Prometheus endpoint then serves.
+    p = run_py("""
+        import socket, urllib.request, ncclprof
+        from nccl_standin import NCCL
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+        ncclprof.counters(); ncclprof.plugin_version(); ncclprof.set_step("x")
+        ncclprof.enable(metrics="prometheus", prometheus_port=port)
+        print("ENABLED")
+        comm = NCCL().comm()
+        comm.sendrecv_self()
+        body = ""
+        for _ in range(100):
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1).read().decode()
+                break
+            except OSError:
+                __import__("time").sleep(0.05)
+        print("SERVED", "ncclprof_" in body)
+    """)
+    assert "ENABLED" in p.stdout and "SERVED True" in p.stdout, p.stdout + p.stderr
+
+
+def test_settings_frozen_once_a_communicator_exists(tmp_path):
+    # Once NCCL created a communicator the plugin has read its variables: changing them is
     # refused. The event mask stays changeable (NCCL reads it per operation), and so does the
     # trace directory (ncclprof.profile hands it to the plugin with each window).
     p = run_py("""
         import ncclprof
+        from nccl_standin import NCCL
         ncclprof.enable(metrics="file")
-        ncclprof.stats()  # loads the library
+        ncclprof.stats()  # loads the library: not too late yet
+        ncclprof.enable(metrics="none")
+        print("STILL OPEN")
+        comm = NCCL().comm()
         try:
             ncclprof.enable(metrics="console")
         except ncclprof.TooLateError as e:
             print("ERROR", e)
-        ncclprof.enable(metrics="file", trace_dir="elsewhere")
+        ncclprof.enable(metrics="none", trace_dir="elsewhere")
         print("DIR", ncclprof.settings()["NCCLPROF_TRACE_DIR"].endswith("/elsewhere"))
         ncclprof.enable(event_mask="coll,p2p")
         print("MASK", hex(ncclprof.get_event_mask()))
     """)
+    assert "STILL OPEN" in p.stdout
     assert "ERROR the ncclprof plugin is already running in this process" in p.stdout
     assert "NCCLPROF_METRICS cannot change now" in p.stdout
     assert "DIR True" in p.stdout

@@ -1,5 +1,5 @@
 """ncclprof.merge / check and ncclprof.trace_handler on the real Kineto traces in
-<repo>/../shared/traces (torch is not needed here; test_torch.py covers torch itself)."""
+<repo>/testdata/kineto (torch is not needed here; test_torch.py covers torch itself)."""
 
 import gzip
 import json
@@ -103,7 +103,7 @@ from nccl_standin import NCCL
 
 class ExportsARealTrace:
     '''Stands in for torch.profiler.profile at trace-ready: its export_chrome_trace writes a
-    real Kineto trace (from shared/traces), made this process's when `own` is set.'''
+    real Kineto trace (from testdata/kineto), made this process's when `own` is set.'''
     def __init__(self, src, own):
         self.src, self.own = src, own
         self.action_map, self.step_num = {}, 0  # what the handler hooks; nothing to hook here

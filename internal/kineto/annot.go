@@ -1,0 +1,54 @@
+package kineto
+
+import "sort"
+
+// Annotation is a collective's record_function (nccl:* or record_param_comms) with what
+// PyTorch recorded on it, times in Unix ns once Annotations.Finish has run.
+type Annotation struct {
+	Start, End int64
+	Comms      CommsArgs
+}
+
+// Annotations indexes the collective record_functions of a trace by thread, to find the one
+// around a kernel's launch call: older traces carry a collective's count and dtype there
+// rather than on the kernel.
+type Annotations struct {
+	byThread map[[2]int64][]Annotation
+}
+
+// Add keeps e if it is a collective record_function on a numeric thread.
+func (a *Annotations) Add(e *Event) {
+	c, ok := e.AnnotationComms()
+	if !ok || e.Pid.IsStr || e.Tid.IsStr {
+		return
+	}
+	if a.byThread == nil {
+		a.byThread = map[[2]int64][]Annotation{}
+	}
+	key := [2]int64{e.Pid.Num, e.Tid.Num}
+	a.byThread[key] = append(a.byThread[key], Annotation{Start: e.Ts, End: e.Ts + e.Dur, Comms: c})
+}
+
+// Finish puts the times on Unix ns and sorts each thread's annotations.
+func (a *Annotations) Finish(t *Trace) {
+	for _, as := range a.byThread {
+		for i := range as {
+			as[i].Start, as[i].End = t.Unix(as[i].Start), t.Unix(as[i].End)
+		}
+		sort.Slice(as, func(i, j int) bool { return as[i].Start < as[j].Start })
+	}
+}
+
+// Around returns the innermost annotation on a thread that contains [start, end] (a launch
+// call), or nil.
+func (a *Annotations) Around(pid, tid, start, end int64) *Annotation {
+	as := a.byThread[[2]int64{pid, tid}]
+	i := sort.Search(len(as), func(i int) bool { return as[i].Start > start }) - 1
+	// The innermost is the latest-starting one that contains the call; nesting is shallow.
+	for j := i; j >= 0 && j > i-8; j-- {
+		if as[j].Start <= start && end <= as[j].End {
+			return &as[j]
+		}
+	}
+	return nil
+}
