@@ -96,7 +96,7 @@ NP_HOT void np_start_coll(void* ctx, int abi, void** eh, uint64_t parent, int ra
   np_comm* c = np_target(ctx, NP_T_COLL, parent);
   np_pending p;
   if (!c) return;
-  if (!np_begin(c, NP_T_COLL, abi, parent, rank, 0, eh, &p)) {
+  if (!np_begin(c, NP_T_COLL, abi, parent, rank, np_sample_flags(c, seq), eh, &p)) {
     if (*eh == (void*)NP_H_DROPPED) np_lost_add(c, NP_T_COLL, func, dtype, algo, proto, nch, count);
     return;
   }
@@ -119,10 +119,16 @@ NP_HOT void np_start_p2p(void* ctx, int abi, void** eh, uint64_t parent, int ran
   np_comm* c = np_target(ctx, NP_T_P2P, parent);
   np_pending p;
   if (!c) return;
-  if (!np_begin(c, NP_T_P2P, abi, parent, rank, 0, eh, &p)) {
+  np_thread* t = np_enter_comm(c, eh);
+  if (!t) return;
+  /* The ordinal is counted inside the active section: a recycled communicator's table is reset
+   * only once no callback is inside. */
+  uint64_t ord = np_p2p_next(c, peer, func != NULL && func[0] == 'S'); /* "Send" / "Recv" */
+  if (!np_begin_in(c, t, NP_T_P2P, abi, parent, rank, np_sample_flags(c, ord), eh, &p)) {
     if (*eh == (void*)NP_H_DROPPED) np_lost_add(c, NP_T_P2P, func, dtype, NULL, NULL, nch, count);
     return;
   }
+  p.ev->u.p2p.seq = ord;
   p.ev->u.p2p.func = func;
   p.ev->u.p2p.count = count;
   p.ev->u.p2p.dtype = dtype;
@@ -130,23 +136,6 @@ NP_HOT void np_start_p2p(void* ctx, int abi, void** eh, uint64_t parent, int ran
   p.ev->u.p2p.nchannels = nch;
   p.ev->u.p2p.parent_group = parent_group;
   np_commit(&p);
-}
-
-/* Enters a callback on communicator c and checks it is live; returns the thread, or NULL
- * (the handle then says why: dropped for want of a thread slot, disabled). */
-NP_HOT np_thread* np_enter_comm(np_comm* c, void** eh) {
-  np_thread* t = np_enter();
-  if (NP_UNLIKELY(t == NULL)) {
-    np_count(NP_C_DROPPED_THREADS);
-    *eh = (void*)NP_H_DROPPED;
-    return NULL;
-  }
-  if (NP_UNLIKELY(!np_comm_starts(c))) {
-    np_leave(t);
-    *eh = (void*)NP_H_DISABLED;
-    return NULL;
-  }
-  return t;
 }
 
 /* A cell for a ProxyOp or ProxyStep; NULL (counted, handle dropped) when the arena is full. */
@@ -184,8 +173,12 @@ NP_HOT void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t parent, in
     np_leave(t);
     return;
   }
+  /* Sampled tracing: the operation's choice goes with its ProxyOp (record and cell) and, from
+   * the cell, with its steps. PXN ProxyOps of another process cannot read their parent. */
+  if (NP_UNLIKELY(np_sample_n != 0) && !(flags & NP_F_FOREIGN)) flags |= np_parent_sample(c, parent);
   np_event* ev = np_slot_new(c, t, NP_T_PROXY_OP, abi, parent, rank, flags, &wh, &hdr);
   np_cell_init(cell, t, NP_T_PROXY_OP, abi, parent, rank, ev ? ev->t_start : np_ticks());
+  cell->sflags = flags & NP_F_SAMPLE_BITS;
   cell->peer = peer;
   cell->channel = channel;
   cell->is_send = (uint8_t)(is_send != 0);
@@ -232,6 +225,7 @@ NP_HOT void np_start_proxy_step(void* ctx, int abi, void** eh, uint64_t parent, 
     s->peer = op->peer;
     s->channel = op->channel;
     s->is_send = op->is_send;
+    s->sflags = op->sflags & NP_F_SAMPLE_BITS; /* recorded whole at its stop if sampled */
   } else {
     s->peer = -1;
     s->channel = 0;

@@ -118,6 +118,12 @@ static const char* const np_stat_names[NP_S_COUNT] = {
     [NP_S_DRAIN_CPU_NS] = "drain_cpu_ns",
     [NP_S_DRAIN_RECORDS] = "drain_records",
     [NP_S_MEM_DEGRADED] = "memory_degraded",
+    [NP_S_SAMPLED_FILES] = "sampled_files",
+    [NP_S_SAMPLED_DELETED] = "sampled_files_deleted",
+    [NP_S_SAMPLED_BYTES] = "sampled_bytes",
+    [NP_S_SAMPLED_OPS] = "sampled_operations",
+    [NP_S_SAMPLED_AWAY] = "sampled_away",
+    [NP_S_SAMPLED_TRIGGERS] = "sampled_triggers",
 };
 
 NP_API const char* ncclprof_counter_name(int i) { return i >= 0 && i < NP_C_COUNT ? np_counter_names[i] : NULL; }

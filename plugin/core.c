@@ -34,6 +34,7 @@ int np_clock = NP_CLOCK_MONO;
 int np_fence_mode = 1;
 uint32_t np_record_mask;
 uint32_t np_detail_on;
+uint32_t np_sample_n;
 uint64_t np_dropped_type[NP_T_COUNT];
 uint64_t np_trace_dropped_type[NP_T_COUNT];
 static int np_mask_from_api; /* ncclprof_set_event_mask was called: its mask stays in force */
@@ -174,6 +175,9 @@ static void np_read_config(void) {
   np_cfg.grace_max_ns = np_env_u64("NCCLPROF_GRACE_MS", 100, 1, 60000) * 1000000ull;
   np_cfg.grace_min_ns = np_cfg.grace_max_ns < 2000000ull ? np_cfg.grace_max_ns : 2000000ull;
   np_cfg.finalize_wait_ns = np_env_u64("NCCLPROF_FINALIZE_TIMEOUT_MS", 5000, 0, 600000) * 1000000ull;
+  /* Sampled tracing: 1 in N operations in full (their steps go to the detail windows). */
+  np_cfg.sample_every = (uint32_t)np_env_u64("NCCLPROF_TRACE_SAMPLE", 0, 1, 1u << 30);
+  __atomic_store_n(&np_sample_n, np_cfg.sample_every, __ATOMIC_RELEASE);
   /* A trace of the whole run wants detail from the first event on. */
   const char* tr = getenv("NCCLPROF_TRACE");
   if (tr != NULL && strcmp(tr, "1") == 0) __atomic_store_n(&np_detail_on, 1, __ATOMIC_RELEASE);
@@ -370,7 +374,8 @@ static int np_map_comm(np_comm* c, uint32_t idx) {
     c->cells[k].gs = (uint64_t)(np_random32() & NP_GEN_MASK) << 1;
   np_wset_init(&c->set[NP_SET_OP], m);
   np_wset_init(&c->set[NP_SET_DETAIL], d);
-  if (__atomic_load_n(&np_detail_on, __ATOMIC_ACQUIRE)) np_populate_detail(c);
+  /* Sampled tracing records its operations' steps there from the start. */
+  if (__atomic_load_n(&np_detail_on, __ATOMIC_ACQUIRE) || np_sample_n) np_populate_detail(c);
   return 1;
 }
 
@@ -416,6 +421,8 @@ static void np_open_comm(np_comm* c) {
     __atomic_store_n(&c->cells[i].gs, (gs | 1) + 1, __ATOMIC_RELEASE);
   }
   __atomic_store_n(&c->cursor, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->trig_left, 0, __ATOMIC_RELAXED);
+  if (c->p2p_ord) memset(c->p2p_ord, 0, c->p2p_bytes);
   memset(c->xfer, 0, NP_XFER_BUCKETS * sizeof(np_xbucket));
   memset(c->lost, 0, NP_LOST_KEYS * sizeof(np_lost));
 }
@@ -475,6 +482,32 @@ np_comm* np_pxn_target(void) {
   return np_comm_state(c) == NP_COMM_ACTIVE ? c : NULL;
 }
 
+/* The P2P ordinal counters of a communicator about to open: 2 x nranks, or a fixed table when
+ * NCCL does not say nranks (v1-v3: peers beyond NP_P2P_FIXED_PEERS share a counter with
+ * peer % it, so their ordinals, and which of their operations are sampled, stop lining up).
+ * The table of a previous incarnation is reused when it is large enough; a larger one is mapped
+ * and the smaller kept mapped (never unmapped: a callback that raced with finalize may still
+ * hold it), so what is mapped is at most twice the largest table. np_open_comm zeroes it. */
+static void np_map_p2p(np_comm* c, int nranks) {
+  uint32_t peers = nranks > 0 ? (uint32_t)nranks : NP_P2P_FIXED_PEERS;
+  size_t bytes = (size_t)peers * 2 * sizeof(uint64_t);
+  if (c->p2p_ord != NULL && c->p2p_bytes >= bytes) {
+    c->p2p_peers = peers;
+    return;
+  }
+  void* m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                 -1, 0);
+  if (m == MAP_FAILED) {
+    np_logf(NPABI_LOG_WARN, "cannot map %zu bytes for P2P ordinals (%s): this communicator's "
+            "P2P operations all get ordinal 0", bytes, strerror(errno));
+    c->p2p_peers = 0;
+    return;
+  }
+  c->p2p_ord = (uint64_t*)m;
+  c->p2p_bytes = bytes;
+  c->p2p_peers = peers;
+}
+
 void* np_init_comm(int abi, uint64_t comm_hash, const char* name, int nnodes, int nranks,
                    int rank, npabi_logger_t logfn, int* mask_ptr) {
   np_setup();
@@ -508,6 +541,7 @@ void* np_init_comm(int abi, uint64_t comm_hash, const char* name, int nnodes, in
       return NULL;
     }
     np_open_comm(c);
+    np_map_p2p(c, abi >= 4 ? nranks : 0); /* after np_open_comm's wait: no callback inside */
     c->abi = abi;
     c->comm_hash = comm_hash;
     c->nnodes = nnodes;
@@ -830,7 +864,10 @@ void np_cell_stop(np_comm* c, np_thread* t, np_cell* cell, uint64_t h, uint64_t 
                       ? np_cell_of(c, cell->parent) : NULL;
     if (cell->sflags & NP_F_NO_OP) op = NULL; /* no pair or channel to fold into */
     else np_step_fold(c, t, cell, op, now);
-    if (__atomic_load_n(&np_detail_on, __ATOMIC_RELAXED)) np_step_record(c, t, cell, h, now);
+    /* Recorded whole for a trace: every step while a trace window wants detail, else the
+     * steps of operations sampled for the sampled trace. */
+    if (__atomic_load_n(&np_detail_on, __ATOMIC_RELAXED) || (cell->sflags & NP_F_SAMPLE_BITS))
+      np_step_record(c, t, cell, h, now);
   } else {
     np_op_finish(c, t, cell, h, now);
   }
@@ -1087,6 +1124,7 @@ int np_export(const np_ready* r, np_record* out, int max) {
       o->nwarps = ev->u.coll.nwarps;
       break;
     case NP_T_P2P:
+      o->seq = ev->u.p2p.seq;
       o->count = ev->u.p2p.count;
       o->parent_group = ev->u.p2p.parent_group;
       o->func = ev->u.p2p.func;
@@ -1356,6 +1394,21 @@ void np_set_detail(int on) {
 }
 
 int np_detail(void) { return (int)__atomic_load_n(&np_detail_on, __ATOMIC_ACQUIRE); }
+
+uint32_t np_sample_every(void) { return __atomic_load_n(&np_sample_n, __ATOMIC_ACQUIRE); }
+
+/* The drainer saw a slow operation: the communicator's next k Coll/P2p are traced in full (a
+ * countdown already running is extended, never shortened). Ignored for another incarnation. */
+void np_trigger(uint32_t i, uint64_t incarnation, uint32_t k) {
+  np_comm* c = np_comm_mapped(i);
+  if (c == NULL || np_comm_state(c) != NP_COMM_ACTIVE ||
+      c->incarnation != incarnation)
+    return;
+  uint32_t cur = __atomic_load_n(&c->trig_left, __ATOMIC_RELAXED);
+  while (cur < k && !__atomic_compare_exchange_n(&c->trig_left, &cur, k, 1, __ATOMIC_RELAXED,
+                                                 __ATOMIC_RELAXED)) {
+  }
+}
 
 void np_dropped_read(uint64_t* untracked, uint64_t* trace) {
   for (int k = 0; k < NP_T_COUNT; k++) {

@@ -26,6 +26,12 @@
  *   - Detail events (ProxySteps copied whole at their stop, NetPlugin, ProxyCtrl) are recorded
  *     only while a trace window is open (np_detail_on), into the communicator's DETAIL windows.
  *     Those may overflow under a flood: dropped, counted per type, and the trace says so.
+ *   - Sampled tracing (NCCLPROF_TRACE_SAMPLE=N): the Coll/P2p start decides whether the operation
+ *     is traced in full (np_sample_flags: its seq, or for a P2P the ordinal the plugin counts per
+ *     peer and direction, % N == 0; or the communicator's trigger countdown) and marks its record
+ *     NP_F_SAMPLED / NP_F_TRIGGERED. A ProxyOp copies the mark from its parent's record into its
+ *     own record and cell, a step from its ProxyOp's cell, and a marked step is recorded whole
+ *     into the detail windows at its stop whether or not np_detail_on is set.
  *   - A Coll or P2p that finds no slot (the operation windows full) is not lost: its count is
  *     folded into the communicator's lost-operation table (np_lost_read), so operation counts
  *     and bytes stay exact by construction; only its timings are missing (and counted).
@@ -99,7 +105,12 @@ enum {
   NP_F_OPEN = 1 << 5,           /* exported while not yet stopped (np_record only) */
   NP_F_ROUTED = 1 << 6,         /* placed in its parent's CLOSING window */
   NP_F_NO_OP = 1 << 7,          /* ProxyStep whose ProxyOp was not recorded (no pair, channel) */
+  /* Sampled tracing (NCCLPROF_TRACE_SAMPLE): the operation is traced in full, chosen at its
+   * Coll/P2p start and copied to its ProxyOps and their steps (see np_sample_flags in hot.h). */
+  NP_F_SAMPLED = 1 << 8,        /* chosen by its seq (P2P: ordinal) % N == 0, alike on every rank */
+  NP_F_TRIGGERED = 1 << 9,      /* one of the K operations after a slow one (the trigger) */
 };
+#define NP_F_SAMPLE_BITS (NP_F_SAMPLED | NP_F_TRIGGERED)
 
 /* Sentinel handles: non-NULL, bit 0 clear, accepted and ignored by stop/record. */
 #define NP_H_DROPPED ((uint64_t)0x2)  /* no slot was free */
@@ -140,6 +151,7 @@ typedef struct __attribute__((aligned(64))) np_event {
     } coll;
     struct {
       uint64_t count, parent_group;
+      uint64_t seq; /* the plugin's ordinal of this (communicator, peer, direction), from 0 */
       const char *func, *dtype;
       int32_t peer;
       uint8_t nchannels;
@@ -305,6 +317,10 @@ enum {
   NP_S_DRAIN_CPU_NS,  /* CPU time the drainer spent reading and processing windows */
   NP_S_DRAIN_RECORDS, /* records it read */
   NP_S_MEM_DEGRADED,  /* 1 once the drainer stopped tracing because address space ran short */
+  /* The sampled trace (NCCLPROF_TRACE_SAMPLE): files written and deleted by rotation, bytes
+   * on disk now, operations traced in full and sampled away, triggers fired. */
+  NP_S_SAMPLED_FILES, NP_S_SAMPLED_DELETED, NP_S_SAMPLED_BYTES, NP_S_SAMPLED_OPS,
+  NP_S_SAMPLED_AWAY, NP_S_SAMPLED_TRIGGERS,
   NP_S_COUNT
 };
 
@@ -318,6 +334,7 @@ typedef struct np_config {
   uint64_t grace_min_ns, grace_max_ns;
   uint64_t finalize_wait_ns;
   uint32_t ncells;         /* arena cells per communicator (a power of two) */
+  uint32_t sample_every;   /* NCCLPROF_TRACE_SAMPLE: trace 1 in N operations in full (0: off) */
   int disabled;            /* NCCLPROF_ENABLE=0 */
 } np_config;
 
@@ -369,6 +386,10 @@ int np_arena_scan(uint32_t i, np_open_cell* out, int max);
  * a trace wants it. Turning it on maps the detail windows in first (not on NCCL's threads). */
 void np_set_detail(int on);
 int np_detail(void);
+/* Sampled tracing: N of NCCLPROF_TRACE_SAMPLE (0: off), and the trigger: the next k Coll/P2p
+ * of communicator i (that incarnation) are traced in full. */
+uint32_t np_sample_every(void);
+void np_trigger(uint32_t i, uint64_t incarnation, uint32_t k);
 /* Events dropped in the whole process, by NP_T_* (each holds NP_T_COUNT): not tracked at all,
  * and detail records a trace wanted but could not get. */
 void np_dropped_read(uint64_t* untracked, uint64_t* trace);

@@ -117,12 +117,21 @@ func (d *drain) run() {
 	metrics := newMetricsSink(d) // OpenTelemetry metrics (plugin/metrics.go)
 	d.cpu = align.NewCPU(tickSampler{}, d.clock.TicksPerNs())
 	trace := newTraceSink(d.cpu) // the Chrome trace (plugin/trace.go)
-	// The trace first: the final metrics export then counts the trace writer's last bytes.
-	d.sinks = append(d.sinks, trace, metrics)
+	// The traces first: the final metrics export then counts the trace writers' last bytes.
+	d.sinks = append(d.sinks, trace)
+	var sampled *traceSink // the always-on sampled trace (NCCLPROF_TRACE_SAMPLE, sample.go)
+	if cfg, ok := readSampleConfig(); ok {
+		sampled = newSampledSink(d.cpu, cfg)
+		d.sinks = append(d.sinks, sampled)
+	}
+	d.sinks = append(d.sinks, metrics)
 	d.agg.OnOp = func(o *aggregate.Op) {
 		d.opsDone += max(o.Untimed, 1)
 		metrics.op(o)
 		trace.op(o)
+		if sampled != nil {
+			sampled.op(o) // and its trigger
+		}
 	}
 	dog := newWatchdog(d) // hang dumps (plugin/hang.go)
 	lastAnchor := time.Now()
@@ -165,6 +174,9 @@ func (d *drain) run() {
 			lastAnchor = time.Now()
 		}
 		trace.tick()
+		if sampled != nil {
+			sampled.tick()
+		}
 		publishRuntime()
 		metrics.tick()
 		mem.check(trace)
@@ -430,7 +442,8 @@ func (d *drain) warnDrops() {
 		warnf("events are being dropped: NCCL produces them faster than the plugin reads its "+
 			"windows (%d steps/channel/network events, %d operation events so far). Raise "+
 			"NCCLPROF_WINDOW_SLOTS or NCCLPROF_WINDOWS, or leave detail types out of "+
-			"NCCLPROF_EVENT_MASK; counts are in the summaries (dropped_*) and the metric "+
+			"NCCLPROF_EVENT_MASK (or sample fewer operations: NCCLPROF_TRACE_SAMPLE); counts "+
+			"are in the summaries (dropped_*) and the metric "+
 			"ncclprof.events.dropped. This warning is printed once.", detail, full)
 	case threads > 0:
 		warnf("events are being dropped: more than %d threads called the plugin at once; "+

@@ -28,7 +28,7 @@
 
 #include <stdint.h>
 
-#define NP_DRAIN_API_VERSION 2
+#define NP_DRAIN_API_VERSION 3
 
 #define NP_DRAIN_API(NP_FN, NP_PROC)                                                         \
   NP_PROC(np_wait, (int timeout_ms), (timeout_ms))                                           \
@@ -76,7 +76,9 @@
   NP_PROC(np_dump_done, (uint64_t req, int failed), (req, failed))                           \
   NP_PROC(np_chain_report, (void), ())                                                       \
   NP_FN(const char*, ncclprof_counter_name, (int i), (i))                                    \
-  NP_FN(const char*, ncclprof_stat_name, (int i), (i))
+  NP_FN(const char*, ncclprof_stat_name, (int i), (i))                                       \
+  NP_FN(uint32_t, np_sample_every, (void), ())                                               \
+  NP_PROC(np_trigger, (uint32_t i, uint64_t incarnation, uint32_t k), (i, incarnation, k))
 
 /* The table: a version, its size, the process-wide counters, then one pointer per entry. */
 #define NP_API_FIELD_FN(ret, name, params, args) ret(*name) params;

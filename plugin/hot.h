@@ -135,6 +135,13 @@ typedef union np_comm {
     uint64_t trace_dropped[NP_T_COUNT]; /* recorded for the trace, but it could not get them */
     uint32_t dmem_ready;
     uint64_t fin_tsc; /* when NCCL finalized it: what started before must be read first */
+    /* Sampled tracing: Coll/P2p still to trace in full after a slow one (set by the drainer,
+     * counted down by the hot path), and the P2P ordinals, one counter per (peer, direction):
+     * 2 x nranks, or for v1-v3 (nranks unknown) a fixed NP_P2P_FIXED_PEERS table by peer % it. */
+    uint32_t trig_left;
+    uint32_t p2p_peers;
+    uint64_t* p2p_ord;
+    size_t p2p_bytes;
     uint32_t cursor __attribute__((aligned(64))); /* next arena cell: its own cache line */
     np_wset set[2] __attribute__((aligned(64))); /* NP_SET_OP, NP_SET_DETAIL */
   };
@@ -176,6 +183,7 @@ typedef struct np_acache {
 #define NP_TCACHE 8
 #define NP_ACACHE 4
 #define NP_CELL_BLOCK 16
+#define NP_P2P_FIXED_PEERS 4096 /* P2P ordinal counters when nranks is unknown (v1-v3) */
 typedef struct np_thread {
   uint64_t active;
   uint32_t used, tid;
@@ -198,6 +206,7 @@ extern NP_HIDDEN int np_clock;      /* NP_CLOCK_* */
 extern NP_HIDDEN int np_fence_mode; /* 1: no membarrier, writers fence */
 extern NP_HIDDEN uint32_t np_record_mask;
 extern NP_HIDDEN uint32_t np_detail_on; /* detail events are recorded (a trace wants them) */
+extern NP_HIDDEN uint32_t np_sample_n;  /* NCCLPROF_TRACE_SAMPLE (0: off); set once, at setup */
 extern NP_HIDDEN uint64_t np_dropped_type[NP_T_COUNT];
 extern NP_HIDDEN uint64_t np_trace_dropped_type[NP_T_COUNT];
 extern NP_HIDDEN pid_t np_pid;
@@ -449,26 +458,26 @@ NP_HOT int np_comm_starts(np_comm* c) {
   return 0;
 }
 
-/* Starts an event in a window: claims a slot, stamps the time and the common fields, and
- * writes the handle NCCL gets (a sentinel when nothing could be recorded). The caller fills
- * ev->u and calls np_commit. Returns 0 when nothing was recorded. */
-NP_HOT int np_begin(np_comm* c, int type, int abi, uint64_t parent, int32_t rank,
-                    uint16_t flags, void** eHandle, np_pending* p) {
-  if (np_is_detail_type(type) && !__atomic_load_n(&np_detail_on, __ATOMIC_RELAXED)) {
-    *eHandle = (void*)NP_H_SKIPPED; /* no trace wants detail now */
-    return 0;
-  }
+/* Enters a callback on communicator c and checks it is live; returns the thread, or NULL
+ * (the handle then says why: dropped for want of a thread slot, disabled). */
+NP_HOT np_thread* np_enter_comm(np_comm* c, void** eHandle) {
   np_thread* t = np_enter();
   if (NP_UNLIKELY(t == NULL)) {
     np_count(NP_C_DROPPED_THREADS);
     *eHandle = (void*)NP_H_DROPPED;
-    return 0;
+    return NULL;
   }
   if (NP_UNLIKELY(!np_comm_starts(c))) {
     np_leave(t);
     *eHandle = (void*)NP_H_DISABLED;
-    return 0;
+    return NULL;
   }
+  return t;
+}
+
+/* np_begin once the thread has entered (np_enter_comm): leaves it when nothing was recorded. */
+NP_HOT int np_begin_in(np_comm* c, np_thread* t, int type, int abi, uint64_t parent,
+                       int32_t rank, uint16_t flags, void** eHandle, np_pending* p) {
   uint64_t h;
   np_event* ev = np_slot_new(c, t, type, abi, parent, rank, flags, &h, &p->hdr);
   if (NP_UNLIKELY(ev == NULL)) {
@@ -485,6 +494,20 @@ NP_HOT int np_begin(np_comm* c, int type, int abi, uint64_t parent, int32_t rank
   return 1;
 }
 
+/* Starts an event in a window: claims a slot, stamps the time and the common fields, and
+ * writes the handle NCCL gets (a sentinel when nothing could be recorded). The caller fills
+ * ev->u and calls np_commit. Returns 0 when nothing was recorded. */
+NP_HOT int np_begin(np_comm* c, int type, int abi, uint64_t parent, int32_t rank,
+                    uint16_t flags, void** eHandle, np_pending* p) {
+  if (np_is_detail_type(type) && !__atomic_load_n(&np_detail_on, __ATOMIC_RELAXED)) {
+    *eHandle = (void*)NP_H_SKIPPED; /* no trace wants detail now */
+    return 0;
+  }
+  np_thread* t = np_enter_comm(c, eHandle);
+  if (NP_UNLIKELY(t == NULL)) return 0;
+  return np_begin_in(c, t, type, abi, parent, rank, flags, eHandle, p);
+}
+
 NP_HOT void np_commit(const np_pending* p) {
   __atomic_store_n(&p->ev->hdr, p->hdr, __ATOMIC_RELEASE);
   np_leave(p->t);
@@ -496,6 +519,59 @@ NP_HOT int32_t np_comm_rank(const np_comm* c) {
 }
 
 NP_HOT int np_ev_type(const np_event* ev) { return (int)((ev->hdr >> 32) & 0xff); }
+
+/* ------------------------------------------------------------------- sampled tracing */
+
+/* Whether the Coll/P2p with this seq (a collective's NCCL seq, a P2P's ordinal) is traced in
+ * full: seq % N == 0, which every rank decides alike, so sampled operations line up across
+ * ranks; or the communicator is counting down the operations after a slow one. Returns
+ * NP_F_SAMPLED / NP_F_TRIGGERED bits; 0 and one load when sampling is off. */
+NP_HOT uint16_t np_sample_flags(np_comm* c, uint64_t seq) {
+  uint32_t n = __atomic_load_n(&np_sample_n, __ATOMIC_RELAXED);
+  if (NP_LIKELY(n == 0)) return 0;
+  uint16_t f = seq % n == 0 ? NP_F_SAMPLED : 0;
+  uint32_t left = __atomic_load_n(&c->trig_left, __ATOMIC_RELAXED);
+  while (NP_UNLIKELY(left > 0)) {
+    if (__atomic_compare_exchange_n(&c->trig_left, &left, left - 1, 1, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED)) {
+      f |= NP_F_TRIGGERED;
+      break;
+    }
+  }
+  return f;
+}
+
+/* The next ordinal of a P2P with `peer` in one direction: NCCL gives P2P no seq, so the plugin
+ * counts each (communicator, peer, direction) from 0; the n-th send of a rank to a peer is the
+ * n-th receive of that peer from it, so both ends of a transfer get the same ordinal. Operations
+ * on one communicator come from one thread at a time (NCCL's rule for a communicator), so the
+ * counter is a plain load and store, no atomic read-modify-write. Counted whether or not the
+ * event then gets a slot: a rank whose windows were full must not fall out of step. */
+NP_HOT uint64_t np_p2p_next(np_comm* c, int32_t peer, int send) {
+  uint32_t n = c->p2p_peers;
+  if (NP_UNLIKELY(n == 0)) return 0; /* no table (mapping it failed: said at init) */
+  uint32_t p = (uint32_t)peer;
+  if (NP_UNLIKELY(p >= n)) p %= n; /* v1-v3's fixed table, or a peer out of range */
+  uint64_t* ctr = &c->p2p_ord[p * 2 + (send != 0)];
+  uint64_t v = __atomic_load_n(ctr, __ATOMIC_RELAXED);
+  __atomic_store_n(ctr, v + 1, __ATOMIC_RELAXED);
+  return v;
+}
+
+/* A ProxyOp inherits its operation's sample bits: its parent's record is read where it is
+ * (np_slot_of, readable while SEALED too), and trusted only if it still holds that event. */
+NP_HOT uint16_t np_parent_sample(np_comm* c, uint64_t parent) {
+  np_wset* ws = &c->set[NP_SET_OP];
+  if (!(parent & 1) || np_h_is_cell(parent) || np_h_comm(parent) != c->idx ||
+      np_h_set(parent) != NP_SET_OP || np_h_win(parent) >= ws->nwin ||
+      np_h_slot(parent) >= ws->nslots)
+    return 0;
+  np_event* pe = np_slot_of(c, parent, 1);
+  if (pe == NULL) return 0;
+  uint64_t hdr = __atomic_load_n(&pe->hdr, __ATOMIC_ACQUIRE);
+  if ((uint32_t)hdr != np_h_epoch(parent)) return 0; /* its window was given back and reused */
+  return (uint16_t)(hdr >> 48) & NP_F_SAMPLE_BITS;
+}
 
 /* ------------------------------------------------------------------- arena */
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/ncclprof/ncclprof/internal/aggregate"
 	"github.com/ncclprof/ncclprof/internal/align"
@@ -59,6 +60,11 @@ type traceSink struct {
 	placed  map[uint64]loc             // where recent slices went, for flows
 	order   []uint64
 	flow    uint64
+
+	// The sampled trace (NCCLPROF_TRACE_SAMPLE, sample.go): which records it writes, and its
+	// files, rotated at about half of NCCLPROF_TRACE_MAX_MB. nil for the trace of windows.
+	sample *sampler
+	rot    rotation
 }
 
 type traceStats struct{ events, bytes, errors, skipped, skippedCarry uint64 }
@@ -107,6 +113,16 @@ func newTraceSink(cpu *align.CPU) *traceSink {
 	t := &traceSink{cpu: cpu, gpu: align.NewGPU(), host: h, pid: int64(os.Getpid())}
 	t.want = os.Getenv("NCCLPROF_TRACE") == "1"
 	t.reset()
+	return t
+}
+
+// newSampledSink is the always-on sampled trace: it ignores trace windows (the control API
+// and NCCLPROF_TRACE serve the trace of windows, beside it) and writes the operations the hot
+// path chose, into rotating files.
+func newSampledSink(cpu *align.CPU, cfg sampleConfig) *traceSink {
+	t := newTraceSink(cpu)
+	t.want = true
+	t.sample = newSampler(cfg)
 	return t
 }
 
@@ -187,6 +203,9 @@ func (t *traceSink) apply(p control) {
 // ProxyCtrl): only while a trace is wanted and can be written. A start request turns it on in
 // C at once (control.c); it goes off here, once the stop has been applied.
 func (t *traceSink) wantDetail() {
+	if t.sample != nil { // the hot path records sampled operations' steps by itself
+		return
+	}
 	on := t.want && !t.failed && !t.memShort
 	if (C.np_detail() != 0) != on {
 		C.np_set_detail(C.int(b2i(on)))
@@ -274,9 +293,15 @@ func (t *traceSink) open(from int64) {
 	head := map[string]any{"format": 1, "version": C.GoString(C.ncclprof_version()), "host": t.host,
 		"pid": t.pid, "simulated": os.Getenv("NCCLPROF_SIMULATED") == "1",
 		"clock": clockInfo(t.cpu)}
+	name := fmt.Sprintf("ncclprof-%s-%d-%d", t.host, t.pid, t.files)
+	if t.sample != nil {
+		head["sampling"] = t.sample.cfg.header()
+		name = fmt.Sprintf("ncclprof-%s-%d-sampled-%d", t.host, t.pid, t.files)
+		base = t.rot.base(base)
+	}
 	hb, _ := json.Marshal(head)
 	header := fmt.Appendf(nil, `"schemaVersion":1,"displayTimeUnit":"ms","baseTimeNanoseconds":%d,"ncclprof":%s`, base, hb)
-	f, err := outfile.Create(t.traceDir(), fmt.Sprintf("ncclprof-%s-%d-%d", t.host, t.pid, t.files), ".trace.json")
+	f, err := outfile.Create(t.traceDir(), name, ".trace.json")
 	t.files++
 	var w *chrome.Writer
 	if err == nil {
@@ -288,6 +313,9 @@ func (t *traceSink) open(from int64) {
 	}
 	t.w = w
 	t.reset()
+	if t.sample != nil {
+		t.rot.opened(t, base)
+	}
 	w.Event('M', "process_name", "", t.pid, 0).Args().
 		Str("name", fmt.Sprintf("ncclprof %s pid %d", t.host, t.pid)).End()
 	t.startLabeled = false
@@ -306,15 +334,25 @@ func clockInfo(cpu *align.CPU) map[string]any {
 func (t *traceSink) fail(err error) {
 	t.stats.errors++
 	t.failed = true
+	t.rot.failedAt = time.Now()
 	if t.w != nil {
 		t.stats.events += t.w.Events()
 		t.stats.bytes += uint64(t.w.Bytes())
+		if t.sample != nil { // what it holds stays on disk, valid up to the last flush
+			t.rot.closed(t.w.Path(), t.w.Bytes())
+		}
 		t.w = nil
 	}
 	t.wantDetail()
 	hint := "set NCCLPROF_TRACE_DIR to a writable directory"
 	if chrome.IsNoSpace(err) {
 		hint = "the disk is full"
+	}
+	if t.sample != nil { // said once; tried again every minute (it is meant to be always on)
+		if t.stats.errors == 1 {
+			warnf("sampled tracing paused: %v (%s); it tries again every %v, the files written so far stay valid, metrics continue", err, hint, sampleRetry)
+		}
+		return
 	}
 	warnf("tracing stopped: %v (%s); the trace written so far stays valid, metrics continue", err, hint)
 }
@@ -337,8 +375,15 @@ func (t *traceSink) close() {
 		"counters": counters(), "events": t.w.Events(), "clock": clockInfo(t.cpu),
 		"partial": len(untracked)+len(dropped)+int(t.stats.skippedCarry) > 0,
 		"dropped": dropped, "untracked": untracked, "carry_overflow": t.stats.skippedCarry}
+	if t.sample != nil {
+		end["sampling"] = t.sample.file.json()
+		t.sample.file = sampleCounts{}
+	}
 	eb, _ := json.Marshal(end)
 	err := t.w.Close(append([]byte(`"ncclprofEnd":`), eb...))
+	if t.sample != nil {
+		t.rot.closed(t.w.Path(), t.w.Bytes())
+	}
 	t.dropsAtOpen = readDrops() // a file that follows at once starts from here
 	t.from = t.cpu.UnixNs(uint64(C.np_now()))
 	t.stats.events += t.w.Events()
@@ -367,6 +412,9 @@ func commJSONMap(c aggregate.Comm) map[string]any {
 
 // tick runs once per drain loop: control requests, then a flush of what the windows produced.
 func (t *traceSink) tick() {
+	if t.sample != nil && t.failed && time.Since(t.rot.failedAt) >= sampleRetry {
+		t.failed = false // the next window opens a new file
+	}
 	t.pollSteps() // labels set before a stop belong to the file it closes
 	t.afterDrain()
 	if t.w == nil && t.want && !t.failed && t.ctlSeq != 0 {
@@ -382,10 +430,15 @@ func (t *traceSink) tick() {
 	if err := t.w.Flush(); err != nil {
 		t.fail(err)
 	}
+	t.maybeRotate()
 	t.publish()
 }
 
 func (t *traceSink) publish() {
+	if t.sample != nil {
+		t.publishSampled()
+		return
+	}
 	ev, by := t.stats.events, t.stats.bytes
 	if t.w != nil {
 		ev += t.w.Events()
@@ -400,7 +453,10 @@ func (t *traceSink) publish() {
 
 // allFinalized closes the file once NCCL destroyed every communicator; a later one opens the
 // next file (the sequence number in the name).
-func (t *traceSink) finalized(*aggregate.Result) {
+func (t *traceSink) finalized(res *aggregate.Result) {
+	if t.sample != nil {
+		t.sample.forgetComm(res.Comm.Index)
+	}
 	for i := uint32(1); i < C.NP_MAX_COMMS; i++ {
 		var info C.np_comm_info
 		if C.np_comm_get(C.uint32_t(i), &info) == 0 {
@@ -433,19 +489,24 @@ func (t *traceSink) window(c aggregate.Comm, recs []event.Record) {
 	if t.w == nil {
 		return
 	}
-	if old, ok := t.comms[c.Index]; !ok || old != c.Incarnation {
-		t.comms[c.Index] = c.Incarnation
-		e := t.w.Event('M', "ncclprof_comm", "", t.pid, 0).Args()
-		e.Hex("comm", c.Hash).Str("name", c.Name).Int("rank", int64(c.Rank)).Int("nranks", int64(c.NRanks))
-		e.Int("nnodes", int64(c.NNodes)).Int("abi", int64(c.ABI)).Int("local_index", int64(c.Index)).End()
-	}
+	t.announce(c)
 	// Parents before children, so a child's flow finds where its parent went.
 	event.ParentsFirst(recs, func(r *event.Record) {
+		var v verdict
+		if t.sample != nil && r.Type != event.Late {
+			if v = t.sample.first(r); v == drop {
+				return // sampled away: counted, not carried
+			}
+		}
 		switch {
 		case r.Type == event.Late:
 			if o := t.carry[r.LateTarget]; o != nil && o.ApplyLate(r) {
 				delete(t.carry, r.LateTarget)
-				t.emit(c, o)
+				if t.sample != nil {
+					t.write(c, o, t.sample.again(o))
+				} else {
+					t.emit(c, o)
+				}
 			}
 		case r.Flags&event.Open != 0:
 			if t.carry == nil {
@@ -458,11 +519,27 @@ func (t *traceSink) window(c aggregate.Comm, recs []event.Record) {
 				t.stats.skipped++
 				t.stats.skippedCarry++
 			}
+		case t.sample != nil:
+			t.write(c, r, v)
 		default:
 			t.emit(c, r)
 		}
 		t.w.Spill()
+		t.maybeRotate()
 	})
+	if t.sample != nil {
+		t.sample.windowDone()
+	}
+}
+
+// announce writes a communicator's metadata event, once per file and incarnation.
+func (t *traceSink) announce(c aggregate.Comm) {
+	if old, ok := t.comms[c.Index]; !ok || old != c.Incarnation {
+		t.comms[c.Index] = c.Incarnation
+		e := t.w.Event('M', "ncclprof_comm", "", t.pid, 0).Args()
+		e.Hex("comm", c.Hash).Str("name", c.Name).Int("rank", int64(c.Rank)).Int("nranks", int64(c.NRanks))
+		e.Int("nnodes", int64(c.NNodes)).Int("abi", int64(c.ABI)).Int("local_index", int64(c.Index)).End()
+	}
 }
 
 func (t *traceSink) observeGPU(r *event.Record) {
@@ -666,6 +743,17 @@ func (t *traceSink) emitKernel(c aggregate.Comm, r *event.Record) {
 
 // op writes an operation's completion span on its communicator's ops track.
 func (t *traceSink) op(o *aggregate.Op) {
+	mark, slow := "", false
+	if t.sample != nil {
+		slow = t.sample.observe(o) // the trigger watches every operation, traced or not
+		if t.w == nil || !o.HasCompletion {
+			return
+		}
+		if mark = t.sample.opMark(o, slow); mark == "" {
+			return
+		}
+		defer t.maybeRotate()
+	}
 	if t.w == nil || !o.HasCompletion {
 		return
 	}
@@ -698,7 +786,8 @@ func (t *traceSink) op(o *aggregate.Op) {
 	e := t.w.Event('X', o.Func, "nccl_op", t.pid, tid).Ts("ts", start).Dur("dur", stop-start).Args()
 	e.Hex("id", o.Handle^0x8000000000000000).Hex("op", o.Handle).Hex("comm", o.Comm.Hash).Int("rank", int64(o.Comm.Rank))
 	e.Str("interval", "completion").Str("func", o.Func).Str("algo", o.Algo).Str("proto", o.Proto)
-	e.Uint("seq", o.Seq).Uint("count", o.Count).Uint("bytes", o.Bytes).Int("nchannels", int64(o.NChannels))
+	opSeq(e, o.Peer >= 0, o.Seq)
+	e.Uint("count", o.Count).Uint("bytes", o.Bytes).Int("nchannels", int64(o.NChannels))
 	e.Float("enqueue_us", o.EnqueueNs/1000, 3).Uint("transfers", o.Transfers).Uint("transfer_bytes", o.TransferBytes)
 	if o.HasGPU {
 		e.Float("gpu_us", o.GPUNs/1000, 3)
@@ -706,9 +795,26 @@ func (t *traceSink) op(o *aggregate.Op) {
 	if o.Rebuilt {
 		e.Int("members", int64(o.Members))
 	}
+	if mark != "" {
+		e.Str("traced", mark)
+	}
+	if slow {
+		e.Bool("trigger", true) // it fired the trigger
+	}
 	e.Float("algbw_gbps", o.AlgBWGBps, 3).Float("busbw_gbps", o.BusBWGBps, 3).End()
 	t.link(o.Handle, tid, start, stop)
 	t.w.Spill()
+}
+
+// opSeq writes an operation's sequence number: NCCL's seq for a collective; for a P2P the
+// plugin's ordinal per (communicator, peer, direction), under its own name, since it numbers a
+// different sequence (analyses match collectives across ranks by seq).
+func opSeq(e *chrome.Event, p2p bool, seq uint64) {
+	if p2p {
+		e.Uint("p2p_seq", seq)
+	} else {
+		e.Uint("seq", seq)
+	}
 }
 
 // sliceName is the slice's name and category (docs/trace-format.md).
@@ -790,7 +896,10 @@ func (t *traceSink) typeArgs(e *chrome.Event, c aggregate.Comm, r *event.Record)
 		if r.Type == event.Coll {
 			e.Uint("seq", r.Seq).Str("algo", r.Algo).Str("proto", r.Proto).Int("nwarps", int64(r.NWarps)).Int("root", int64(r.Root))
 		} else {
-			e.Int("peer", int64(r.Peer))
+			e.Int("peer", int64(r.Peer)).Uint("p2p_seq", r.Seq)
+		}
+		if r.Flags&sampleBits != 0 && t.sample != nil {
+			e.Str("traced", recordMark(r.Flags))
 		}
 		if event.IsHandle(r.ParentGroup) && r.ParentGroup != r.Parent {
 			e.Hex("group", r.ParentGroup)

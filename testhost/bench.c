@@ -105,6 +105,7 @@ uint64_t user_part(bench_lib* L, void** coll, int tsc) {
   START(L, d_grp, grp);
   d_coll.parentObj = c;
   d_coll.coll.parentGroup = grp;
+  d_coll.coll.seqNumber++; /* NCCL's per-function seq: sampled tracing chooses by it */
   START(L, d_coll, *coll);
   STOP(L, *coll);
   STOP(L, grp);
@@ -156,14 +157,9 @@ uint64_t proxy_part(bench_lib* L, void* coll, int channels) {
   return n;
 }
 
-typedef struct run {
-  double ns, flush_ns; /* callbacks; the drainer's processing of them (untimed bursts' flush) */
-  uint64_t callbacks, collectives;
-} run;
-
 /* One thread doing everything: `bursts` bursts of `per` collectives. With tsc, the empty
  * plugin's loop also reads the TSC once per callback (the floor the target is stated on). */
-static run run_one(bench_lib* L, int channels, int bursts, int per, int tsc) {
+run run_one(bench_lib* L, int channels, int bursts, int per, int tsc) {
   run r = {0, 0, 0, 0};
   for (int b = 0; b < bursts; b++) {
     double t0 = now_ns();
@@ -250,7 +246,7 @@ static int cmp_double(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
-static double median(double* v, int n) {
+double median(double* v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
@@ -315,8 +311,7 @@ static int bench_chain_report(const opts* o, int reps, int per_rep, uint64_t dro
   return 0;
 }
 
-#define DEFAULT_MASK (NPABI_GROUP | NPABI_COLL | NPABI_P2P | NPABI_PROXY_OP | NPABI_PROXY_STEP | \
-                      NPABI_GROUP_API | NPABI_COLL_API | NPABI_P2P_API | NPABI_KERNEL_LAUNCH)
+#define DEFAULT_MASK BENCH_DEFAULT_MASK
 
 int scenario_bench(const opts* o) {
   /* Big windows so a burst fits in one: the numbers are for zero drops. */

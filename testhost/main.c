@@ -23,6 +23,8 @@ static void usage(void) {
           "  cycles     communicators created and destroyed, with dlclose/dlopen in between\n"
           "  fuzz       random and malformed calls from several threads for --seconds\n"
           "  bench      callback cost against --empty-lib (prints JSON)\n"
+          "  bench-sample  sampled tracing (NCCLPROF_TRACE_SAMPLE=N): callback cost at N = 1,\n"
+          "             100, 10000 against metrics only, and trace bytes per operation (JSON)\n"
           "  drain      one thread at --rate AllReduces/s (0: unpaced) of --channels x --steps for\n"
           "             --seconds: events/s, drops per type, operations kept, drainer cost (JSON)\n"
           "  soak       --comms communicators (64) created and destroyed in cycles of --iters\n"
@@ -48,6 +50,8 @@ static void usage(void) {
           "  --control (allreduce: open a trace window for the middle third of the iterations\n"
           "             with ncclprof_trace_start/stop, label each iteration ncclprof_set_step)\n"
           "  --labels (allreduce: label each iteration with ncclprof_set_step, no window)\n"
+          "  --slow-op I --slow-us D (allreduce: iteration I's steps each take D us longer)\n"
+          "  --pace-us P (allreduce: P us between iterations, a training step's compute)\n"
           "  --mask-api M (call ncclprof_set_event_mask(M) before the first communicator)\n"
           "  --chain PLUGIN (NCCLPROF_CHAIN: ncclprof chains this plugin; bench: measure that)\n"
           "  --bad-ptimer V --bad-ptimer-every N (every Nth KernelCh GPU timestamp reads V)\n"
@@ -65,7 +69,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && !strcmp(argv[argc - 1], "hang")) return scenario_hang(argc, argv);
   opts o = {.abi = 6, .rank = 0, .nranks = 4, .iters = 50, .channels = 2, .cycles = 3,
             .realtime = 1, .seconds = 5, .threads = 3, .reps = 7, .seed = 1,
-            .mask_api = -1, .slow_rank = -1, .slow_us = 3000};
+            .mask_api = -1, .slow_rank = -1, .slow_us = 3000, .slow_op = -1};
   for (int i = 1; i < argc; i++) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -89,6 +93,8 @@ int main(int argc, char** argv) {
     else if (ARG("--slack-ms")) o.slack_ms = atoi(v);
     else if (ARG("--leave-mib")) o.leave_mib = atoi(v);
     else if (!strcmp(a, "--logger")) o.logger = 1;
+    else if (ARG("--slow-op")) o.slow_op = atoi(v);
+    else if (ARG("--pace-us")) o.pace_us = atof(v);
     else if (!strcmp(a, "--kernel")) o.kernel = 1;
     else if (!strcmp(a, "--control")) o.control = 1;
     else if (!strcmp(a, "--labels")) o.labels = 1;
@@ -111,6 +117,11 @@ int main(int argc, char** argv) {
     if (!o.empty_lib) usage();
     world_init(o.lib, 6, 0, 2, 0, o.seed);
     return scenario_bench(&o);
+  }
+  if (!strcmp(o.scenario, "bench-sample")) {
+    if (!o.empty_lib) usage();
+    world_init(o.lib, 6, 0, 2, 0, o.seed);
+    return scenario_bench_sample(&o);
   }
   if (!strcmp(o.scenario, "drain")) {
     world_init(o.lib, 6, 0, 2, 0, o.seed);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "world.h"
@@ -144,6 +145,7 @@ void launch_group(hcomm* c, op_spec* ops, int n, int depth) {
     for (int k = first; k < nj; k++) {
       jobs[k].t_op_start = t0;
       jobs[k].last_of_op = k == nj - 1;
+      jobs[k].slow_ns = o->slow_ns;
       jobs[k].arrived = W.op_barrier;
     }
     host_stop(p, h); /* "enqueued", long before the proxy finishes */
@@ -212,7 +214,17 @@ void scenario_allreduce(const opts* op) {
     }
     op_spec o = coll_spec("AllReduce", op->channels, op->kernel);
     o.algo = "RING";
+    if (i == op->slow_op) {
+      o.slow_ns = op->slow_us * 1e3;
+      fprintf(stderr, "testhost: AllReduce seq %llu is planted slow (+%.0f us per step)\n",
+              (unsigned long long)c->seq[4], op->slow_us);
+    }
     launch_group(c, &o, 1, 1);
+    if (op->pace_us > 0) {
+      long us = (long)op->pace_us;
+      struct timespec ts = {(time_t)(us / 1000000), (us % 1000000) * 1000};
+      nanosleep(&ts, NULL);
+    }
   }
   proxy_stop();
 }

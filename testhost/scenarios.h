@@ -18,7 +18,7 @@ typedef struct opts {
   int bad_every;
   const char* sync; /* job: the file the ranks synchronize through */
   int slow_rank;    /* job: the planted straggler (-1: none) */
-  double slow_us;   /* job: how late it arrives on the slow steps */
+  double slow_us;   /* job: how late it arrives on the slow steps; allreduce: see slow_op */
   unsigned long long seed;
   double seconds;
   const char* empty_lib; /* bench: the empty plugin, the floor */
@@ -29,6 +29,10 @@ typedef struct opts {
   int slack_ms; /* finwhile: timer slack of the finalizing thread */
   int logger;   /* pass NCCL's logger to init (messages go through it, marked as NCCL's) */
   int leave_mib; /* asgrow: address space the job leaves under its ulimit -v */
+  /* allreduce: a planted slow operation (iteration slow_op's steps each take slow_us longer;
+   * -1: none), and a pause of pace_us between iterations (a training step's compute). */
+  int slow_op;
+  double pace_us;
 } opts;
 
 /* One API call: a collective or a point-to-point operation. */
@@ -44,6 +48,7 @@ typedef struct op_spec {
   size_t api_count;
   const char* api_dtype;
   int no_truth; /* part of a rebuilt operation: the truth is the whole */
+  double slow_ns; /* planted: each of its steps takes this much longer */
 } op_spec;
 
 void launch_group(hcomm* c, op_spec* ops, int n, int depth);
@@ -63,11 +68,22 @@ typedef struct bench_lib {
   int (*dropped)(uint64_t*, uint64_t*, int);
 } bench_lib;
 extern int bench_steps;
+/* The default event mask (plugin/core.c "default"): what metrics-only users record. */
+#define BENCH_DEFAULT_MASK (NPABI_GROUP | NPABI_COLL | NPABI_P2P | NPABI_PROXY_OP |              \
+                            NPABI_PROXY_STEP | NPABI_GROUP_API | NPABI_COLL_API |              \
+                            NPABI_P2P_API | NPABI_KERNEL_LAUNCH)
 void bench_descriptors(void);
 void open_lib(bench_lib* L, const char* path, const char* name);
 uint64_t user_part(bench_lib* L, void** coll, int tsc);
 uint64_t proxy_part(bench_lib* L, void* coll, int channels);
+typedef struct run {
+  double ns, flush_ns; /* callbacks; the drainer's processing of them (untimed bursts' flush) */
+  uint64_t callbacks, collectives;
+} run;
+run run_one(bench_lib* L, int channels, int bursts, int per, int tsc);
+double median(double* v, int n);
 int scenario_drain(const opts* o);
+int scenario_bench_sample(const opts* o); /* samplebench.c */
 
 void scenario_allreduce(const opts* o);
 void scenario_p2p(const opts* o);

@@ -204,10 +204,10 @@ static void step_begin(const job* j, void* op, int idx, size_t* cum, inflight* f
     host_step_state(p, op, f->h, NPABI_PROXY_STEP_SEND_WAIT, f->size, cum);
     /* The clock is read after the plugin stamped SendWait, so the interval it measures is never
      * shorter than the model: scheduling noise only adds, which MIN mode discards. */
-    f->deadline = now_ns() + lat + (double)f->size / bw * 1e9;
+    f->deadline = now_ns() + lat + (double)f->size / bw * 1e9 + j->slow_ns;
   } else {
     host_step_state(p, op, f->h, NPABI_PROXY_STEP_RECV_WAIT, 0, cum);
-    f->deadline = now_ns() + lat + (double)f->size / bw * 1e9;
+    f->deadline = now_ns() + lat + (double)f->size / bw * 1e9 + j->slow_ns;
   }
 }
 
@@ -257,7 +257,7 @@ void run_job(const job* j) {
     while (nfl < 8 && next < j->nsteps) step_begin(j, op, next++, &cum, &fl[nfl++]);
     /* NCCL's net.cc completes one op's steps in order (sub->done / sub->received advance a
      * slot at a time), so the oldest in flight finishes first. */
-    if (W.realtime) spin_until(fl[0].deadline);
+    if (W.realtime || j->slow_ns > 0) spin_until(fl[0].deadline);
     step_end(j, op, &fl[0], &cum);
     memmove(&fl[0], &fl[1], (size_t)(--nfl) * sizeof fl[0]);
     done++;

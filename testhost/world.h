@@ -60,6 +60,7 @@ typedef struct job {
   int truth_op;     /* index into comm->ops for completion truth, or -1 */
   double t_op_start; /* host CLOCK_MONOTONIC ns when the Coll started */
   int last_of_op;    /* the op completes when this job finishes */
+  double slow_ns;    /* planted delay added to each step (--slow-op), in any timing mode */
   const uint32_t* arrived; /* non-NULL: ranks of the job that called the op (a count shared by
                               their processes); the network work waits for all (job.c) */
 } job;

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
+	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/commops/commopstest"
 	"github.com/ncclprof/ncclprof/internal/pprofout"
 	"github.com/ncclprof/ncclprof/internal/skew"
@@ -104,10 +105,15 @@ func runPlanted(host, lib string) (string, time.Duration, error) {
 		cmd := exec.Command(host, "--lib", absLib, "--rank", strconv.Itoa(r), "--nranks", strconv.Itoa(plantedRanks),
 			"--start-ns", start, "--seed", "11", "--slow-rank", strconv.Itoa(plantedSlow), "--slow-us", "30000", "--steps", "16",
 			"--kernel", "--truth", filepath.Join(dir, fmt.Sprintf("truth-%d.json", r)), "skew")
+		// Beside its full trace, each rank writes a sampled one (1 in 4), moved to sampled/ after
+		// the run: the same job read both ways (TestSampledAnalysesScaleAndSay).
 		cmd.Env = append(os.Environ(), "NCCLPROF_TRACE=1", "NCCLPROF_WINDOW_MS=2", "NCCLPROF_EVENT_MASK=default,kernelch",
-			"NCCLPROF_TRACE_DIR="+dir, "NCCLPROF_OUTPUT_DIR="+dir)
+			"NCCLPROF_TRACE_DIR="+dir, "NCCLPROF_OUTPUT_DIR="+dir, "NCCLPROF_TRACE_SAMPLE="+strconv.Itoa(plantedSample))
 		return cmd
 	})
+	if err == nil {
+		err = moveSampled(dir)
+	}
 	if err != nil {
 		if strings.Contains(err.Error(), "usage") {
 			err = fmt.Errorf("the test host has no skew scenario: rebuild it with make (%v)", err)
@@ -424,4 +430,117 @@ func TestAnalysisArgumentErrors(t *testing.T) {
 	if err != nil || !strings.Contains(out, "MAD") || !strings.Contains(out, "Example") {
 		t.Errorf("skew --help: %v\n%s", err, out)
 	}
+}
+
+// plantedSample: the planted job's ranks also write a sampled trace of 1 in plantedSample
+// operations. 4 divides each function's count per rank (48 AllReduces, three sizes in turn, and
+// 16 AllGathers), so scaled counts are exact.
+const plantedSample = 4
+
+// moveSampled moves the job's sampled traces into dir/sampled, apart from the full ones.
+func moveSampled(dir string) error {
+	files, _ := filepath.Glob(filepath.Join(dir, "ncclprof-*-sampled-*.trace.json"))
+	if len(files) != plantedRanks {
+		return fmt.Errorf("%d sampled traces in %s, want one per rank (%d)", len(files), dir, plantedRanks)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "sampled"), 0o755); err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := os.Rename(f, filepath.Join(dir, "sampled", filepath.Base(f))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// The same planted job read from its sampled traces: stats counts every group's operations as
+// the full traces do (scaled up from 1 in 4, marked as estimates), and its times and bandwidths
+// are exactly those of the full traces' operations with seq % 4 == 0 (the same operations, on
+// every rank); pprof totals the same count; skew compares the sampled collectives and still
+// finds the planted slow rank; and every output says "sampled 1/4".
+func TestSampledAnalysesScaleAndSay(t *testing.T) {
+	dir, truth := plantedJob(t)
+	sdir := filepath.Join(dir, "sampled")
+	ran := truth.Steps * (3*plantedRanks + plantedRanks)
+	sampled, err := readDir(sdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := commops.Read(pluginTraces(t, dir), commops.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []commops.Op
+	for _, o := range full.Ops {
+		if o.Seq%plantedSample == 0 {
+			kept = append(kept, o)
+		}
+	}
+	full.Ops = kept
+	st, ft := stats.Compute(sampled), stats.Compute(full)
+	type key struct {
+		comm, fn string
+		size     uint64
+	}
+	want := map[key]*stats.Row{}
+	for _, r := range ft.Rows {
+		want[key{r.Comm, r.Func, r.SizeMin}] = r
+	}
+	for _, r := range st.Rows {
+		w := want[key{r.Comm, r.Func, r.SizeMin}]
+		if w == nil {
+			t.Errorf("sampled row %s %s %s: not in the full traces", r.Comm, r.Func, r.Size)
+			continue
+		}
+		if r.Count != plantedSample*w.Count || r.OpsRead != w.Count || !r.Scaled || r.SampledEvery != plantedSample ||
+			r.Bytes != plantedSample*w.Bytes || r.TimeNs != plantedSample*w.TimeNs {
+			t.Errorf("%s %s %s: count %d (%d read) bytes %d time %d; the full traces' seq %% 4 == 0: %d, %d, %d (× %d)",
+				r.Comm, r.Func, r.Size, r.Count, r.OpsRead, r.Bytes, r.TimeNs, w.Count, w.Bytes, w.TimeNs, plantedSample)
+		}
+		if r.P50Ns != w.P50Ns || r.P99Ns != w.P99Ns || r.BusBW != w.BusBW {
+			t.Errorf("%s %s %s: p50 %d p99 %d busbw %.3f; the same operations in the full traces: %d, %d, %.3f",
+				r.Comm, r.Func, r.Size, r.P50Ns, r.P99Ns, r.BusBW, w.P50Ns, w.P99Ns, w.BusBW)
+		}
+	}
+	if st.Ops != ran || len(st.Rows) != len(ft.Rows) {
+		t.Errorf("stats: %d operations in %d rows, the job ran %d (%d rows)", st.Ops, len(st.Rows), ran, len(ft.Rows))
+	}
+	text, err := run(t, "stats", "-q", sdir)
+	if err != nil || !strings.Contains(text, "sampled 1/4: about") {
+		t.Errorf("stats text does not say it is sampled: %v\n%s", err, text)
+	}
+	r := skewJSON(t, sdir)
+	if r.Sampled != "sampled 1/4" {
+		t.Errorf("skew: sampled %q", r.Sampled)
+	}
+	if len(r.Slow) == 0 || r.Slow[0].GlobalRank != truth.SlowRank {
+		t.Errorf("skew on the sampled traces: slow %+v, want rank %d", r.Slow, truth.SlowRank)
+	}
+	pb := filepath.Join(t.TempDir(), "s.pb.gz")
+	if msg, err := run(t, "pprof", sdir, "-o", pb); err != nil || !strings.Contains(msg, "sampled 1/4") {
+		t.Errorf("pprof: %v\n%s", err, msg)
+	}
+	f, _ := os.Open(pb)
+	p, err := profile.Parse(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, n := pprofout.Totals(p); n != int64(ran) {
+		t.Errorf("pprof counts %d operations, the job ran %d", n, ran)
+	}
+	html := filepath.Join(t.TempDir(), "r.html")
+	if msg, err := run(t, "report", sdir, "-o", html); err != nil || !strings.Contains(msg, "sampled 1/4") {
+		t.Errorf("report: %v\n%s", err, msg)
+	}
+	if b, _ := os.ReadFile(html); !bytes.Contains(b, []byte("<strong>sampled 1/4</strong>")) {
+		t.Error("the report page does not say it is sampled")
+	}
+}
+
+// readDir reads every plugin trace in dir.
+func readDir(dir string) (*commops.Set, error) {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.trace.json"))
+	return commops.Read(files, commops.Options{})
 }

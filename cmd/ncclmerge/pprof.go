@@ -44,8 +44,12 @@ or: go tool pprof -top -tagfocus=algo=RING profile.pb.gz
 			}
 			if !quiet {
 				t, b, n := pprofout.Totals(p)
-				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %s, %s, %.3f ms (go tool pprof -http=:8080 %s)\n",
-					out, words.Count(int(n), "operation"), fmtBytes(b), float64(t)/1e6, out)
+				scaled := ""
+				if l := set.Sampling.Label(); l != "" {
+					scaled = " (" + l + ": estimates, scaled up)"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %s, %s, %.3f ms%s (go tool pprof -http=:8080 %s)\n",
+					out, words.Count(int(n), "operation"), fmtBytes(b), float64(t)/1e6, scaled, out)
 			}
 			return nil
 		},

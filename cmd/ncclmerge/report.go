@@ -49,6 +49,10 @@ dumps and no trace, it has that alone.
 			}
 			if !quiet {
 				what := words.Count(page.Ops, "operation") + ", " + words.Count(page.Ranks, "rank")
+				if page.Sampled != "" {
+					what = fmt.Sprintf("%s: about %s scaled up from %d read, %s", page.Sampled, words.Count(page.Ops, "operation"),
+						page.OpsRead, words.Count(page.Ranks, "rank"))
+				}
 				if page.Hang != nil {
 					what += ", the hang analysis of " + words.Count(page.Hang.Dumps.Read, "dump")
 				}

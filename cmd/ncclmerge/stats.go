@@ -29,6 +29,11 @@ time_from column says which. Operations with neither are counted but not timed.
 --each lists every timed operation instead (every NCCL kernel of a merged trace) with its
 bandwidth and where it is in the trace.
 
+Sampled traces (the plugin's NCCLPROF_TRACE_SAMPLE=N) hold 1 in N operations: each counts for N,
+so count, bytes and time are estimates, marked ~ (the sampled column says 1/N); the operations
+the plugin's trigger traced around slow ones are left out of the groups (they are no uniform
+sample) and still listed by --each.
+
 ` + traceArgsHelp,
 		Example: `  ncclmerge stats ncclprof-out/
   ncclmerge stats --sort busbw --format csv 'ncclprof-out/*.trace.json' > comm.csv

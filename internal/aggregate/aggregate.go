@@ -66,6 +66,9 @@ type Op struct {
 	// Untimed > 0: this Op stands for that many operations the plugin counted without records
 	// (no room for them): only Func, Algo, Proto, NChannels, Comm and Bytes (their total) are set.
 	Untimed uint64
+	// Sample: how sampled tracing chose its Coll/P2p (event.Sampled, event.Triggered; 0 when
+	// it was not chosen or sampling is off).
+	Sample event.Flags
 }
 
 // TransferStats of an operation: its ProxyOps' send transfers (count, bytes, Σ ns).
@@ -363,12 +366,15 @@ func (a *Aggregator) track(cs *commState, r *event.Record) {
 	o.Comm = cs.info
 	o.Func, o.Algo, o.Proto, o.Dtype = r.Func, r.Algo, r.Proto, r.Dtype
 	o.Seq, o.NChannels, o.Count = r.Seq, int(r.NChannels), r.Count
+	o.Sample = r.Flags & (event.Sampled | event.Triggered)
 	o.Peer, o.Root = int(r.Peer), int(r.Root)
 	if r.Type == event.Coll {
 		o.Peer = -1
 	} else {
 		o.Root = -1
-		e.p2pSeq = cs.progress.nextP2P(o.Peer, r.Func == "Send")
+		// NCCL gives P2P no seq: the plugin's hot path numbers them per (communicator, peer,
+		// direction) from 0, the same way on every rank (np_p2p_next in plugin/hot.h).
+		e.p2pSeq = int64(r.Seq)
 	}
 	if o.Comm.Rank == 0 && r.Rank != 0 {
 		o.Comm.Rank = int(r.Rank)

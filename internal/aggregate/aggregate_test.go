@@ -285,3 +285,34 @@ func TestImpossibleGPUTimeIgnored(t *testing.T) {
 		}
 	}
 }
+
+// A P2P operation's seq is the ordinal the plugin's hot path counted (np_p2p_next), carried in
+// its record: in flight (hang dumps) and completed, whatever the aggregator itself saw — a P2p
+// the plugin could not record still advanced the ordinal, and the next one must say so. Its
+// sample mark travels with it too.
+func TestP2PSeqIsThePluginsOrdinal(t *testing.T) {
+	var b builder
+	s1, s2 := b.id(), b.id()
+	send := func(id uint64, ord uint64, start event.Ticks, open bool) event.Record {
+		r := event.Record{Handle: id, Type: event.P2p, Func: "Send", Peer: 2, Count: 16, Dtype: "ncclFloat32",
+			NChannels: 1, Seq: ord, Start: start, Stop: start + 10, Flags: event.Sampled}
+		if open { // still enqueuing: in flight
+			r.Stop, r.Flags = 0, r.Flags|event.Open
+		}
+		return r
+	}
+	// Ordinal 7, then 9: ordinal 8 found no slot in the plugin (counted in its lost table).
+	a := newAgg()
+	a.Window(comm1, []event.Record{send(s1, 7, 100, true), send(s2, 9, 200, true)})
+	_, open := a.InFlight(comm1)
+	if len(open) != 2 || open[0].Seq != 7 || open[1].Seq != 9 || open[0].Kind != event.P2p {
+		t.Fatalf("in flight: %+v, want P2P seqs 7 and 9", open)
+	}
+	a = newAgg()
+	ops := collect(a)
+	a.Window(comm1, []event.Record{send(s1, 7, 100, false), send(s2, 9, 200, false)})
+	a.Finalize(comm1)
+	if len(*ops) != 2 || (*ops)[0].Seq != 7 || (*ops)[1].Seq != 9 || (*ops)[0].Sample != event.Sampled {
+		t.Errorf("completed: %+v, want seqs 7 and 9 marked sampled", *ops)
+	}
+}

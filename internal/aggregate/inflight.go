@@ -37,29 +37,11 @@ type FuncDone struct {
 // P2pDone counts the point-to-point operations completed with one peer.
 type P2pDone struct{ Sends, Recvs uint64 }
 
-type p2pKey struct {
-	peer int
-	send bool
-}
-
-// progress is a communicator's completed work and its P2P ordinals.
+// progress is a communicator's completed work.
 type progress struct {
 	byFunc map[string]*FuncDone
 	byPeer map[int]*P2pDone
 	ops    uint64
-	next   map[p2pKey]int64 // the ordinal the next Send/Recv with a peer gets
-}
-
-// nextP2P numbers a Send or Recv with a peer: NCCL gives P2P no seq, so the plugin counts them
-// per (communicator, peer, direction) from 0, the same way on every rank.
-func (p *progress) nextP2P(peer int, send bool) int64 {
-	if p.next == nil {
-		p.next = map[p2pKey]int64{}
-	}
-	k := p2pKey{peer, send}
-	n := p.next[k]
-	p.next[k] = n + 1
-	return n
 }
 
 func (p *progress) done(o *Op) {

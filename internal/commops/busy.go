@@ -22,15 +22,18 @@ func (o *Op) interval() (start, end int64, ok bool) {
 }
 
 // BusyBy groups the timed operations by key (0 ≤ key < n; a negative key leaves an operation
-// out) and measures each group.
+// out) and measures each group. From a sampled trace each operation counts for the N it was
+// sampled from (Weight): Ops and SumNs are scaled by it, and BusyNs, the union of the operations
+// read, by their mean weight — an estimate that assumes the operations sampled away kept NCCL
+// busy as the ones read did; what the trigger added is left out.
 func (s *Set) BusyBy(n int, key func(*Op) int) []Busy {
-	type iv struct{ start, end int64 }
+	type iv struct{ start, end, w int64 }
 	groups := make([][]iv, n)
 	for i := range s.Ops {
 		o := &s.Ops[i]
 		k := key(o)
-		if start, end, ok := o.interval(); ok && k >= 0 && k < n {
-			groups[k] = append(groups[k], iv{start, end})
+		if start, end, ok := o.interval(); ok && k >= 0 && k < n && o.Weight() > 0 {
+			groups[k] = append(groups[k], iv{start, end, o.Weight()})
 		}
 	}
 	out := make([]Busy, n)
@@ -43,8 +46,8 @@ func (s *Set) BusyBy(n int, key func(*Op) int) []Busy {
 		curS, curE := g[0].start, g[0].end
 		last := g[0].end
 		for _, v := range g {
-			b.Ops++
-			b.SumNs += v.end - v.start
+			b.Ops += int(v.w)
+			b.SumNs += (v.end - v.start) * v.w
 			last = max(last, v.end)
 			if v.start > curE { // a gap: the current busy stretch is over
 				b.BusyNs += curE - curS
@@ -55,6 +58,8 @@ func (s *Set) BusyBy(n int, key func(*Op) int) []Busy {
 		}
 		b.BusyNs += curE - curS
 		b.SpanNs = last - g[0].start
+		// Scaled by the mean weight (1 in a full trace); never beyond the span it lies in.
+		b.BusyNs = min(b.BusyNs*int64(b.Ops)/int64(len(g)), b.SpanNs)
 	}
 	return out
 }

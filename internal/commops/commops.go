@@ -31,6 +31,40 @@ func (s Source) String() string {
 	return [...]string{"none", "completion", "kernel"}[s]
 }
 
+// Traced says why an operation is in its trace: every operation is in a full trace; a sampled
+// trace (the plugin's NCCLPROF_TRACE_SAMPLE=N) holds 1 in N of them, chosen alike on every rank,
+// plus those its trigger added around a slow one.
+type Traced uint8
+
+const (
+	// Full: from a full trace, where every operation is.
+	Full Traced = iota
+	// Sampled: chosen by seq (P2P: ordinal) % N == 0; it stands for N operations.
+	Sampled
+	// Triggered: traced in full because an operation before it was slow. Not part of the
+	// uniform sample: it stands for no other operation.
+	Triggered
+	// Trigger: the slow operation itself, kept though not sampled (its completion span only).
+	Trigger
+)
+
+func (t Traced) String() string {
+	return [...]string{"full", "sampled", "triggered", "trigger"}[t]
+}
+
+// tracedOf reads a slice's args.traced.
+func tracedOf(s string) Traced {
+	switch s {
+	case "sampled":
+		return Sampled
+	case "triggered":
+		return Triggered
+	case "trigger":
+		return Trigger
+	}
+	return Full
+}
+
 // Ref is where a slice is in its trace, in the terms Perfetto shows: the file, the pid and tid
 // as written, and ts as written (µs relative to the file's base) in ns.
 type Ref struct {
@@ -67,6 +101,22 @@ type Op struct {
 	Step   int32 // index in Set.Steps of the step label current at Arrive; -1: none
 	Ref    Ref   // the slice that shows the operation: its kernel, else its completion span
 	Legs   []Leg // with Options.Legs: its channels (and peers) in order
+	// Traced: why its trace holds it; Every: N of its sampled trace (0 in a full trace).
+	Traced Traced
+	Every  int32
+}
+
+// Weight is how many operations o stands for in counts and totals: 1 from a full trace, N when
+// a sampled trace chose it (1 in N), and 0 when the trigger added it (the operations around a
+// slow one are not a uniform sample: counting them would overweight slow moments).
+func (o *Op) Weight() int64 {
+	switch o.Traced {
+	case Full:
+		return 1
+	case Sampled:
+		return int64(max(o.Every, 1))
+	}
+	return 0
 }
 
 // Proc is one process (one rank's NCCL).
@@ -103,6 +153,8 @@ type Set struct {
 	Ops   []Op
 	// Notes say what was read with reservations (cut files, operations without a time).
 	Notes []string
+	// Sampling sums up the sampled traces among the inputs (zero when every trace is full).
+	Sampling Sampling
 
 	marks []stepMark // step labels, until finish gives them to the operations
 }
@@ -159,3 +211,33 @@ func Read(paths []string, opt Options) (*Set, error) {
 	s.finish()
 	return s, nil
 }
+
+// Sampling sums up what sampled traces contributed to a Set.
+type Sampling struct {
+	// Every: N of the sampled traces (1 in N operations); 0 when no input is sampled, -1 when
+	// inputs were sampled with different N.
+	Every int `json:"every"`
+	// Sampled, Triggered and Trigger count the operations read of each kind; Full those from
+	// full traces.
+	Sampled   int `json:"sampled_ops"`
+	Triggered int `json:"triggered_ops"`
+	Trigger   int `json:"trigger_ops"`
+	Full      int `json:"full_ops"`
+}
+
+// On reports whether any input was a sampled trace.
+func (s Sampling) On() bool { return s.Every != 0 }
+
+// Label is how analyses say it: "sampled 1/100", "sampled (1/N varies)", or "".
+func (s Sampling) Label() string {
+	switch {
+	case s.Every > 0:
+		return fmt.Sprintf("sampled 1/%d", s.Every)
+	case s.Every < 0:
+		return "sampled (1/N varies across inputs)"
+	}
+	return ""
+}
+
+// Extra is how many operations the trigger added (not part of the uniform sample).
+func (s Sampling) Extra() int { return s.Triggered + s.Trigger }

@@ -32,6 +32,7 @@ func (r *reader) finish(t *ptrace.Trace) error {
 		ops = append(ops, o)
 	}
 	r.p.ops = ops
+	r.sampling(t)
 	for i := range r.p.steps {
 		r.p.steps[i].at += base
 	}
@@ -51,6 +52,49 @@ func (r *reader) finish(t *ptrace.Trace) error {
 	r.nameProcs(t)
 	if t.Truncated {
 		r.p.notes = append(r.p.notes, fmt.Sprintf("%s ends early (cut at byte %d: the job was killed or the copy is incomplete); its operations after that are missing", r.path, t.TruncatedAt))
+	}
+	return nil
+}
+
+// sampling gives each operation of a sampled trace the N it was sampled with: the file's own
+// (a plugin trace, a merged rank), or in a timeline its rank's plugin header.
+func (r *reader) sampling(t *ptrace.Trace) {
+	ranks := gjson.Parse(t.Member("ncclmergeRanks"))
+	every := map[int32]int32{} // local proc → N
+	for g, i := range r.groups {
+		n := int32(t.SampleEvery)
+		if ranks.IsArray() && g > 0 {
+			for _, h := range headersOf(ranks.Get(fmt.Sprint(g - 1)).Get("ncclprof")) {
+				if v := h.Get("sampling.every").Int(); v > 0 {
+					n = int32(v)
+				}
+			}
+		}
+		every[i] = n
+	}
+	unknown := 0
+	for i := range r.p.ops {
+		o := &r.p.ops[i]
+		if o.Traced == Full {
+			continue
+		}
+		if o.Every = every[o.Proc]; o.Every == 0 && o.Traced == Sampled {
+			unknown++
+			o.Every = 1
+		}
+	}
+	if unknown > 0 {
+		r.p.notes = append(r.p.notes, fmt.Sprintf("%s: %d operations are marked sampled but the file does not say 1 in how many (no ncclprof.sampling header): each counts once", r.path, unknown))
+	}
+}
+
+// headersOf is a header member's objects: one, or an array of them.
+func headersOf(v gjson.Result) []gjson.Result {
+	if v.IsArray() {
+		return v.Array()
+	}
+	if v.IsObject() {
+		return []gjson.Result{v}
 	}
 	return nil
 }
@@ -235,6 +279,7 @@ func (s *Set) finish() {
 			untimed++
 		}
 	}
+	s.summarizeSampling()
 	if untimed > 0 {
 		s.Notes = append(s.Notes, fmt.Sprintf("%d of %d operations have no completion time (no network or KernelCh child: record KernelCh with NCCLPROF_EVENT_MASK=default,kernelch; or the trace ends before they completed): counted, but not timed", untimed, len(s.Ops)))
 	}
@@ -297,4 +342,44 @@ func cmpInt(a, b int64) int {
 		return 1
 	}
 	return 0
+}
+
+// summarizeSampling sums up the sampled traces among the inputs, with what a reader of the
+// analyses must know: counts are scaled, what the trigger added is left out of them, and a
+// process read from both a sampled and a full trace is counted twice.
+func (s *Set) summarizeSampling() {
+	sm := &s.Sampling
+	kinds := map[int32][2]bool{} // proc → (has full, has sampled)
+	count := [...]*int{Full: &sm.Full, Sampled: &sm.Sampled, Triggered: &sm.Triggered, Trigger: &sm.Trigger}
+	for i := range s.Ops {
+		o := &s.Ops[i]
+		*count[o.Traced]++
+		k := kinds[o.Proc]
+		if o.Traced == Full {
+			k[0] = true
+		} else {
+			k[1] = true
+		}
+		kinds[o.Proc] = k
+		if o.Traced != Full {
+			switch e := int(o.Every); {
+			case sm.Every == 0:
+				sm.Every = e
+			case sm.Every != e && e > 0:
+				sm.Every = -1
+			}
+		}
+	}
+	if !sm.On() {
+		return
+	}
+	s.Notes = append(s.Notes, fmt.Sprintf("%s: %d operations read from sampled traces, each standing for the operations it was sampled from: counts, bytes and times derived from them are estimates (scaled), not exact", sm.Label(), sm.Sampled))
+	if sm.Extra() > 0 {
+		s.Notes = append(s.Notes, fmt.Sprintf("%d operations the trigger traced around slow ones (%d of them the slow ones themselves) are in the traces but not in counts, totals or percentiles: they are not a uniform sample", sm.Extra(), sm.Trigger))
+	}
+	for p := range s.Procs {
+		if k := kinds[int32(p)]; k[0] && k[1] {
+			s.Notes = append(s.Notes, fmt.Sprintf("process %s pid %d was read from both a sampled and a full trace: its operations in both are counted twice; pass one of them", s.Procs[p].Host, s.Procs[p].Pid))
+		}
+	}
 }

@@ -189,6 +189,9 @@ func (r *reader) op(e *ptrace.Event) {
 		o.Ref = r.ref(&e.Event)
 	}
 	o.Comm, o.Rank = r.comm(e.Comm), int32(e.Rank)
+	if tr := tracedOf(e.Traced); tr != Full && o.Traced == Full {
+		o.Traced = tr
+	}
 	r.fillArgs(o, e.Func, e.Algo, e.Proto, e.Seq, e.Count, e.Bytes, e.NChannels)
 	if e.Kind == ptrace.P2p {
 		o.Peer = int32(e.Peer)

@@ -73,6 +73,11 @@ const (
 	// NoOp: a ProxyStep whose ProxyOp was not recorded: its transfer has no pair or channel
 	// and was not counted.
 	NoOp
+	// Sampled: sampled tracing (NCCLPROF_TRACE_SAMPLE) chose the operation, by its seq (P2P:
+	// its ordinal) % N == 0; its ProxyOps and steps carry the mark too.
+	Sampled
+	// Triggered: one of the operations traced in full after a slow one (the trigger).
+	Triggered
 )
 
 // Step state cells (Record.States for ProxyStep), in NCCL's order of occurrence.

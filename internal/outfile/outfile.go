@@ -133,6 +133,26 @@ func Replace(dir, name string, data []byte) (string, error) {
 	})
 }
 
+// Remove deletes dir/name, a file this process created there (rotated trace files), through the
+// directory held open: the name is resolved in the directory accepted when the file was made,
+// never through a path someone may have swapped since. A name already gone is not an error.
+func Remove(dir, name string) error {
+	if name == "" || strings.ContainsRune(name, '/') || name == "." || name == ".." {
+		return fmt.Errorf("outfile: %q is not a file name", name)
+	}
+	_, err := held(dir, func(d *os.File) (struct{}, error) {
+		err := unix.Unlinkat(int(d.Fd()), name, 0)
+		if err == unix.ENOENT {
+			return struct{}{}, nil
+		}
+		if err != nil {
+			return struct{}{}, &fs.PathError{Op: "remove", Path: filepath.Join(dir, name), Err: err}
+		}
+		return struct{}{}, nil
+	})
+	return err
+}
+
 // writeTemp writes data to a new hidden file .base*ext.tmp in d and returns its name.
 func writeTemp(d *os.File, dir, base, ext string, data []byte) (string, error) {
 	f, err := createIn(d, dir, "."+base, ext+".tmp")

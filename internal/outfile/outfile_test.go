@@ -346,3 +346,44 @@ func TestReplaceRewritesWhole(t *testing.T) {
 		t.Errorf("%d files in the directory, want the one (no temporary left)", n)
 	}
 }
+
+// Remove deletes through the directory held open: after the path is swapped for a symlink to
+// another directory, the file removed is the one created, and a same-named file in the
+// symlink's target is untouched. A name already gone is not an error; a path is refused.
+func TestRemoveThroughHeldDirectory(t *testing.T) {
+	base := t.TempDir()
+	out, moved, victim := filepath.Join(base, "out"), filepath.Join(base, "out.moved"), filepath.Join(base, "victim")
+	f, err := Create(out, "trace", ".json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Base(f.Name())
+	f.Close()
+	if err := os.Mkdir(victim, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(victim, name), []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(out, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, out); err != nil {
+		t.Fatal(err)
+	}
+	if err := Remove(out, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(moved, name)); !os.IsNotExist(err) {
+		t.Errorf("the file created is still there (%v)", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(victim, name)); err != nil || string(b) != "keep" {
+		t.Errorf("the symlink's target lost its file: %q %v", b, err)
+	}
+	if err := Remove(out, name); err != nil {
+		t.Errorf("removing a name already gone: %v, want nil", err)
+	}
+	if err := Remove(out, "../victim/"+name); err == nil {
+		t.Error("a path with a slash was accepted as a file name")
+	}
+}

@@ -32,7 +32,9 @@ type builder struct {
 }
 
 // Build makes the profile of s's operations. Its totals are the trace's: the time values add up
-// to the operations' times (ns), the bytes to their sizes, the counts to their number.
+// to the operations' times (ns), the bytes to their sizes, the counts to their number. From a
+// sampled trace each operation counts for the N it was sampled from (the values are estimates,
+// and a comment says so); the operations its trigger added are left out.
 func Build(s *commops.Set) *profile.Profile {
 	b := &builder{
 		p: &profile.Profile{
@@ -44,10 +46,17 @@ func Build(s *commops.Set) *profile.Profile {
 		},
 		locs: map[string]*profile.Location{}, samples: map[string]*profile.Sample{},
 	}
+	if l := s.Sampling.Label(); l != "" {
+		b.p.Comments = append(b.p.Comments, l+": time, bytes and counts are scaled up from the sampled operations (estimates)")
+	}
 	lo, hi := int64(0), int64(0)
 	for i := range s.Ops {
 		o := &s.Ops[i]
-		b.op(s, o)
+		w := o.Weight()
+		if w == 0 {
+			continue
+		}
+		b.op(s, o, w)
 		if lo == 0 || o.Arrive < lo {
 			lo = o.Arrive
 		}
@@ -60,7 +69,7 @@ func Build(s *commops.Set) *profile.Profile {
 
 // op adds one operation: a sample at the operation for its count, and one per leg (channel and
 // peer) with an equal share of its time and bytes — exact integer shares, so the totals are kept.
-func (b *builder) op(s *commops.Set, o *commops.Op) {
+func (b *builder) op(s *commops.Set, o *commops.Op, w int64) {
 	p, c := s.Procs[o.Proc], s.Comms[o.Comm]
 	stack := []string{
 		fmt.Sprintf("rank %d (%s pid %d)", p.Rank, p.Host, p.Pid),
@@ -72,17 +81,17 @@ func (b *builder) op(s *commops.Set, o *commops.Op) {
 		labels["step"] = []string{s.Steps[o.Step]}
 	}
 	if len(o.Legs) == 0 {
-		b.add(stack, labels, o.Time, int64(o.Bytes), 1)
+		b.add(stack, labels, o.Time*w, int64(o.Bytes)*w, w)
 		return
 	}
-	b.add(stack, labels, 0, 0, 1)
+	b.add(stack, labels, 0, 0, w)
 	n := int64(len(o.Legs))
 	for i, l := range o.Legs {
 		leg := fmt.Sprintf("channel %d", l.Channel)
 		if l.Peer >= 0 {
 			leg += fmt.Sprintf(" → peer %d", l.Peer)
 		}
-		t, by := share(o.Time, n, i), share(int64(o.Bytes), n, i)
+		t, by := share(o.Time*w, n, i), share(int64(o.Bytes)*w, n, i)
 		b.add(append(stack[:3:3], leg), labels, t, by, 0)
 	}
 }

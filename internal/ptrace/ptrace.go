@@ -127,6 +127,10 @@ type Event struct {
 	GPUStart   int64  // KernelCh: raw %globaltimer ns
 	GPUStop    int64
 	Graph      bool // captured in a CUDA graph
+	// Traced: why a sampled trace holds the operation (Coll/P2p, completion): "sampled" (its seq
+	// % N == 0), "triggered" (after a slow one), "trigger" (the slow one: its completion span
+	// only); "" in a full trace.
+	Traced string
 }
 
 // Comm is a communicator as the plugin saw it (ncclprof_comm).
@@ -172,8 +176,11 @@ type Trace struct {
 	Clock     Clock
 	// Complete: the file has ncclprofEnd with complete:true (a clean finalize).
 	Complete bool
-	GPUClock GPUClock
-	Comms    []Comm
+	// SampleEvery: N of a sampled trace (NCCLPROF_TRACE_SAMPLE: 1 in N operations per
+	// communicator, ncclprof.sampling); 0 for a full trace.
+	SampleEvery int
+	GPUClock    GPUClock
+	Comms       []Comm
 	// Unanchored: times are relative to the plugin's start with no tie to Unix time (NCCL's
 	// example plugin); ncclmerge must estimate the offset.
 	Unanchored bool
@@ -345,9 +352,17 @@ func (t *Trace) readHeader() error {
 	if t.Base, err = jsonscan.Int(base); err != nil {
 		return t.Errorf(0, "", "baseTimeNanoseconds is not an integer: %s", traceevent.Clip(base))
 	}
-	h := gjson.Parse(t.Member("ncclprof"))
-	if !h.IsObject() {
+	// ncclmerge's output of a rank whose process wrote several plugin files (trace windows, a
+	// sampled trace's rotated files) keeps their headers as an array: the process is the same.
+	heads := headers(t.Member("ncclprof"))
+	if len(heads) == 0 {
 		return t.Errorf(0, "pass the plugin's *.trace.json (NCCLPROF_TRACE_DIR), not a Kineto trace", "not an ncclprof trace: no ncclprof header")
+	}
+	h := heads[0]
+	for _, x := range heads {
+		if n := x.Get("sampling.every").Int(); n > 0 && t.SampleEvery == 0 {
+			t.SampleEvery = int(n)
+		}
 	}
 	t.Format = int(h.Get("format").Int())
 	if t.Format > 1 {
@@ -359,17 +374,37 @@ func (t *Trace) readHeader() error {
 	t.Clock = Clock{Source: c.Get("source").Str, NsPerTick: c.Get("ns_per_tick").Float(),
 		Anchors: int(c.Get("anchors").Int()), ErrorBoundNs: int64(math.Ceil(c.Get("error_bound_ns").Float())),
 		ClockSteps: int(c.Get("clock_steps").Int())}
-	end := gjson.Parse(t.Member("ncclprofEnd"))
-	t.Complete = end.Get("complete").Bool()
-	g := end.Get("gpu_clock")
-	t.GPUClock = GPUClock{Method: g.Get("method").Str, OffsetNs: g.Get("offset_ns").Int(),
-		DriftPPM: g.Get("drift_ppm").Float(), Samples: int(g.Get("samples").Int()),
-		UncertaintyNs: g.Get("uncertainty_ns").Int()}
-	end.Get("communicators").ForEach(func(_, v gjson.Result) bool {
-		t.addComm(commOf(v))
-		return true
-	})
+	ends := headers(t.Member("ncclprofEnd"))
+	t.Complete = len(ends) > 0
+	for _, end := range ends { // complete when every file is; the GPU clock of the last
+		t.Complete = t.Complete && end.Get("complete").Bool()
+		g := end.Get("gpu_clock")
+		t.GPUClock = GPUClock{Method: g.Get("method").Str, OffsetNs: g.Get("offset_ns").Int(),
+			DriftPPM: g.Get("drift_ppm").Float(), Samples: int(g.Get("samples").Int()),
+			UncertaintyNs: g.Get("uncertainty_ns").Int()}
+		end.Get("communicators").ForEach(func(_, v gjson.Result) bool {
+			t.addComm(commOf(v))
+			return true
+		})
+	}
 	return nil
+}
+
+// headers are the objects of a header member: one, or an array of them (a merged rank).
+func headers(raw string) []gjson.Result {
+	v := gjson.Parse(raw)
+	if v.IsObject() {
+		return []gjson.Result{v}
+	}
+	var out []gjson.Result
+	if v.IsArray() {
+		for _, x := range v.Array() {
+			if x.IsObject() {
+				out = append(out, x)
+			}
+		}
+	}
+	return out
 }
 
 func commOf(v gjson.Result) Comm {
@@ -474,6 +509,8 @@ func (t *Trace) fill(e *Event) error {
 			e.Group, ok = handle(v)
 		case "graph_captured":
 			e.Graph = v.Bool()
+		case "traced":
+			e.Traced = v.Str
 		}
 		if !ok {
 			bad = k.Str

@@ -134,6 +134,10 @@ func heatmap(s *commops.Set) string {
 			top = max(top, cells[r][c])
 		}
 	}
+	approx := "" // the totals of sampled traces are estimates
+	if s.Sampling.On() {
+		approx = "~"
+	}
 	if top == 0 {
 		return p.empty("no timed operation")
 	}
@@ -145,14 +149,14 @@ func heatmap(s *commops.Set) string {
 		pr := s.Procs[pi]
 		for c := range s.Comms {
 			v := cells[r][c]
-			tip := fmt.Sprintf("rank %d (%s pid %d), %s: %.3f ms", pr.Rank, pr.Host, pr.Pid, s.Comms[c].Label(), float64(v)/1e6)
+			tip := fmt.Sprintf("rank %d (%s pid %d), %s: %s%.3f ms", pr.Rank, pr.Host, pr.Pid, s.Comms[c].Label(), approx, float64(v)/1e6)
 			p.rect(l+float64(c)*w+0.5, t+float64(r)*h+0.5, w-1, h-1, heat(float64(v)/float64(top)), tip)
 			if w > 70 && h > 14 && v > 0 {
 				class := "cell"
 				if float64(v) > 0.5*float64(top) { // white on the dark half of the scale
 					class = "cell dark"
 				}
-				p.text(l+(float64(c)+0.5)*w, t+(float64(r)+0.5)*h+4, "middle", class, fmt.Sprintf("%.1f ms", float64(v)/1e6))
+				p.text(l+(float64(c)+0.5)*w, t+(float64(r)+0.5)*h+4, "middle", class, fmt.Sprintf("%s%.1f ms", approx, float64(v)/1e6))
 			}
 		}
 		if r%every == 0 {

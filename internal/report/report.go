@@ -49,8 +49,12 @@ type Page struct {
 	Title     string
 	Generated string
 	Files     []string
-	Ops       int
-	Ranks     int
+	// Sampled: "sampled 1/N" when the traces are sampled: Ops, TotalNs and the busy times are
+	// then estimates, scaled up from the OpsRead operations read.
+	Sampled string
+	OpsRead int
+	Ops     int
+	Ranks   int
 	// TotalNs is the sum of the operations' times: operations in flight together each count, so
 	// it can exceed the wall time. Busy is each rank's busy time (the union of its operations'
 	// intervals), BusyTop the busiest rank and BusyMedianNs the median over ranks.
@@ -80,6 +84,9 @@ type SlowOp struct {
 	BusBW    float64
 	Step     string
 	TimeFrom string
+	// Traced: in a sampled trace, why it is there ("trigger": the slow operation that had the
+	// next ones traced in full); "" from a full trace.
+	Traced   string
 	File     string
 	Pid, Tid int64
 	TsUs     string
@@ -91,7 +98,8 @@ type SlowOp struct {
 // Build assembles the page from the operations, their statistics and their skew.
 func Build(s *commops.Set, st *stats.Table, sk *skew.Result, title string) *Page {
 	p := &Page{Title: title, Generated: generated(), Files: s.Files, Traces: true,
-		Ops: len(s.Ops), Ranks: len(s.Procs), TotalNs: st.TotalNs, Busy: st.Ranks, Skew: sk, Notes: sk.Notes}
+		Ops: st.Ops, Ranks: len(s.Procs), TotalNs: st.TotalNs, Busy: st.Ranks, Skew: sk, Notes: sk.Notes,
+		Sampled: s.Sampling.Label(), OpsRead: s.Sampling.Sampled + s.Sampling.Full}
 	p.BusyTop, p.BusyMedianNs = st.Busiest()
 	for _, svg := range []string{bandwidthPlot(s), heatmap(s), skewPlot(s, sk), latePlot(sk)} {
 		p.Plots = append(p.Plots, template.HTML(svg)) // built by this package, every text escaped
@@ -147,6 +155,9 @@ func slowest(s *commops.Set, n int) []SlowOp {
 			TsUs: fmt.Sprintf("%.3f", float64(o.Ref.TsNs)/1e3), PerfettoTs: o.Ref.TsNs}
 		if o.Step >= 0 {
 			r.Step = s.Steps[o.Step]
+		}
+		if o.Traced != commops.Full {
+			r.Traced = o.Traced.String()
 		}
 		out = append(out, r)
 	}

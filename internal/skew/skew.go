@@ -203,6 +203,9 @@ type Result struct {
 	Alignment *Alignment `json:"alignment,omitempty"`
 	Notes     []string   `json:"notes,omitempty"`
 	Points    []Point    `json:"-"`
+	// Sampled: "sampled 1/N" when the traces are sampled: the collectives matched are those
+	// every rank chose (seq % N == 0), and the counts of late collectives are of those.
+	Sampled string `json:"sampled,omitempty"`
 }
 
 // matchKey names one collective across ranks.
@@ -214,7 +217,7 @@ type matchKey struct {
 
 // Analyze finds the slow ranks of s.
 func Analyze(s *commops.Set, opt Options) *Result {
-	res := &Result{Options: opt, Notes: slices.Clone(s.Notes)}
+	res := &Result{Options: opt, Notes: slices.Clone(s.Notes), Sampled: s.Sampling.Label()}
 	keys, groups := match(s)
 	shift := map[string]int64{}
 	if opt.Align {
@@ -239,7 +242,9 @@ func match(s *commops.Set) ([]matchKey, [][]int32) {
 	var seen [][]uint64 // per group, a bit per rank present
 	for i := range s.Ops {
 		o := &s.Ops[i]
-		if o.Seq < 0 || o.Rank < 0 {
+		// What the trigger traced around a slow operation is that rank's alone (each rank's
+		// trigger fires on what it saw): only the sampled collectives line up across ranks.
+		if o.Seq < 0 || o.Rank < 0 || o.Traced == commops.Triggered || o.Traced == commops.Trigger {
 			continue
 		}
 		k := matchKey{o.Comm, o.Func, o.Seq}

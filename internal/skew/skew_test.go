@@ -353,3 +353,30 @@ func TestCompletionOutputs(t *testing.T) {
 	}
 	t.Errorf("csv --each has no row %v", want)
 }
+
+// Sampled traces (1 in 3, chosen alike on every rank): the collectives compared are the sampled
+// ones, every rank's, and the straggler is still found on those of its late ones that were
+// sampled (seq 9, 39, …: i % 10 == 9 and i % 3 == 0). What the trigger added is left out: each
+// rank's trigger fires on its own, so those do not line up. The output says it is sampled.
+func TestSampledTracesLineUp(t *testing.T) {
+	o := synth.DefaultJob(16, 200)
+	o.SlowRank = 5
+	o.Sample, o.Triggered = 3, []int{13, 14}
+	paths, err := synth.Job(t.TempDir(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := analyze(t, paths, Defaults)
+	if len(r.Slow) != 1 || r.Slow[0].Rank != 5 {
+		t.Fatalf("slow ranks %+v, want rank 5", r.Slow)
+	}
+	// 67 sampled seqs (0, 3, …, 198); rank 5 late on seq ≡ 9 (mod 30): 9, 39, …, 189.
+	if s := r.Slow[0]; s.Matched != 67 || s.Late != 7 {
+		t.Errorf("rank 5 late on %d of %d matched, want 7 of 67 (the triggered 13 and 14 left out)", s.Late, s.Matched)
+	}
+	var buf bytes.Buffer
+	r.WriteText(&buf)
+	if r.Sampled != "sampled 1/3" || !strings.HasPrefix(buf.String(), "sampled 1/3: the collectives compared") {
+		t.Errorf("Sampled %q; text:\n%s", r.Sampled, buf.String())
+	}
+}

@@ -16,6 +16,9 @@ import (
 // the most skewed collectives, the clock alignment and what was missing.
 func (r *Result) WriteText(w io.Writer) {
 	o := r.Options
+	if r.Sampled != "" {
+		fmt.Fprintf(w, "%s: the collectives compared are those every rank's sampled trace holds (seq %% N == 0, chosen alike on every rank); counts of matched and late collectives are of those, not scaled\n", r.Sampled)
+	}
 	fmt.Fprintf(w, "late arrival: more than median + %g·MAD of the communicator's lateness (and at least %s) after the collective's median arrival\n",
 		o.K, fmtNs(o.MinLateNs))
 	fmt.Fprintf(w, "slow rank: late on %d collectives or more, and more often than chance allows at the other ranks' rate (p < %g)\n", o.MinLate, o.Alpha)

@@ -37,6 +37,18 @@ var columns = []struct {
 	{"busbw_GBps", func(r *Row) string { return gbps(r.BusBW, r.Timed) }},
 	{"share", func(r *Row) string { return fmt.Sprintf("%.1f%%", 100*r.Share) }},
 	{"time_from", func(r *Row) string { return r.Source }},
+	// sampled: "1/N" when count, bytes and time are scaled up from a sampled trace's 1 in N.
+	{"sampled", func(r *Row) string { return sampledLabel(r) }},
+}
+
+func sampledLabel(r *Row) string {
+	switch {
+	case !r.Scaled:
+		return "-"
+	case r.SampledEvery < 0:
+		return "1/N varies"
+	}
+	return fmt.Sprintf("1/%d", r.SampledEvery)
 }
 
 func dash(s string) string {
@@ -77,17 +89,28 @@ func (t *Table) writeTable(w io.Writer) error {
 	fmt.Fprintln(tw, "\t")
 	for _, r := range t.Rows {
 		for i, c := range columns {
-			fmt.Fprint(tw, sep(i), c.val(r))
+			v := c.val(r)
+			if r.Scaled && (c.name == "count" || c.name == "bytes" || c.name == "time_ms") {
+				v = "~" + v // an estimate: scaled up from a sampled trace
+			}
+			fmt.Fprint(tw, sep(i), v)
 		}
 		fmt.Fprintln(tw, "\t")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%s, %s; their times add up to %s (share: of this sum)\n", words.Count(t.Ops, "operation"), Size(t.TotalBytes), fmtDur(t.TotalNs))
+	about := ""
+	if sm := t.Sampling; sm != nil {
+		about = "about "
+		fmt.Fprintf(w, "%s: about %s, %s; their times add up to about %s (share: of this sum), scaled up from the %d operations read (~: an estimate)\n",
+			sm.Label(), words.Count(t.Ops, "operation"), Size(t.TotalBytes), fmtDur(t.TotalNs), sm.Sampled+sm.Full)
+	} else {
+		fmt.Fprintf(w, "%s, %s; their times add up to %s (share: of this sum)\n", words.Count(t.Ops, "operation"), Size(t.TotalBytes), fmtDur(t.TotalNs))
+	}
 	if top, med := t.Busiest(); top.Timed > 0 {
-		fmt.Fprintf(w, "NCCL busy (operations in flight together counted once): most on rank %d, %s of the %s from its first operation to its last; median %s over %s\n",
-			top.Rank, fmtDur(top.BusyNs), fmtDur(top.SpanNs), fmtDur(med), words.Count(len(t.Ranks), "rank"))
+		fmt.Fprintf(w, "NCCL busy (operations in flight together counted once): most on rank %d, %s%s of the %s from its first operation to its last; median %s%s over %s\n",
+			top.Rank, about, fmtDur(top.BusyNs), fmtDur(top.SpanNs), about, fmtDur(med), words.Count(len(t.Ranks), "rank"))
 	}
 	for _, n := range t.Notes {
 		fmt.Fprintln(w, "note:", n)
@@ -174,6 +197,8 @@ type OpRow struct {
 	BusBW    GBps   `json:"busbw_GBps"`
 	TimeFrom string `json:"time_from"`
 	Step     string `json:"step,omitempty"`
+	// Traced: from a sampled trace, why it is there (sampled, triggered, trigger).
+	Traced string `json:"traced,omitempty"`
 	// Where the slice is: file, pid, tid and ts as written (µs).
 	File string  `json:"file"`
 	SPid int64   `json:"slice_pid"`
@@ -197,6 +222,9 @@ func Each(s *commops.Set) []OpRow {
 			TsUs: float64(o.Ref.TsNs) / 1e3}
 		if o.Step >= 0 {
 			r.Step = s.Steps[o.Step]
+		}
+		if o.Traced != commops.Full {
+			r.Traced = o.Traced.String()
 		}
 		out = append(out, r)
 	}

@@ -42,6 +42,12 @@ type Row struct {
 	BusBW  float64 `json:"busbw_GBps"`
 	Share  float64 `json:"time_share"`
 	Source string  `json:"time_source"`
+	// Scaled: the row comes (in part) from sampled traces, so Count, Timed, Bytes and TimeNs are
+	// estimates: each operation read counts for the N it was sampled from (SampledEvery; -1 when
+	// N differs between inputs). OpsRead is how many were read.
+	Scaled       bool `json:"scaled,omitempty"`
+	SampledEvery int  `json:"sampled_every,omitempty"`
+	OpsRead      int  `json:"ops_read,omitempty"`
 
 	times, alg, bus []float64
 }
@@ -56,6 +62,8 @@ type Table struct {
 	TotalBytes uint64     `json:"total_bytes"`
 	Ranks      []RankBusy `json:"ranks"`
 	Notes      []string   `json:"notes,omitempty"`
+	// Sampling: set when inputs were sampled traces; the figures above are then estimates.
+	Sampling *commops.Sampling `json:"sampling,omitempty"`
 }
 
 // RankBusy is one rank's (process's) communication: how long NCCL was busy, operations in
@@ -77,11 +85,25 @@ type key struct {
 }
 
 // Compute groups the operations of s.
+//
+// From sampled traces each operation counts for the N operations it was sampled from (counts,
+// bytes and times are then estimates, and the rows say so); the operations the trigger added
+// around slow ones are left out, as they are not a uniform sample. Percentiles and bandwidths
+// are over the operations read.
 func Compute(s *commops.Set) *Table {
-	t := &Table{Ops: len(s.Ops), Notes: s.Notes}
+	t := &Table{Notes: s.Notes}
+	if s.Sampling.On() {
+		sm := s.Sampling
+		t.Sampling = &sm
+	}
 	rows := map[key]*Row{}
 	for i := range s.Ops {
 		o := &s.Ops[i]
+		w := o.Weight()
+		if w == 0 {
+			continue
+		}
+		t.Ops += int(w)
 		k := key{o.Comm, o.Func, o.Algo, o.Proto, Bucket(o.Bytes)}
 		r := rows[k]
 		if r == nil {
@@ -91,9 +113,11 @@ func Compute(s *commops.Set) *Table {
 			rows[k] = r
 			t.Rows = append(t.Rows, r)
 		}
-		r.add(o, s.Comms[o.Comm].NRanks)
-		t.TotalBytes += o.Bytes
-		t.TotalNs += o.Time
+		r.add(o, s.Comms[o.Comm].NRanks, w)
+		t.TotalBytes += o.Bytes * uint64(w)
+		if o.Source != commops.NoTime && o.Time > 0 {
+			t.TotalNs += o.Time * w
+		}
 	}
 	for _, r := range t.Rows {
 		r.finish(t.TotalNs)
@@ -129,14 +153,25 @@ func (t *Table) Busiest() (top RankBusy, medianNs int64) {
 	return top, int64(quantile.Median(v))
 }
 
-func (r *Row) add(o *commops.Op, nranks int) {
-	r.Count++
-	r.Bytes += o.Bytes
+// add counts o, which stands for w operations (1 from a full trace).
+func (r *Row) add(o *commops.Op, nranks int, w int64) {
+	r.Count += int(w)
+	r.Bytes += o.Bytes * uint64(w)
+	r.OpsRead++
+	if o.Traced != commops.Full {
+		r.Scaled = true
+		switch e := int(o.Every); {
+		case r.SampledEvery == 0:
+			r.SampledEvery = e
+		case r.SampledEvery != e:
+			r.SampledEvery = -1
+		}
+	}
 	if o.Source == commops.NoTime || o.Time <= 0 {
 		return
 	}
-	r.Timed++
-	r.TimeNs += o.Time
+	r.Timed += int(w)
+	r.TimeNs += o.Time * w
 	r.times = append(r.times, float64(o.Time))
 	alg, bus := Bandwidth(o.Func, o.Bytes, o.Time, nranks)
 	r.alg, r.bus = append(r.alg, alg), append(r.bus, bus)
@@ -157,6 +192,9 @@ func (r *Row) finish(total int64) {
 	}
 	if r.Source == "" {
 		r.Source = commops.NoTime.String()
+	}
+	if !r.Scaled {
+		r.OpsRead = 0 // it is Count
 	}
 	r.times, r.alg, r.bus = nil, nil, nil
 }

@@ -86,3 +86,50 @@ func TestBuckets(t *testing.T) {
 		}
 	}
 }
+
+// The same job traced in full and sampled 1 in 4 (plus operations its trigger added): the sampled
+// table's counts, bytes and times are the full one's scaled up from a quarter of the operations
+// — exactly here, where every operation takes the planted time — and marked as estimates, in
+// every format; the triggered operations are left out.
+func TestSampledCountsAreScaledAndMarked(t *testing.T) {
+	o := synth.DefaultJob(4, 200)
+	o.JitterNs, o.SlowRank = 1, -1
+	full, _ := commopstest.Job(t, o, commops.Options{})
+	o.Sample, o.Triggered = 4, []int{101, 102, 103}
+	sampled, _ := commopstest.Job(t, o, commops.Options{})
+	ft, st := Compute(full), Compute(sampled)
+	fr, sr := ft.Rows[0], st.Rows[0]
+	if sr.Count != fr.Count || sr.Bytes != fr.Bytes || sr.Timed != fr.Timed || st.Ops != ft.Ops {
+		t.Errorf("sampled row count %d bytes %d timed %d (ops %d), full %d %d %d (%d)", sr.Count, sr.Bytes, sr.Timed, st.Ops, fr.Count, fr.Bytes, fr.Timed, ft.Ops)
+	}
+	if d := math.Abs(float64(sr.TimeNs-fr.TimeNs)) / float64(fr.TimeNs); d > 0.001 {
+		t.Errorf("sampled time %d ns, full %d ns", sr.TimeNs, fr.TimeNs)
+	}
+	if !sr.Scaled || sr.SampledEvery != 4 || sr.OpsRead != 200 || fr.Scaled || fr.OpsRead != 0 {
+		t.Errorf("sampled row %+v / full row %+v: want the sampled one marked 1/4 from 200 read", sr, fr)
+	}
+	if st.Sampling == nil || st.Sampling.Triggered != 12 || ft.Sampling != nil {
+		t.Errorf("table sampling %+v, full %+v", st.Sampling, ft.Sampling)
+	}
+	var buf bytes.Buffer
+	st.Write(&buf, "table")
+	if s := buf.String(); !strings.Contains(s, "~800") || !strings.Contains(s, "sampled 1/4: about 800 operations") {
+		t.Errorf("table output does not mark the estimate:\n%s", s)
+	}
+	buf.Reset()
+	st.Write(&buf, "csv")
+	recs, _ := csv.NewReader(&buf).ReadAll()
+	if last := len(recs[0]) - 1; recs[0][last] != "sampled" || recs[1][last] != "1/4" || recs[1][6] != "800" {
+		t.Errorf("csv %v: want count 800 and a sampled column of 1/4", recs)
+	}
+	buf.Reset()
+	st.Write(&buf, "json")
+	var back struct {
+		Rows     []map[string]any `json:"rows"`
+		Sampling map[string]any   `json:"sampling"`
+	}
+	json.Unmarshal(buf.Bytes(), &back)
+	if back.Rows[0]["scaled"] != true || back.Rows[0]["sampled_every"] != 4.0 || back.Sampling["every"] != 4.0 {
+		t.Errorf("json %s", buf.String())
+	}
+}

@@ -34,6 +34,24 @@ type JobOptions struct {
 	Host               string
 	// Only writes the traces of these ranks (nil: all), e.g. one rank of a large job.
 	Only []int
+	// Sample > 0 writes sampled traces, as the plugin's NCCLPROF_TRACE_SAMPLE=Sample does:
+	// collective i only when i % Sample == 0 (marked "sampled") or it is in Triggered (traced
+	// after a slow one: "triggered"), with the header's sampling.every.
+	Sample    int
+	Triggered []int
+}
+
+// traced is why a sampled trace holds collective i ("" in a full trace, or when it does not).
+func (o *JobOptions) traced(i int) (mark string, written bool) {
+	switch {
+	case o.Sample <= 0:
+		return "", true
+	case i%o.Sample == 0:
+		return "sampled", true
+	case slices.Contains(o.Triggered, i):
+		return "triggered", true
+	}
+	return "", false
 }
 
 // DefaultJob is a 1 MiB AllReduce every 2 ms at 10 GB/s bus bandwidth with 20 µs of jitter, and
@@ -105,8 +123,12 @@ func (o *JobOptions) writeRank(path string, r int, last *[]int64) error {
 		return err
 	}
 	pid := int64(1000 + r)
-	header := fmt.Appendf(nil, `"schemaVersion":1,"displayTimeUnit":"ms","baseTimeNanoseconds":%d,"ncclprof":{"format":1,"version":"synth","host":%q,"pid":%d,"simulated":true,"clock":{"source":"synth","error_bound_ns":0}}`,
-		jobBase, o.Host, pid)
+	sampling := ""
+	if o.Sample > 0 {
+		sampling = fmt.Sprintf(`,"sampling":{"every":%d}`, o.Sample)
+	}
+	header := fmt.Appendf(nil, `"schemaVersion":1,"displayTimeUnit":"ms","baseTimeNanoseconds":%d,"ncclprof":{"format":1,"version":"synth","host":%q,"pid":%d,"simulated":true,"clock":{"source":"synth","error_bound_ns":0}%s}`,
+		jobBase, o.Host, pid, sampling)
 	w, err := chrome.New(f, jobBase, header)
 	if err != nil {
 		return err
@@ -127,7 +149,9 @@ func (o *JobOptions) writeRank(path string, r int, last *[]int64) error {
 			w.Event('i', "ncclprof_step", "ncclprof", pid, 0).Ts("ts", jobBase+o.arrival(i, r)-1000).Str("s", "p").
 				Args().Str("step", fmt.Sprintf("step %d", i/10)).End()
 		}
-		rw.op(i, comm, (*last)[i])
+		if mark, ok := o.traced(i); ok {
+			rw.op(i, comm, (*last)[i], mark)
+		}
 	}
 	return w.Close([]byte(`"ncclprofEnd":{"complete":true}`))
 }
@@ -153,7 +177,7 @@ func (rw *rankWriter) slice(cat, name string, tid, start, end int64, id, parent,
 
 // op writes collective i: its Coll (at this rank's arrival) and completion span (the last rank's
 // arrival plus the duration), and with Detail the rest of what NCCL reports.
-func (rw *rankWriter) op(i int, comm uint64, last int64) {
+func (rw *rankWriter) op(i int, comm uint64, last int64, mark string) {
 	o := rw.o
 	at, done := o.arrival(i, rw.rank), last+o.duration()
 	tid := rw.pid
@@ -168,8 +192,12 @@ func (rw *rankWriter) op(i int, comm uint64, last int64) {
 	}
 	coll := rw.next()
 	args := func(e *chrome.Event) *chrome.Event {
-		return e.Str("func", "AllReduce").Uint("count", o.Bytes/4).Str("datatype", "ncclFloat32").Str("algo", "RING").
+		e.Str("func", "AllReduce").Uint("count", o.Bytes/4).Str("datatype", "ncclFloat32").Str("algo", "RING").
 			Str("proto", "SIMPLE").Int("nchannels", int64(o.Channels)).Uint("bytes", o.Bytes).Int("seq", int64(i))
+		if mark != "" {
+			e.Str("traced", mark)
+		}
+		return e
 	}
 	args(rw.slice("nccl_coll", "AllReduce", tid, at, at+8000, coll, api, comm)).Int("nwarps", 16).Str("interval", "enqueue").End()
 	if o.Detail {
