@@ -36,7 +36,7 @@ static const unsigned sb_every[] = {0, 1, 100, 10000};
 
 /* One child: floor and ncclprof alternating; prints one JSON line. */
 static int child_cost(const opts* o) {
-  setenv("NCCLPROF_WINDOW_SLOTS", "65536", 0);
+  setenv("NCCLPROF_WINDOW_SLOTS", "16384", 0); /* both sets (operation, detail) within the 32 MiB cap */
   /* At N = 1 every operation is written (gigabytes over the run): rotation keeps 64 MiB. The
    * trigger is off: on a busy machine a preempted thread makes an operation "slow" now and
    * then, and the K operations it traces would blur what N costs (a triggered operation costs
@@ -82,7 +82,7 @@ static int child_cost(const opts* o) {
 
 /* The disk child: every operation traced, bytes per operation. */
 static int child_disk(const opts* o) {
-  setenv("NCCLPROF_WINDOW_SLOTS", "65536", 0);
+  setenv("NCCLPROF_WINDOW_SLOTS", "16384", 0); /* both sets (operation, detail) within the 32 MiB cap */
   bench_steps = o->steps > 0 ? o->steps : 16;
   int channels = o->channels > 2 ? o->channels : 4;
   bench_descriptors();
