@@ -356,6 +356,9 @@ NP_HOT np_event* np_claim(np_comm* c, np_thread* t, uint32_t set, uint32_t* win,
       if (NP_UNLIKELY(s >= ws->nslots)) {
         e->epoch = 0;
         np_rotate(c, set, wi);
+        /* No window free (the drainer is behind): give up now, so a drop stays cheaper than a
+         * record, rather than claim from the same full window again. */
+        if (__atomic_load_n(&ws->cur, __ATOMIC_ACQUIRE) == wi) return NULL;
         continue;
       }
       e->win = wi;
