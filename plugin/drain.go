@@ -15,7 +15,10 @@ import "C"
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -434,17 +437,17 @@ func (d *drain) warnDrops() {
 	if d.warnedDrops {
 		return
 	}
-	full := uint64(C.np_counter(C.NP_C_DROPPED_FULL))
-	detail := uint64(C.np_counter(C.NP_C_DROPPED_DETAIL))
+	untracked, trace := readDrops().since(dropCounts{})
 	threads := uint64(C.np_counter(C.NP_C_DROPPED_THREADS))
 	switch {
-	case full+detail > 0:
+	case len(untracked)+len(trace) > 0:
 		warnf("events are being dropped: NCCL produces them faster than the plugin reads its "+
-			"windows (%d steps/channel/network events, %d operation events so far). Raise "+
-			"NCCLPROF_WINDOW_SLOTS or NCCLPROF_WINDOWS, or leave detail types out of "+
-			"NCCLPROF_EVENT_MASK (or sample fewer operations: NCCLPROF_TRACE_SAMPLE); counts "+
-			"are in the summaries (dropped_*) and the metric "+
-			"ncclprof.events.dropped. This warning is printed once.", detail, full)
+			"windows (so far, not tracked: %v; trace detail: %v). Operation counts and bytes "+
+			"stay exact; the figures and trace say what is partial. Raise "+
+			"NCCLPROF_WINDOW_SLOTS, NCCLPROF_WINDOWS or NCCLPROF_INFLIGHT_CELLS, or leave detail "+
+			"types out of NCCLPROF_EVENT_MASK (or sample fewer operations: NCCLPROF_TRACE_SAMPLE); "+
+			"counts are in the summaries (health) and the metric ncclprof.events.dropped. This "+
+			"warning is printed once.", perType(untracked), perType(trace))
 	case threads > 0:
 		warnf("events are being dropped: more than %d threads called the plugin at once; "+
 			"counted as dropped_too_many_threads. This warning is printed once.", C.NP_MAX_THREADS)
@@ -452,6 +455,19 @@ func (d *drain) warnDrops() {
 		return
 	}
 	d.warnedDrops = true
+}
+
+// perType writes per-type counts for a person: "ProxyStep 5, Coll 2", "none" when empty.
+func perType(m map[string]uint64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	types := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(types))
+	for i, t := range types {
+		parts[i] = fmt.Sprintf("%s %d", t, m[t])
+	}
+	return strings.Join(parts, ", ")
 }
 
 func warnf(format string, args ...any) {

@@ -49,6 +49,7 @@ func newMetricsSink(d *drain) *metricsSink {
 		Host:     telemetry.ProcessHost(C.GoString(C.ncclprof_version())),
 		Warn:     s.queueWarn,
 		Counters: counters,
+		Drops:    func() (untracked, trace map[string]uint64) { return readDrops().since(dropCounts{}) },
 	})
 	if err != nil {
 		warnf("metrics are off: %v. The job and the other outputs continue; fix the "+

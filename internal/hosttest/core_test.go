@@ -222,6 +222,10 @@ func TestDropsAreCountedNotFatal(t *testing.T) {
 	if n := strings.Count(string(r.Stderr), "events are being dropped"); n != 1 {
 		t.Errorf("drops reported %d times, want once; stderr:\n%s", n, r.Stderr)
 	}
+	// The warning names what gave way, per event type.
+	if !regexp.MustCompile(`not tracked: (none|[A-Za-z]+ \d+)[^;]*; trace detail: (none|[A-Za-z]+ \d+)`).Match(r.Stderr) {
+		t.Errorf("the drop warning does not say what was dropped per type; stderr:\n%s", r.Stderr)
+	}
 }
 
 // The plugin's Go runtime stays small: NCCLPROF_GOMAXPROCS (default 2) bounds the threads it

@@ -18,6 +18,7 @@ const (
 	AttrFit       = "ncclprof.fit"  // min or avg: which regression (see docs/metrics.md)
 	AttrReason    = "ncclprof.reason"
 	AttrKind      = "ncclprof.kind"
+	AttrEventType = "ncclprof.event_type" // Coll, ProxyStep, ...: the NCCL event type dropped
 	AttrExporter  = "ncclprof.exporter"
 	// AttrDirection tells sent from received bytes and transfers of a rank pair, as
 	// OpenTelemetry's semantic conventions do for network traffic (transmit, receive).
@@ -162,7 +163,7 @@ var Catalog = []Def{
 	{MEvents, KindObservableCounter, "{event}", "ncclprof_events_total", attrsProcess,
 		"Events the plugin recorded (all communicators)."},
 	{MEventsDropped, KindObservableCounter, "{event}", "ncclprof_events_dropped_total", attrsProcess,
-		"Events dropped, by ncclprof.reason: windows_full (every window of a communicator busy: the drainer fell behind), detail_reserve (detail events refused to keep a full window's last eighth for operation events) or too_many_threads (more recording threads than the plugin has slots for)."},
+		"Events dropped, by ncclprof.reason and ncclprof.event_type: windows_full (not tracked: every window or in-flight cell of a communicator busy, the drainer fell behind; a Coll or P2p still counts with its bytes, untimed), trace_detail (a record the trace wanted, the detail windows full: the trace is partial, the figures are not) or too_many_threads (more recording threads than the plugin has slots for)."},
 	{MWindows, KindObservableCounter, "{window}", "ncclprof_windows_total", attrsProcess,
 		"Event windows sealed and processed."},
 	{MConditions, KindObservableCounter, "{event}", "ncclprof_plugin_conditions_total", attrsProcess,

@@ -22,6 +22,14 @@ type testRecorder struct {
 
 func newTestRecorder(t *testing.T, cfg Config, counters func() map[string]uint64) *testRecorder {
 	t.Helper()
+	return newTestRecorderWith(t, Options{Config: cfg, Counters: counters})
+}
+
+// newTestRecorderWith is newTestRecorder with the plugin's other sources (o.Reader, o.Host and
+// o.Warn are the test's).
+func newTestRecorderWith(t *testing.T, o Options) *testRecorder {
+	t.Helper()
+	cfg := o.Config
 	tr := &testRecorder{reader: sdkmetric.NewManualReader()}
 	if cfg.MaxLabels == 0 {
 		cfg.MaxLabels = DefaultMaxLabels
@@ -32,9 +40,10 @@ func newTestRecorder(t *testing.T, cfg Config, counters func() map[string]uint64
 	if cfg.Histogram == "" {
 		cfg.Histogram = HistogramExponential
 	}
-	r, err := New(context.Background(), Options{Config: cfg, Reader: tr.reader, Counters: counters,
-		Host: Host{Name: "testhost", PID: 4242, Version: "0.1.0", LocalRank: -1},
-		Warn: func(s string) { tr.mu.Lock(); tr.warns = append(tr.warns, s); tr.mu.Unlock() }})
+	o.Config, o.Reader = cfg, tr.reader
+	o.Host = Host{Name: "testhost", PID: 4242, Version: "0.1.0", LocalRank: -1}
+	o.Warn = func(s string) { tr.mu.Lock(); tr.warns = append(tr.warns, s); tr.mu.Unlock() }
+	r, err := New(context.Background(), o)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -37,6 +37,10 @@ type Options struct {
 	// Counters returns the plugin's process-wide counters by name (plugin/summary.go
 	// counterNames). It is called at collection, from the SDK's goroutine. nil: none.
 	Counters func() map[string]uint64
+	// Drops returns the events dropped since the plugin started, per event type: those not
+	// tracked (windows full) and the detail records a trace could not get. Called at
+	// collection; nil: the totals of Counters are reported without a type.
+	Drops func() (untracked, trace map[string]uint64)
 	// Reader, if set, replaces the configured exporter (tests use a ManualReader).
 	Reader sdkmetric.Reader
 }
@@ -53,6 +57,7 @@ type Recorder struct {
 	cfg      Config
 	warnFn   func(string)
 	counters func() map[string]uint64
+	drops    func() (untracked, trace map[string]uint64)
 
 	provider  *sdkmetric.MeterProvider
 	push      *pusher // nil for Prometheus and injected readers
@@ -90,7 +95,7 @@ func New(ctx context.Context, o Options) (*Recorder, error) {
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
-	r := &Recorder{cfg: o.Config, warnFn: o.Warn, counters: o.Counters, host: o.Host, getenv: getenv,
+	r := &Recorder{cfg: o.Config, warnFn: o.Warn, counters: o.Counters, drops: o.Drops, host: o.Host, getenv: getenv,
 		labels: newLabelHistory(o.Config.MaxLabels), snaps: map[commKey]*commSnap{}}
 	installGlobalHandlers(r)
 	res, err := NewResource(o.Host)
@@ -350,6 +355,9 @@ func (r *Recorder) putLocked(s *commSnap) {
 
 // ---------------------------------------------------------------------------- collection
 
+// dropReasons names the ncclprof.reason of the plugin's drop counters.
+var dropReasons = map[string]string{"dropped_windows_full": "windows_full", "dropped_detail": "trace_detail"}
+
 func (r *Recorder) observe(o metric.Observer, obs map[string]metric.Observable) error {
 	i64 := func(name string, v uint64, opts ...metric.ObserveOption) {
 		o.ObserveInt64(obs[name].(metric.Int64Observable), int64(v), opts...)
@@ -369,14 +377,22 @@ func (r *Recorder) observe(o metric.Observer, obs map[string]metric.Observable) 
 				i64(MEvents, v)
 			case "windows_processed":
 				i64(MWindows, v)
-			case "dropped_windows_full":
-				i64(MEventsDropped, v, with(attribute.String(AttrReason, "windows_full")))
+			case "dropped_windows_full", "dropped_detail":
+				if r.drops == nil { // else per type, below
+					i64(MEventsDropped, v, with(attribute.String(AttrReason, dropReasons[name])))
+				}
 			case "dropped_too_many_threads":
 				i64(MEventsDropped, v, with(attribute.String(AttrReason, "too_many_threads")))
-			case "dropped_detail":
-				i64(MEventsDropped, v, with(attribute.String(AttrReason, "detail_reserve")))
 			default:
 				i64(MConditions, v, with(attribute.String(AttrKind, name)))
+			}
+		}
+	}
+	if r.drops != nil {
+		untracked, trace := r.drops()
+		for reason, byType := range map[string]map[string]uint64{"windows_full": untracked, "trace_detail": trace} {
+			for typ, v := range byType {
+				i64(MEventsDropped, v, with(attribute.String(AttrReason, reason), attribute.String(AttrEventType, typ)))
 			}
 		}
 	}

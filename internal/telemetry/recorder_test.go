@@ -338,6 +338,33 @@ func TestFinalResults(t *testing.T) {
 	}
 }
 
+// With the plugin's per-type drops, each reason is split by event type, and the counters'
+// totals are not reported beside them (a sum over the series would count them twice).
+func TestDropsPerEventType(t *testing.T) {
+	counters := map[string]uint64{"dropped_windows_full": 7, "dropped_detail": 2, "dropped_too_many_threads": 1}
+	tr := newTestRecorderWith(t, Options{Config: Config{Exporter: ExporterOTLP},
+		Counters: func() map[string]uint64 { return counters },
+		Drops: func() (map[string]uint64, map[string]uint64) {
+			return map[string]uint64{"ProxyStep": 5, "Coll": 2}, map[string]uint64{"KernelCh": 2}
+		}})
+	rm := tr.collect(t)
+	for _, c := range []struct {
+		reason, typ string
+		want        float64
+	}{{"windows_full", "ProxyStep", 5}, {"windows_full", "Coll", 2}, {"trace_detail", "KernelCh", 2}} {
+		if p := onePoint(t, rm, MEventsDropped, map[string]any{AttrReason: c.reason, AttrEventType: c.typ}); p.value != c.want {
+			t.Errorf("%s %s = %v, want %v", c.reason, c.typ, p.value, c.want)
+		}
+	}
+	var total float64
+	for _, p := range pointsOf(t, rm, MEventsDropped, nil) {
+		total += p.value
+	}
+	if total != 10 { // 7 + 2 + 1 too_many_threads, nothing twice
+		t.Errorf("drops sum to %v over the series, want 10", total)
+	}
+}
+
 func TestHealthAndTraceBytes(t *testing.T) {
 	counters := map[string]uint64{"events": 1000, "dropped_windows_full": 5, "dropped_too_many_threads": 1,
 		"windows_processed": 12, "stale_handle": 3, "late_records": 9}
@@ -358,6 +385,12 @@ func TestHealthAndTraceBytes(t *testing.T) {
 	check(MConditions, 3, map[string]any{AttrKind: "stale_handle"})
 	check(MConditions, 9, map[string]any{AttrKind: "late_records"})
 	check(MTraceIO, 4096, nil)
+	// Without per-type drops the totals carry the reason alone; trace detail is its own reason.
+	counters["dropped_detail"] = 4
+	check2 := tr.collect(t)
+	if p := onePoint(t, check2, MEventsDropped, map[string]any{AttrReason: "trace_detail"}); p.value != 4 {
+		t.Errorf("trace_detail drops = %v, want 4", p.value)
+	}
 	check(MExportFailures, 0, map[string]any{AttrExporter: "otlp"})
 	counters["events"] = 2500
 	written = 8192
