@@ -52,16 +52,16 @@ func (a *Aggregator) SetTransfers(c Comm, buckets []Bucket, un Unkeyed) {
 		minNs, maxNs := float64(b.TMin)/tpn, float64(b.TMax)/tpn
 		switch b.Kind {
 		case BucketSend:
-			p := pairOf(res, PairKey{CommHash: c.Hash, Rank: b.Rank, Peer: b.ID})
+			p := entry(res.Pairs, PairKey{CommHash: c.Hash, Rank: b.Rank, Peer: b.ID})
 			p.SentBytes += b.Bytes
 			p.SendTransfers += b.N
 			p.Fit.AddGroup(b.Size, b.N, sumNs, sumNs2, minNs)
 		case BucketRecv:
-			p := pairOf(res, PairKey{CommHash: c.Hash, Rank: b.Rank, Peer: b.ID})
+			p := entry(res.Pairs, PairKey{CommHash: c.Hash, Rank: b.Rank, Peer: b.ID})
 			p.RecvBytes += b.Bytes
 			p.RecvTransfers += b.N
 		case BucketChannel:
-			ch := channelOf(res, ChannelKey{CommHash: c.Hash, Rank: b.Rank, Channel: b.ID})
+			ch := entry(res.Channels, ChannelKey{CommHash: c.Hash, Rank: b.Rank, Channel: b.ID})
 			ch.Transfers += b.N
 			ch.Bytes += b.Bytes
 			ch.TransferSize.merge(Dist{N: b.N, Sum: float64(b.Bytes), Min: float64(b.Size), Max: float64(b.Size)})
@@ -71,20 +71,12 @@ func (a *Aggregator) SetTransfers(c Comm, buckets []Bucket, un Unkeyed) {
 	}
 }
 
-func pairOf(r *Result, k PairKey) *PairStats {
-	p := r.Pairs[k]
-	if p == nil {
-		p = &PairStats{}
-		r.Pairs[k] = p
+// entry is m's value for k, a new zero one added if it had none.
+func entry[K comparable, V any](m map[K]*V, k K) *V {
+	v := m[k]
+	if v == nil {
+		v = new(V)
+		m[k] = v
 	}
-	return p
-}
-
-func channelOf(r *Result, k ChannelKey) *ChannelStats {
-	c := r.Channels[k]
-	if c == nil {
-		c = &ChannelStats{}
-		r.Channels[k] = c
-	}
-	return c
+	return v
 }

@@ -10,6 +10,8 @@ package hang
 import (
 	"fmt"
 	"regexp"
+
+	"github.com/ncclprof/ncclprof/internal/event"
 )
 
 // Version is the format version this package writes and reads (ncclprof_hang_version).
@@ -47,6 +49,12 @@ const (
 	RecvGPUWait   = "RecvGPUWait"
 )
 
+// stepCellNames are the states' names by their cell in event.Record.States.
+var stepCellNames = [...]string{
+	event.SendGPUWait: SendGPUWait, event.SendPeerWait: SendPeerWait, event.SendWait: SendWait,
+	event.RecvWait: RecvWait, event.RecvFlushWait: RecvFlushWait, event.RecvGPUWait: RecvGPUWait,
+}
+
 var stepStates = map[string]string{
 	SendGPUWait: Send, SendPeerWait: Send, SendWait: Send,
 	RecvWait: Recv, RecvFlushWait: Recv, RecvGPUWait: Recv,
@@ -55,21 +63,14 @@ var stepStates = map[string]string{
 // StepState maps NCCL's numeric ProxyStep state (ncclProfilerEventState_t) to its name; ok is false
 // for values that are not ProxyStep states.
 func StepState(v int) (name string, ok bool) {
-	switch v {
-	case 8:
-		return SendGPUWait, true
-	case 20:
-		return SendPeerWait, true
-	case 9:
-		return SendWait, true
-	case 10:
-		return RecvWait, true
-	case 11:
-		return RecvFlushWait, true
-	case 12:
-		return RecvGPUWait, true
+	if v < 0 {
+		return "", false
 	}
-	return "", false
+	cell, ok := event.StepCell(uint32(v))
+	if !ok {
+		return "", false
+	}
+	return stepCellNames[cell], true
 }
 
 // Dump is one process's in-flight state.

@@ -155,3 +155,14 @@ func TestParseProblems(t *testing.T) {
 		}
 	}
 }
+
+// NCCL's numeric ProxyStep states (ncclProfilerEventState_t, profiler API v4+) by name.
+func TestStepStateNames(t *testing.T) {
+	want := map[int]string{8: SendGPUWait, 20: SendPeerWait, 9: SendWait, 10: RecvWait, 11: RecvFlushWait, 12: RecvGPUWait}
+	for v := -1; v < 32; v++ {
+		name, ok := StepState(v)
+		if w, isStep := want[v]; ok != isStep || name != w {
+			t.Errorf("StepState(%d) = %q, %v; want %q, %v", v, name, ok, w, isStep)
+		}
+	}
+}

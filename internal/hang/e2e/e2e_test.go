@@ -119,6 +119,18 @@ func runJob(t *testing.T, lib string, nranks int, env []string, args ...string) 
 	return j
 }
 
+// analyze reads the job's dumps and checks that the analysis names exactly the planted culprits.
+func (j *job) analyze(t *testing.T) *hang.Result {
+	t.Helper()
+	in, err := hang.Load([]string{j.dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := hang.Analyze(in)
+	hangtest.AssertPlanted(t, res, j.truths)
+	return res
+}
+
 // Every scenario, with the watchdog: every rank with an operation in flight writes its dump
 // within the timeout and a second of the hang, rewrites it while the hang lasts, shows exactly
 // what the host left open; the analysis of the real dumps names exactly the planted culprit.
@@ -161,12 +173,7 @@ func TestWatchdogDumps(t *testing.T) {
 				}
 				compare(t, tr, d)
 			}
-			in, err := hang.Load([]string{j.dir})
-			if err != nil {
-				t.Fatal(err)
-			}
-			res := hang.Analyze(in)
-			hangtest.AssertPlanted(t, res, j.truths)
+			res := j.analyze(t)
 			if len(res.Dumps.Problems) > 0 {
 				t.Errorf("problems reading the plugin's dumps: %v", res.Dumps.Problems)
 			}
@@ -190,12 +197,7 @@ func TestRequestedDumps(t *testing.T) {
 		}
 		compare(t, tr, d)
 	}
-	in, err := hang.Load([]string{j.dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := hang.Analyze(in)
-	hangtest.AssertPlanted(t, res, j.truths)
+	res := j.analyze(t)
 	if len(res.Suspects) == 1 && res.Suspects[0].Basis != hang.BasisOwnDump {
 		t.Errorf("the absent rank's own dump should name it: basis %q", res.Suspects[0].Basis)
 	}
