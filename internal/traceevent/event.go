@@ -37,6 +37,9 @@ func (id ID) String() string {
 }
 
 func idOf(raw string) ID {
+	if n, ok := smallUint(raw); ok {
+		return ID{Num: n}
+	}
 	if raw[0] == '"' {
 		str := jsonscan.String(raw)
 		// Numeric strings ("1234") name the same thread as the number.
@@ -50,6 +53,23 @@ func idOf(raw string) ID {
 		return ID{Str: raw, IsStr: true}
 	}
 	return ID{Num: n}
+}
+
+// smallUint reads the ids almost every event has, plain decimal numbers below 10^18, without
+// strconv's generality.
+func smallUint(raw string) (int64, bool) {
+	if len(raw) == 0 || len(raw) > 18 || (raw[0] == '0' && len(raw) > 1) {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(raw); i++ {
+		d := raw[i] - '0'
+		if d > 9 {
+			return 0, false
+		}
+		n = n*10 + int64(d)
+	}
+	return n, true
 }
 
 // Event is one element of traceEvents, read without copying: strings point into the file.
@@ -111,6 +131,16 @@ func escapePath(name string) string {
 // members in the same pass, returning the event's end. A problem with a field's value is
 // returned as a *jsonscan.Error too (the caller adds the file).
 func Parse(e *Event, doc string, start int) (int, error) {
+	if start < len(doc) && doc[start] == '{' {
+		if end, ok := parseFast(e, doc, start); ok {
+			return end, nil
+		}
+	}
+	return parseSlow(e, doc, start)
+}
+
+// parseSlow is Parse member by member through jsonscan.Members: every event parseFast declines.
+func parseSlow(e *Event, doc string, start int) (int, error) {
 	*e = Event{Off: int64(start)}
 	if start >= len(doc) || doc[start] != '{' {
 		end, err := jsonscan.Skip(doc, start)
