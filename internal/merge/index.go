@@ -131,8 +131,9 @@ type flowKeys struct {
 	lastKind uint32
 }
 
-// key returns the flow key of an event. String ids are hex, as Perfetto reads them.
-func (f *flowKeys) key(idRaw, cat, name string) flowKey {
+// flowID reads a flow id and names its kind. String ids are hex, as Perfetto reads them; an
+// id that is no number is part of the kind.
+func flowID(idRaw, cat, name string) (uint64, [3]string) {
 	var id uint64
 	var err error
 	if strings.HasPrefix(idRaw, `"`) {
@@ -144,6 +145,20 @@ func (f *flowKeys) key(idRaw, cat, name string) flowKey {
 	if err != nil {
 		id, k[2] = 0, idRaw
 	}
+	return id, k
+}
+
+// find is key for an event whose kind was seen while reading, without interning: safe for
+// concurrent use once reading is done. ok is false for a kind never seen.
+func (f *flowKeys) find(idRaw, cat, name string) (flowKey, bool) {
+	id, k := flowID(idRaw, cat, name)
+	kind, ok := f.kinds[k]
+	return flowKey{id, kind}, ok
+}
+
+// key returns the flow key of an event.
+func (f *flowKeys) key(idRaw, cat, name string) flowKey {
+	id, k := flowID(idRaw, cat, name)
 	if k != f.last || f.kinds == nil {
 		if f.kinds == nil {
 			f.kinds = map[[3]string]uint32{}

@@ -285,8 +285,8 @@ func outputBase(ranks []*rankState) int64 {
 	return lo / window * window
 }
 
-func writeTrace(w io.Writer, ranks []*rankState, timeline bool, sum *Summary) error {
-	e := &emitter{w: w, base: outputBase(ranks)}
+func writeTrace(w output, ranks []*rankState, timeline bool, sum *Summary) error {
+	e := newEmitter(w, outputBase(ranks))
 	e.writeString("{\n\"schemaVersion\": 1,\n")
 	if !timeline {
 		r := ranks[0]
@@ -341,6 +341,7 @@ func writeTrace(w io.Writer, ranks []*rankState, timeline bool, sum *Summary) er
 	e.writeString("\"ncclmerge\": ")
 	e.write(js)
 	e.writeString("\n}\n")
+	e.flush()
 	return e.err
 }
 

@@ -1,7 +1,6 @@
 package merge
 
 import (
-	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,94 +27,6 @@ const (
 	linkFlowCat  = "nccl_link"
 	linkFlowName = "nccl_link"
 )
-
-// emitter streams events into the traceEvents array.
-type emitter struct {
-	w      io.Writer
-	base   int64
-	events int
-	buf    []byte // replacement values of the event being rewritten
-	out    []byte // the rewritten event
-	reps   []rep  // where they go
-	err    error
-}
-
-func (e *emitter) sep() {
-	if e.events > 0 {
-		e.write([]byte(",\n"))
-	} else {
-		e.write([]byte("\n"))
-	}
-}
-
-func (e *emitter) write(b []byte) {
-	if e.err == nil {
-		_, e.err = e.w.Write(b)
-	}
-}
-
-func (e *emitter) writeString(s string) {
-	if e.err == nil {
-		_, e.err = io.WriteString(e.w, s)
-	}
-}
-
-// stableWriter takes text that stays valid until it is closed without copying it.
-type stableWriter interface{ WriteStable(string) error }
-
-// writeInput writes a span of an input document (which outlives the output).
-func (e *emitter) writeInput(s string) {
-	if sw, ok := e.w.(stableWriter); ok && e.err == nil {
-		e.err = sw.WriteStable(s)
-		return
-	}
-	e.writeString(s)
-}
-
-// event writes one whole event.
-func (e *emitter) event(b []byte) {
-	e.sep()
-	e.write(b)
-	e.events++
-}
-
-func (e *emitter) ts(b []byte, unix int64) []byte { return jsonscan.AppendMicros(b, unix-e.base) }
-
-// rep replaces Raw[span] of an event.
-type rep struct {
-	span traceevent.Span
-	text []byte
-}
-
-// patch rebuilds an event with replacements and, optionally, members added to its args.
-func patch(dst []byte, raw string, reps []rep, argsSpan traceevent.Span, addArgs []byte) []byte {
-	if len(addArgs) > 0 {
-		if argsSpan.Valid() {
-			body := strings.TrimSpace(raw[argsSpan.Start+1 : argsSpan.End-1])
-			ins := addArgs
-			if body != "" {
-				ins = append([]byte{','}, addArgs...)
-			}
-			reps = append(reps, rep{traceevent.Span{Start: argsSpan.End - 1, End: argsSpan.End - 1}, ins})
-		} else {
-			end := int32(len(raw) - 1)
-			reps = append(reps, rep{traceevent.Span{Start: end, End: end}, append(append([]byte(`,"args":{`), addArgs...), '}')})
-		}
-	}
-	// A handful, nearly in order: an insertion sort (sort.SliceStable allocated per event).
-	for i := 1; i < len(reps); i++ {
-		for j := i; j > 0 && reps[j].span.Start < reps[j-1].span.Start; j-- {
-			reps[j], reps[j-1] = reps[j-1], reps[j]
-		}
-	}
-	pos := int32(0)
-	for _, r := range reps {
-		dst = append(dst, raw[pos:r.span.Start]...)
-		dst = append(dst, r.text...)
-		pos = r.span.End
-	}
-	return append(dst, raw[pos:]...)
-}
 
 // writeKineto copies the rank's Kineto events. Outside a timeline it copies the array in bulk
 // between the few events that change (and, for absolute-µs traces, the ts values it rebases);
@@ -207,14 +118,14 @@ func (r *rankState) copyBulk(e *emitter, rebase bool) {
 			if rebase && ev.HasTs && ev.Ts >= kineto.AbsoluteMinNs {
 				reps = append(reps, rep{ev.TsSpan, e.ts(nil, ev.Ts)})
 			}
-			e.out = patch(e.out[:0], ev.Raw, reps, ev.ArgsSpan, r.kernelArgs(p.k))
 			if first {
 				e.sep()
 				first = false
 			} else {
 				e.writeString(",\n")
 			}
-			e.write(e.out)
+			e.cur = patch(e.cur, ev.Raw, reps, ev.ArgsSpan, r.kernelArgs(p.k))
+			e.spill()
 		}
 		pos = evEnd
 	}
@@ -238,8 +149,8 @@ func (e *emitter) rebased(b []byte, raw string) []byte {
 // rewriteKineto writes one Kineto event with its time rebased and, in a timeline, its
 // process, flow id and process metadata renamed.
 func (r *rankState) rewriteKineto(e *emitter, ev *kineto.Event, tl *timelineMap) {
-	reps := e.reps[:0]
-	b := e.buf[:0]
+	reps := e.sc.reps[:0]
+	b := e.sc.buf[:0]
 	if ev.Ph == "s" && r.isDangling(ev.Off) {
 		return
 	}
@@ -275,10 +186,12 @@ func (r *rankState) rewriteKineto(e *emitter, ev *kineto.Event, tl *timelineMap)
 			add = r.kernelArgs(k)
 		}
 	}
-	// Two buffers kept across events: the replacements point into buf while out is built.
-	e.out = patch(e.out[:0], ev.Raw, reps, ev.ArgsSpan, add)
-	e.event(e.out)
-	e.buf, e.reps = b[:0], reps[:0]
+	// The replacements point into b while the event is built: both are kept for the next.
+	e.sep()
+	e.cur = patch(e.cur, ev.Raw, reps, ev.ArgsSpan, add)
+	e.events++
+	e.spill()
+	e.sc.buf, e.sc.reps = b[:0], reps[:0]
 }
 
 func (r *rankState) isDangling(off int64) bool {
@@ -374,178 +287,6 @@ func appendOp(o *obj, op *op) {
 	}
 	o.int("nchannels", int64(e.NChannels))
 	o.str("op", hexHandle(e.ID))
-}
-
-// writePlugin writes the plugin's events: their times on Kineto's clock, their real-thread
-// slices on tracks of their own, their flow ids renumbered, linked operations annotated. It
-// walks each file again: most events were read as records only (see lean.go); those that were
-// decoded are met in the same order.
-func (r *rankState) writePlugin(e *emitter, tl *timelineMap, ids *idSpace) {
-	for _, p := range r.px {
-		flows := pluginFlows(p.lean.flows, ids.pluginFlows(r))
-		kept := p.t.Events
-		var tmp ptrace.Event
-		walk(p.t, func(raw *traceevent.Event) bool {
-			ev := &tmp
-			if len(kept) > 0 && kept[0].Off == raw.Off {
-				ev, kept = &kept[0], kept[1:]
-			} else {
-				tmp = ptrace.Event{Event: *raw, Kind: ptrace.KindOf(raw.Cat, raw.Name),
-					Start: p.t.Base + raw.Ts, End: p.t.Base + raw.Ts + raw.Dur}
-				if raw.Ph != "X" {
-					tmp.Kind = ptrace.KindOther
-				}
-			}
-			if ev.Raw == "{}" || isProcessMeta(ev) {
-				return true // the sentinel of the example plugin; process metadata went first
-			}
-			var flowN *uint64
-			if isFlow(ev.Ph) {
-				if flowN = flows[p.lean.keys.key(ev.IDRaw, ev.Cat, ev.Name)]; flowN == nil {
-					return true // a flow start whose end was cut off with the file
-				}
-			}
-			r.rewritePlugin(e, p, ev, tl, flowN, ids)
-			return e.err == nil
-		})
-		if e.err != nil {
-			return
-		}
-	}
-}
-
-// walk visits every event of a plugin trace in file order: again from the file for a trace
-// read from one, else (NCCL's example plugin, parsed whole) its events.
-func walk(t *ptrace.Trace, visit func(*traceevent.Event) bool) {
-	if t.Unanchored || t.Doc.Text() == "" {
-		for i := range t.Events {
-			if !visit(&t.Events[i].Event) {
-				return
-			}
-		}
-		return
-	}
-	t.Doc.Walk(visit)
-}
-
-func isFlow(ph string) bool { return ph == "s" || ph == "t" || ph == "f" }
-
-// isProcessMeta: the plugin names the process it shares with Kineto ("ncclprof <host> pid N").
-func isProcessMeta(ev *ptrace.Event) bool {
-	return ev.Ph == "M" && (ev.Name == "process_name" || ev.Name == "process_labels" || ev.Name == "process_sort_index")
-}
-
-// writePluginProcessMeta writes the plugin's process metadata before Kineto's events: kept, as
-// every input event is, but where Kineto's own names, which come later, win in viewers (the
-// last name of a process is the one shown).
-func (r *rankState) writePluginProcessMeta(e *emitter, tl *timelineMap) {
-	ids := newIDSpace()
-	for _, p := range r.px {
-		for i := range p.t.Events {
-			if ev := &p.t.Events[i]; isProcessMeta(ev) {
-				r.rewritePlugin(e, p, ev, tl, nil, ids)
-			}
-		}
-	}
-}
-
-// pluginFlows numbers the plugin's complete flows; flows missing a start or an end (a cut
-// file) are absent from the map.
-func pluginFlows(recs []flowRec, next *uint64) map[flowKey]*uint64 {
-	starts, ends := map[flowKey]int{}, map[flowKey]int{}
-	var order []flowKey
-	for _, f := range recs {
-		if starts[f.key]+ends[f.key] == 0 {
-			order = append(order, f.key)
-		}
-		if f.start {
-			starts[f.key]++
-		} else {
-			ends[f.key]++
-		}
-	}
-	out := make(map[flowKey]*uint64, len(order))
-	for _, k := range order {
-		if starts[k] == 1 && ends[k] > 0 {
-			v := *next
-			out[k] = &v
-			*next++
-		}
-	}
-	return out
-}
-
-func (r *rankState) rewritePlugin(e *emitter, p *pluginIndex, ev *ptrace.Event, tl *timelineMap, flowN *uint64, ids *idSpace) {
-	reps := e.reps[:0]
-	b := e.buf[:0]
-	if ev.HasTs && ev.TsSpan.Valid() {
-		at := len(b)
-		ts := ev.Start + p.shift + r.shift
-		b = e.ts(b, ts)
-		reps = append(reps, rep{ev.TsSpan, b[at:]})
-		if ev.HasDur && ev.DurSpan.Valid() {
-			// Far from the base Perfetto rounds ts and dur apart: write the dur that ends
-			// the slice where its exact end rounds, so slices nest and meet to the ns.
-			if d := traceevent.PerfettoDur(ts-e.base, ev.Dur); d != ev.Dur {
-				at := len(b)
-				b = jsonscan.AppendMicros(b, d)
-				reps = append(reps, rep{ev.DurSpan, b[at:]})
-			}
-		}
-	}
-	if tl != nil && ev.PidSpan.Valid() {
-		at := len(b)
-		b = tl.pid(b, r, ev.Pid)
-		reps = append(reps, rep{ev.PidSpan, b[at:]})
-	}
-	moveTid := !p.t.Unanchored && ev.TidSpan.Valid() && !ev.Tid.IsStr && isRealTid(ev.Tid.Num) &&
-		(ev.Ph != "M" || ev.Name == "thread_name")
-	if moveTid {
-		at := len(b)
-		b = strconv.AppendInt(b, userTid(ev.Tid.Num), 10)
-		reps = append(reps, rep{ev.TidSpan, b[at:]})
-	}
-	if isFlow(ev.Ph) && ev.IDSpan.Valid() && flowN != nil {
-		at := len(b)
-		b = strconv.AppendUint(b, ids.pluginFlow(r, *flowN), 10)
-		reps = append(reps, rep{ev.IDSpan, b[at:]})
-	}
-	var add []byte
-	if ev.IsSlice() {
-		add = r.pluginLinkArgs(p, ev)
-	}
-	// Two buffers kept across events: the replacements point into buf while out is built.
-	e.out = patch(e.out[:0], ev.Raw, reps, ev.ArgsSpan, add)
-	e.event(e.out)
-	e.buf, e.reps = b[:0], reps[:0]
-}
-
-// isRealTid: the plugin's synthetic tracks start at 2e9; lower tids are OS threads.
-func isRealTid(tid int64) bool { return tid > 0 && tid < 2000000000 }
-
-func userTid(tid int64) int64 { return userTrackBase + tid%100000000 }
-
-// pluginLinkArgs annotates a linked Coll/P2p or KernelLaunch with its kernel.
-func (r *rankState) pluginLinkArgs(p *pluginIndex, ev *ptrace.Event) []byte {
-	var l *link
-	switch ev.Kind {
-	case ptrace.Coll, ptrace.P2p:
-		if o := p.ops[ev.ID]; o != nil && o.group.link != nil && ev.ID != 0 {
-			l = o.group.link
-		}
-	case ptrace.KernelLaunch:
-		l = p.launchLink[ev] // (a scan of every group per launch was quadratic)
-	}
-	if l == nil {
-		return nil
-	}
-	o := newObj([]byte(`"ncclmerge":`))
-	o.str("kernel", l.kernel.name)
-	if l.kernel.corr != 0 {
-		o.uint("correlation", l.kernel.corr)
-	}
-	o.str("link_rule", l.rule)
-	return o.done()
 }
 
 // writeAdded writes what ncclmerge adds: sort indexes for the moved thread tracks, a flow
@@ -714,15 +455,17 @@ func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 		}
 		// 64-bit clock values as decimal strings, as the plugin writes them: a double would
 		// lose their low bits. (Built in the emitter's buffers: one slice per channel.)
-		args := newObj(e.buf[:0]).int("channel", int64(pc.ch.channel)).str("op", hexHandle(pc.ch.op)).
+		args := newObj(e.sc.buf[:0]).int("channel", int64(pc.ch.channel)).str("op", hexHandle(pc.ch.op)).
 			str("gpu_start_ns", strconv.FormatInt(pc.ch.gpuStart, 10)).str("gpu_stop_ns", strconv.FormatInt(pc.ch.gpuStop, 10)).
 			str("gpu_offset_ns", strconv.FormatInt(r.gpu.offset, 10)).str("placed_by", "ncclmerge (median offset over linked kernels)")
-		e.buf = args.done()
-		x := newObj(e.out[:0]).str("ph", "X").str("cat", "nccl_gpu").str("name", pc.ch.name).raw("pid", pidText).
+		e.sc.buf = args.done()
+		e.sep()
+		x := newObj(e.cur).str("ph", "X").str("cat", "nccl_gpu").str("name", pc.ch.name).raw("pid", pidText).
 			int("tid", tid).key("ts")
 		x.b = e.ts(x.b, pc.start)
-		x.micros("dur", traceevent.PerfettoDur(pc.start-e.base, pc.end-pc.start)).raw("args", e.buf)
-		e.out = x.done()
-		e.event(e.out)
+		x.micros("dur", traceevent.PerfettoDur(pc.start-e.base, pc.end-pc.start)).raw("args", e.sc.buf)
+		e.cur = x.done()
+		e.events++
+		e.spill()
 	}
 }

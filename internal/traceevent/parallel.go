@@ -20,9 +20,10 @@ const (
 )
 
 // chunk is one worker's result.
-type chunk struct {
+type chunk[T any] struct {
 	start, limit int // the chunk covers events that start in [start, limit)
 	events       []Event
+	aux          []T
 	bounds       [][2]int // each event's start and end
 	next         int      // where the event after the last one starts (≥ limit), or the ']'
 	closed       bool     // next is the array's ']'
@@ -32,7 +33,7 @@ type chunk struct {
 
 // parallel parses the array with several goroutines. done is false when it declined (small
 // array, one CPU, or no boundaries found) and the caller should walk sequentially.
-func (w *walker) parallel() (end int, done bool, err error) {
+func (w *walker[T]) parallel() (end int, done bool, err error) {
 	s := w.d.doc
 	procs := runtime.GOMAXPROCS(0)
 	first := jsonscan.SkipWS(s, w.d.eventsStart+1)
@@ -53,9 +54,9 @@ func (w *walker) parallel() (end int, done bool, err error) {
 		return 0, false, nil
 	}
 	// Workers take chunks in order; at most 2·procs results wait for the consumer.
-	results := make([]chan *chunk, len(cuts))
+	results := make([]chan *chunk[T], len(cuts))
 	for i := range results {
-		results[i] = make(chan *chunk, 1)
+		results[i] = make(chan *chunk[T], 1)
 	}
 	jobs := make(chan int, len(cuts))
 	for i := range cuts {
@@ -64,7 +65,7 @@ func (w *walker) parallel() (end int, done bool, err error) {
 	close(jobs)
 	sem := make(chan struct{}, 2*procs)
 	// Chunks are recycled: their event slices are the walk's only per-event allocation.
-	free := make(chan *chunk, 2*procs+1)
+	free := make(chan *chunk[T], 2*procs+1)
 	stop := make(chan struct{})
 	defer close(stop)
 	for p := 0; p < procs; p++ {
@@ -85,21 +86,29 @@ func (w *walker) parallel() (end int, done bool, err error) {
 				if i+1 < len(cuts) {
 					limit = cuts[i+1]
 				}
-				var c *chunk
+				var c *chunk[T]
 				select {
 				case c = <-free:
 				default:
-					c = &chunk{}
+					c = &chunk[T]{}
 				}
-				parseChunk(c, s, cuts[i], limit)
+				c.parse(w.parse, s, cuts[i], limit)
 				results[i] <- c
 			}
 		}()
 	}
+	// A chunk goes back to the pool before its slot is released, so that the worker the slot
+	// lets go finds it there (chunks are allocated a handful of times, not once per chunk).
+	release := func(c *chunk[T]) {
+		select {
+		case free <- c:
+		default:
+		}
+		<-sem
+	}
 	expect := first
 	for i := range cuts {
 		c := <-results[i]
-		<-sem
 		if c.start != expect {
 			// A false boundary, or the previous stretch was parsed here: catch up sequentially.
 			w.arr.Resume(expect)
@@ -108,10 +117,11 @@ func (w *walker) parallel() (end int, done bool, err error) {
 				return pos, true, err // an error, or the array ended
 			}
 			expect = pos
+			release(c)
 			continue
 		}
 		for k := range c.events {
-			if err := w.accept(&c.events[k], c.bounds[k][0], c.bounds[k][1]); err != nil {
+			if err := w.accept(&c.events[k], &c.aux[k], c.bounds[k][0], c.bounds[k][1]); err != nil {
 				return c.bounds[k][0], true, err
 			}
 		}
@@ -128,10 +138,7 @@ func (w *walker) parallel() (end int, done bool, err error) {
 			return end, true, err
 		}
 		expect = c.next
-		select {
-		case free <- c:
-		default:
-		}
+		release(c)
 	}
 	w.arr.Resume(expect)
 	end, err = w.sequential(-1)
@@ -160,16 +167,24 @@ func nextBoundary(s string, at int) int {
 	return -1
 }
 
-// parseChunk parses the events that start in [start, limit) into c, reusing its slices.
-func parseChunk(c *chunk, s string, start, limit int) {
-	*c = chunk{start: start, limit: limit, next: start, events: c.events[:0], bounds: c.bounds[:0]}
+// parse parses the events that start in [start, limit) into c, reusing its slices.
+func (c *chunk[T]) parse(parse ParseFunc[T], s string, start, limit int) {
+	if cap(c.events) == 0 {
+		// Sized for events of 200 bytes or more (traces' are 250 to 400): grown by doubling,
+		// a new chunk's slices were allocated twice over.
+		n := min(limit-start, chunkSize) / 200
+		c.events, c.aux, c.bounds = make([]Event, 0, n), make([]T, 0, n), make([][2]int, 0, n)
+	}
+	*c = chunk[T]{start: start, limit: limit, next: start, events: c.events[:0], aux: c.aux[:0], bounds: c.bounds[:0]}
+	var zero T
 	i := start
 	for {
 		c.events = append(c.events, Event{})
-		ev := &c.events[len(c.events)-1]
-		end, err := Parse(ev, s, i)
+		c.aux = append(c.aux, zero)
+		ev, aux := &c.events[len(c.events)-1], &c.aux[len(c.aux)-1]
+		end, err := parse(ev, aux, s, i)
 		if err != nil {
-			c.events = c.events[:len(c.events)-1]
+			c.events, c.aux = c.events[:len(c.events)-1], c.aux[:len(c.aux)-1]
 			c.err, c.errEnd, c.next = err, end, i
 			return
 		}
@@ -188,8 +203,109 @@ func parseChunk(c *chunk, s string, start, limit int) {
 		default:
 			// Not a separator: let the sequential walk say what is wrong, from this event on.
 			c.err, c.next = &jsonscan.Error{Offset: int64(j), Msg: "bad separator"}, i
-			c.events, c.bounds = c.events[:len(c.events)-1], c.bounds[:len(c.bounds)-1]
+			c.events, c.aux, c.bounds = c.events[:len(c.events)-1], c.aux[:len(c.aux)-1], c.bounds[:len(c.bounds)-1]
 			return
 		}
+	}
+}
+
+// WalkParallel is a second pass over the events of a document Read has validated, shared
+// between the cores: work reads the events that start in [from, to) (with WalkRange) into a
+// result, on several goroutines, and emit sees the results in file order on the caller's
+// goroutine. Results are reused: emit must not keep one. It returns emit's first error.
+func WalkParallel[R any](d *Doc, work func(from, to int, r *R), emit func(r *R) error) error {
+	spans := d.spans()
+	procs := runtime.GOMAXPROCS(0)
+	if procs < 2 || len(spans) < 2 {
+		var r R
+		for _, sp := range spans {
+			work(sp[0], sp[1], &r)
+			if err := emit(&r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	results := make([]chan *R, len(spans))
+	for i := range results {
+		results[i] = make(chan *R, 1)
+	}
+	jobs := make(chan int, len(spans))
+	for i := range spans {
+		jobs <- i
+	}
+	close(jobs)
+	// As in parallel: a slot before a job, at most 2·procs results waiting, results recycled.
+	sem := make(chan struct{}, 2*procs)
+	free := make(chan *R, 2*procs+1)
+	stop := make(chan struct{})
+	defer close(stop)
+	for p := 0; p < procs; p++ {
+		go func() {
+			for {
+				select {
+				case sem <- struct{}{}:
+				case <-stop:
+					return
+				}
+				i, ok := <-jobs
+				if !ok {
+					return
+				}
+				var r *R
+				select {
+				case r = <-free:
+				default:
+					r = new(R)
+				}
+				work(spans[i][0], spans[i][1], r)
+				results[i] <- r
+			}
+		}()
+	}
+	for i := range spans {
+		r := <-results[i]
+		if err := emit(r); err != nil {
+			return err
+		}
+		select {
+		case free <- r:
+		default:
+		}
+		<-sem
+	}
+	return nil
+}
+
+// spans cuts the events read into runs of markEvery events: [start of the first, start of the
+// next run), the last one ending at EventsEnd.
+func (d *Doc) spans() [][2]int {
+	var out [][2]int
+	for i, m := range d.marks {
+		to := d.eventsEnd
+		if i+1 < len(d.marks) {
+			to = d.marks[i+1]
+		}
+		out = append(out, [2]int{m, to})
+	}
+	return out
+}
+
+// WalkRange visits, in file order, the events of a validated document that start in
+// [from, to), from the event that starts at from (a span WalkParallel gives). The Event is
+// reused between calls; visit returns false to stop.
+func (d *Doc) WalkRange(from, to int, visit func(*Event) bool) {
+	s := d.doc
+	var ev Event
+	for i := from; i < to; {
+		end, err := Parse(&ev, s, i)
+		if err != nil || !visit(&ev) {
+			return
+		}
+		j := jsonscan.SkipWS(s, end)
+		if j >= len(s) || s[j] != ',' {
+			return
+		}
+		i = jsonscan.SkipWS(s, j+1)
 	}
 }
