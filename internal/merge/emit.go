@@ -38,6 +38,7 @@ func newEmitter(w output, base int64) *emitter {
 type scratch struct {
 	buf  []byte // replacement values of the event being rewritten
 	reps []rep  // where they go
+	args []byte // members added to its args
 }
 
 // spill hands the buffer on once it is full.
@@ -99,6 +100,18 @@ func (e *emitter) event(b []byte) {
 	e.events++
 }
 
+// object starts an event built in place; end it with endObject.
+func (e *emitter) object() *obj {
+	e.sep()
+	return newObj(e.cur)
+}
+
+func (e *emitter) endObject(o *obj) {
+	e.cur = o.done()
+	e.events++
+	e.spill()
+}
+
 // eventsFrom writes events formatted elsewhere (n of them, each preceded by ",\n").
 func (e *emitter) eventsFrom(b []byte, n int) {
 	if n == 0 {
@@ -134,19 +147,21 @@ type rep struct {
 	text []byte
 }
 
+var comma, argsOpen, argsClose = []byte{','}, []byte(`,"args":{`), []byte{'}'}
+
 // patch rebuilds an event with replacements and, optionally, members added to its args.
 func patch(dst []byte, raw string, reps []rep, argsSpan traceevent.Span, addArgs []byte) []byte {
 	if len(addArgs) > 0 {
+		// Insertions at one place keep their order (the sort below is stable).
 		if argsSpan.Valid() {
-			body := strings.TrimSpace(raw[argsSpan.Start+1 : argsSpan.End-1])
-			ins := addArgs
-			if body != "" {
-				ins = append([]byte{','}, addArgs...)
+			at := traceevent.Span{Start: argsSpan.End - 1, End: argsSpan.End - 1}
+			if strings.TrimSpace(raw[argsSpan.Start+1:argsSpan.End-1]) != "" {
+				reps = append(reps, rep{at, comma})
 			}
-			reps = append(reps, rep{traceevent.Span{Start: argsSpan.End - 1, End: argsSpan.End - 1}, ins})
+			reps = append(reps, rep{at, addArgs})
 		} else {
-			end := int32(len(raw) - 1)
-			reps = append(reps, rep{traceevent.Span{Start: end, End: end}, append(append([]byte(`,"args":{`), addArgs...), '}')})
+			at := traceevent.Span{Start: int32(len(raw) - 1), End: int32(len(raw) - 1)}
+			reps = append(reps, rep{at, argsOpen}, rep{at, addArgs}, rep{at, argsClose})
 		}
 	}
 	// A handful, nearly in order: an insertion sort (sort.SliceStable allocated per event).

@@ -57,43 +57,32 @@ func (k *kernel) ref() int64 {
 	return k.start
 }
 
-// flowStart is where a flow starts, to find the ones that never end without a second pass.
-type flowStart struct {
-	off int64
-	idx uint32 // the flow's index in kinetoIndex.flowCounts
-}
-
-// flowCount counts one Kineto v1 flow's starts and ends; its index is its dense id in a
-// timeline.
-type flowCount struct{ starts, ends uint32 }
-
 // kinetoIndex is what the first pass over a Kineto trace keeps.
 type kinetoIndex struct {
 	// calls are the launch calls, sorted by (thread, start) once read; threadAt[t] is where
 	// thread t's run of calls begins (threadAt[t+1] where it ends).
 	calls      []launchCall
+	read       blocks[launchCall] // the calls as read (copied once into calls)
 	threads    map[[2]int64]uint32
 	threadKeys [][2]int64
 	threadAt   []int
 	maxCallDur int64 // the longest launch call, ns: how far back an overlapping one can start
 	// ncclCalls are the calls that launch NCCL kernels, likewise (copies: the clock offset
 	// search looks ms around each plugin launch, and most calls launch other kernels).
-	ncclCalls  []launchCall
-	ncclAt     []int
-	used       map[*launchCall]bool // launch calls the launch rule took
-	annots     kineto.Annotations   // collective record_functions
-	byCorr     map[uint64]*launchCall
-	kernels    []*kernel
-	kernelAt   map[int64]*kernel // by event offset
-	flows      map[flowKey]uint32
-	flowCounts []flowCount
-	dangling   []int64 // offsets of flow starts with no end
-	starts     blocks[flowStart]
-	keys       flowKeys
-	minTs      int64 // Unix ns, over events with ts (not metadata)
-	maxTs      int64
-	gpuPids    map[int64]bool
-	labels     map[string]string // pid → process_labels
+	ncclCalls []launchCall
+	ncclAt    []int
+	used      map[*launchCall]bool // launch calls the launch rule took
+	annots    kineto.Annotations   // collective record_functions
+	byCorr    map[uint64]*launchCall
+	kernels   []*kernel
+	kernelAt  map[int64]*kernel // by event offset
+	flows     flowTable
+	dangling  []int64 // offsets of flow starts with no end
+	keys      flowKeys
+	minTs     int64 // Unix ns, over events with ts (not metadata)
+	maxTs     int64
+	gpuPids   map[int64]bool
+	labels    map[string]string // pid → process_labels
 	// absTs locates the ts values that are absolute Unix µs (PyTorch ≤ 2.3), which the
 	// output rebases: the write copies everything between them as it is.
 	absTs blocks[tsAt]
@@ -109,7 +98,7 @@ func (t tsAt) n() int64   { return int64(t & 0xff) }
 func newKinetoIndex() *kinetoIndex {
 	return &kinetoIndex{
 		threads: map[[2]int64]uint32{}, used: map[*launchCall]bool{}, byCorr: map[uint64]*launchCall{},
-		kernelAt: map[int64]*kernel{}, flows: map[flowKey]uint32{}, gpuPids: map[int64]bool{},
+		kernelAt: map[int64]*kernel{}, gpuPids: map[int64]bool{},
 		labels: map[string]string{},
 		minTs:  1<<63 - 1, maxTs: -1 << 63,
 	}
@@ -187,19 +176,7 @@ func (x *kinetoIndex) visit(e *kineto.Event) error {
 	case "X":
 		x.slice(e)
 	case "s", "t", "f":
-		k := x.keys.key(e.IDRaw, e.Event.Cat, e.Name)
-		idx, ok := x.flows[k]
-		if !ok {
-			idx = uint32(len(x.flowCounts))
-			x.flows[k] = idx
-			x.flowCounts = append(x.flowCounts, flowCount{})
-		}
-		if e.Ph == "s" {
-			x.flowCounts[idx].starts++
-			x.starts.add(flowStart{e.Off, idx})
-		} else {
-			x.flowCounts[idx].ends++
-		}
+		x.flows.add(x.keys.key(e.IDRaw, e.Event.Cat, e.Name), e.Ph == "s", e.Off)
 	case "M":
 		switch e.Name {
 		case "process_labels":
@@ -229,7 +206,7 @@ func (x *kinetoIndex) slice(e *kineto.Event) {
 			x.threadKeys = append(x.threadKeys, key)
 		}
 		c := launchCall{start: e.Ts, corr: corr, dur: uint32(min(max(e.Dur, 0), 1<<32-1)), thread: t}
-		x.calls = append(x.calls, c)
+		x.read.add(c)
 		x.maxCallDur = max(x.maxCallDur, int64(c.dur))
 	case kineto.CatKernel:
 		if !e.Pid.IsStr {
@@ -271,9 +248,12 @@ func (x *kinetoIndex) finish(t *kineto.Trace) {
 // indexCalls puts the launch calls on Unix ns, sorts them by thread and start, and indexes by
 // correlation those whose kernel is an NCCL kernel (the only ones the rules link).
 func (x *kinetoIndex) indexCalls(t *kineto.Trace) {
+	x.calls = make([]launchCall, x.read.len())
 	for i := range x.calls {
+		x.calls[i] = x.read.at(i)
 		x.calls[i].start = t.Unix(x.calls[i].start)
 	}
+	x.read = blocks[launchCall]{}
 	sort.Slice(x.calls, func(i, j int) bool {
 		a, b := &x.calls[i], &x.calls[j]
 		if a.thread != b.thread {
@@ -326,11 +306,6 @@ func (x *kinetoIndex) threadCalls(pid, tid int64, ncclOnly bool) []launchCall {
 // danglingFlows lists the flow starts that have no end: Perfetto draws nothing for them and
 // `ncclmerge check` counts them as errors, so the output leaves them out (and says so).
 func (x *kinetoIndex) danglingFlows() {
-	for i := 0; i < x.starts.len(); i++ {
-		st := x.starts.at(i)
-		if x.flowCounts[st.idx].ends == 0 {
-			x.dangling = append(x.dangling, st.off)
-		}
-	}
-	x.starts = blocks[flowStart]{}
+	x.flows.finish()
+	x.dangling = x.flows.dangling
 }

@@ -114,9 +114,10 @@ func (r *rankState) copyBulk(e *emitter, rebase bool) {
 			return
 		}
 		if !p.drop {
-			var reps []rep
+			reps := e.sc.reps[:0]
 			if rebase && ev.HasTs && ev.Ts >= kineto.AbsoluteMinNs {
-				reps = append(reps, rep{ev.TsSpan, e.ts(nil, ev.Ts)})
+				e.sc.buf = e.ts(e.sc.buf[:0], ev.Ts)
+				reps = append(reps, rep{ev.TsSpan, e.sc.buf})
 			}
 			if first {
 				e.sep()
@@ -124,7 +125,9 @@ func (r *rankState) copyBulk(e *emitter, rebase bool) {
 			} else {
 				e.writeString(",\n")
 			}
-			e.cur = patch(e.cur, ev.Raw, reps, ev.ArgsSpan, r.kernelArgs(p.k))
+			e.sc.args = r.appendKernelArgs(e.sc.args[:0], p.k)
+			e.cur = patch(e.cur, ev.Raw, reps, ev.ArgsSpan, e.sc.args)
+			e.sc.reps = reps[:0]
 			e.spill()
 		}
 		pos = evEnd
@@ -151,6 +154,10 @@ func (e *emitter) rebased(b []byte, raw string) []byte {
 func (r *rankState) rewriteKineto(e *emitter, ev *kineto.Event, tl *timelineMap) {
 	reps := e.sc.reps[:0]
 	b := e.sc.buf[:0]
+	flow := -1
+	if tl != nil && isFlow(ev.Ph) && ev.IDSpan.Valid() {
+		flow = tl.kinetoFlow(r, r.kx.keys.key(ev.IDRaw, ev.Event.Cat, ev.Name))
+	}
 	if ev.Ph == "s" && r.isDangling(ev.Off) {
 		return
 	}
@@ -165,12 +172,10 @@ func (r *rankState) rewriteKineto(e *emitter, ev *kineto.Event, tl *timelineMap)
 			b = tl.pid(b, r, ev.Pid)
 			reps = append(reps, rep{ev.PidSpan, b[at:]})
 		}
-		if (ev.Ph == "s" || ev.Ph == "t" || ev.Ph == "f") && ev.IDSpan.Valid() {
-			if idx, ok := r.kx.flows[r.kx.keys.key(ev.IDRaw, ev.Event.Cat, ev.Name)]; ok {
-				at := len(b)
-				b = strconv.AppendUint(b, tl.flowID(r, uint64(idx)), 10)
-				reps = append(reps, rep{ev.IDSpan, b[at:]})
-			}
+		if flow >= 0 {
+			at := len(b)
+			b = strconv.AppendUint(b, tl.flowID(r, uint64(flow)), 10)
+			reps = append(reps, rep{ev.IDSpan, b[at:]})
 		}
 		if ev.Ph == "M" && ev.ArgsSpan.Valid() {
 			if args := tl.processMeta(r, ev); args != nil {
@@ -183,7 +188,8 @@ func (r *rankState) rewriteKineto(e *emitter, ev *kineto.Event, tl *timelineMap)
 	var add []byte
 	if ev.Cat == kineto.CatKernel {
 		if k := r.kx.kernelAt[ev.Off]; k != nil && k.link != nil {
-			add = r.kernelArgs(k)
+			e.sc.args = r.appendKernelArgs(e.sc.args[:0], k)
+			add = e.sc.args
 		}
 	}
 	// The replacements point into b while the event is built: both are kept for the next.
@@ -199,14 +205,14 @@ func (r *rankState) isDangling(off int64) bool {
 	return i < len(r.kx.dangling) && r.kx.dangling[i] == off
 }
 
-// kernelArgs is the "nccl" member added to a linked kernel's args: NCCL's view of the
-// operation and the bandwidth from the kernel's GPU duration (nccl-tests definitions).
-func (r *rankState) kernelArgs(k *kernel) []byte {
+// appendKernelArgs appends the "nccl" member added to a linked kernel's args: NCCL's view of
+// the operation and the bandwidth from the kernel's GPU duration (nccl-tests definitions).
+func (r *rankState) appendKernelArgs(dst []byte, k *kernel) []byte {
 	l := k.link
 	g := l.group
-	o := newObj([]byte(`"nccl":`))
+	o := newObj(append(dst, `"nccl":`...))
 	o.str("link_rule", l.rule)
-	o.str("comm", hexHandle(g.comm.Hash))
+	o.hex("comm", g.comm.Hash)
 	if g.comm.Name != "" {
 		o.str("comm_name", g.comm.Name)
 	}
@@ -258,7 +264,7 @@ func (r *rankState) kernelArgs(k *kernel) []byte {
 		}
 	}
 	if g.launch != nil {
-		o.str("kernel_launch", hexHandle(g.launch.ID))
+		o.hex("kernel_launch", g.launch.ID)
 	}
 	return o.done()
 }
@@ -286,7 +292,7 @@ func appendOp(o *obj, op *op) {
 		o.int("peer", int64(e.Peer))
 	}
 	o.int("nchannels", int64(e.NChannels))
-	o.str("op", hexHandle(e.ID))
+	o.hex("op", e.ID)
 }
 
 // writeAdded writes what ncclmerge adds: sort indexes for the moved thread tracks, a flow
@@ -299,14 +305,26 @@ func (r *rankState) writeAdded(e *emitter, tl *timelineMap, ids *idSpace) int {
 	return e.events - n0
 }
 
-func (r *rankState) pidText(tl *timelineMap, id kineto.ID) []byte {
+// pid adds a pid member: the process as the output names it (renamed in a timeline).
+func (o *obj) pid(r *rankState, tl *timelineMap, id kineto.ID) *obj {
+	o.key("pid")
+	o.b = r.appendPid(o.b, tl, id)
+	return o
+}
+
+func (r *rankState) appendPid(b []byte, tl *timelineMap, id kineto.ID) []byte {
 	if tl != nil {
-		return tl.pid(nil, r, id)
+		return tl.pid(b, r, id)
 	}
+	return appendID(b, id)
+}
+
+// appendID appends a pid or tid as the input wrote it (a number, or a string).
+func appendID(b []byte, id kineto.ID) []byte {
 	if id.IsStr {
-		return appendJSONString(nil, id.Str)
+		return appendJSONString(b, id.Str)
 	}
-	return strconv.AppendInt(nil, id.Num, 10)
+	return strconv.AppendInt(b, id.Num, 10)
 }
 
 func (r *rankState) writeTrackMeta(e *emitter, tl *timelineMap) {
@@ -333,10 +351,10 @@ func (r *rankState) writeTrackMeta(e *emitter, tl *timelineMap) {
 				continue
 			}
 			seen[th] = true
-			o := newObj(nil).str("ph", "M").str("name", "thread_sort_index").raw("pid", r.pidText(tl, kineto.ID{Num: th[0]})).
+			o := e.object().str("ph", "M").str("name", "thread_sort_index").pid(r, tl, kineto.ID{Num: th[0]}).
 				int("tid", userTid(th[1]))
-			o.raw("args", newObj(nil).int("sort_index", th[1]).done())
-			e.event(o.done())
+			o.end(o.object("args").int("sort_index", th[1]).done())
+			e.endObject(o)
 		}
 	}
 }
@@ -365,12 +383,12 @@ func (r *rankState) writeLinkFlows(e *emitter, tl *timelineMap, ids *idSpace) {
 			if isRealTid(tid) {
 				tid = userTid(tid)
 			}
-			s := newObj(nil).str("ph", "s").uint("id", id).str("cat", linkFlowCat).str("name", linkFlowName).
-				raw("pid", r.pidText(tl, src.Pid)).int("tid", tid).raw("ts", e.ts(nil, sTs))
-			e.event(s.done())
-			f := newObj(nil).str("ph", "f").str("bp", "e").uint("id", id).str("cat", linkFlowCat).str("name", linkFlowName).
-				raw("pid", r.pidText(tl, l.kernel.pid)).raw("tid", []byte(l.kernel.tid.String())).raw("ts", e.ts(nil, kTs))
-			e.event(f.done())
+			e.endObject(e.object().str("ph", "s").uint("id", id).str("cat", linkFlowCat).str("name", linkFlowName).
+				pid(r, tl, src.Pid).int("tid", tid).micros("ts", sTs-e.base))
+			f := e.object().str("ph", "f").str("bp", "e").uint("id", id).str("cat", linkFlowCat).str("name", linkFlowName).
+				pid(r, tl, l.kernel.pid).key("tid")
+			f.b = appendID(f.b, l.kernel.tid)
+			e.endObject(f.micros("ts", kTs-e.base))
 		}
 	}
 }
@@ -390,7 +408,13 @@ func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 	if r.gpu.from == "" {
 		return
 	}
-	var all []placed
+	n := 0
+	for _, l := range r.links {
+		for _, op := range l.group.ops {
+			n += len(op.channels)
+		}
+	}
+	all := make([]placed, 0, n)
 	for _, l := range r.links {
 		if l.kernel.tid.IsStr {
 			continue
@@ -417,7 +441,6 @@ func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 		tid int64
 	}
 	named := map[namedKey]bool{}
-	pidTexts := map[kineto.ID][]byte{}
 	for _, pc := range all {
 		key := trackKey{pc.pid, pc.stream, pc.ch.channel}
 		ends := lanes[key]
@@ -435,37 +458,25 @@ func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 		ends[lane] = pc.end
 		lanes[key] = ends
 		tid := gpuTrackBase + (pc.stream%1000000)*1024 + int64(lane%8)*128 + int64(pc.ch.channel%128)
-		pidText, ok := pidTexts[pc.pid]
-		if !ok {
-			pidText = r.pidText(tl, pc.pid)
-			pidTexts[pc.pid] = pidText
-		}
 		if nk := (namedKey{pc.pid, tid}); !named[nk] {
 			named[nk] = true
 			name := "stream " + strconv.FormatInt(pc.stream, 10) + " NCCL ch " + strconv.Itoa(pc.ch.channel)
 			if lane > 0 {
 				name += " lane " + strconv.Itoa(lane)
 			}
-			m := newObj(nil).str("ph", "M").str("name", "thread_name").raw("pid", pidText).int("tid", tid)
-			m.raw("args", newObj(nil).str("name", name).done())
-			e.event(m.done())
-			s := newObj(nil).str("ph", "M").str("name", "thread_sort_index").raw("pid", pidText).int("tid", tid)
-			s.raw("args", newObj(nil).int("sort_index", pc.stream*1000+int64(pc.ch.channel)*8+int64(lane)+1).done())
-			e.event(s.done())
+			m := e.object().str("ph", "M").str("name", "thread_name").pid(r, tl, pc.pid).int("tid", tid)
+			e.endObject(m.end(m.object("args").str("name", name).done()))
+			s := e.object().str("ph", "M").str("name", "thread_sort_index").pid(r, tl, pc.pid).int("tid", tid)
+			e.endObject(s.end(s.object("args").int("sort_index", pc.stream*1000+int64(pc.ch.channel)*8+int64(lane)+1).done()))
 		}
+		x := e.object().str("ph", "X").str("cat", "nccl_gpu").str("name", pc.ch.name).pid(r, tl, pc.pid).
+			int("tid", tid).micros("ts", pc.start-e.base).
+			micros("dur", traceevent.PerfettoDur(pc.start-e.base, pc.end-pc.start))
 		// 64-bit clock values as decimal strings, as the plugin writes them: a double would
-		// lose their low bits. (Built in the emitter's buffers: one slice per channel.)
-		args := newObj(e.sc.buf[:0]).int("channel", int64(pc.ch.channel)).str("op", hexHandle(pc.ch.op)).
-			str("gpu_start_ns", strconv.FormatInt(pc.ch.gpuStart, 10)).str("gpu_stop_ns", strconv.FormatInt(pc.ch.gpuStop, 10)).
-			str("gpu_offset_ns", strconv.FormatInt(r.gpu.offset, 10)).str("placed_by", "ncclmerge (median offset over linked kernels)")
-		e.sc.buf = args.done()
-		e.sep()
-		x := newObj(e.cur).str("ph", "X").str("cat", "nccl_gpu").str("name", pc.ch.name).raw("pid", pidText).
-			int("tid", tid).key("ts")
-		x.b = e.ts(x.b, pc.start)
-		x.micros("dur", traceevent.PerfettoDur(pc.start-e.base, pc.end-pc.start)).raw("args", e.sc.buf)
-		e.cur = x.done()
-		e.events++
-		e.spill()
+		// lose their low bits.
+		args := x.object("args").int("channel", int64(pc.ch.channel)).hex("op", pc.ch.op).
+			decimal("gpu_start_ns", pc.ch.gpuStart).decimal("gpu_stop_ns", pc.ch.gpuStop).
+			decimal("gpu_offset_ns", r.gpu.offset).str("placed_by", "ncclmerge (median offset over linked kernels)")
+		e.endObject(x.end(args.done()))
 	}
 }

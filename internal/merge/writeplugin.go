@@ -20,8 +20,8 @@ type pluginWriter struct {
 	p     *pluginIndex
 	tl    *timelineMap
 	ids   *idSpace
-	flows map[flowKey]*uint64
-	base  int64 // the output's
+	flows map[flowKey]uint64 // the complete flows, numbered
+	base  int64              // the output's
 }
 
 // pluginRun is one run of a plugin trace's events, formatted: each event after ",\n".
@@ -36,7 +36,7 @@ type pluginRun struct {
 func (r *rankState) writePlugin(e *emitter, tl *timelineMap, ids *idSpace) {
 	for _, p := range r.px {
 		pw := &pluginWriter{r: r, p: p, tl: tl, ids: ids, base: e.base,
-			flows: pluginFlows(p.lean.flows, ids.pluginFlows(r))}
+			flows: pluginFlows(&p.lean.flows, ids.pluginFlows(r))}
 		if p.t.Unanchored || p.t.Doc.Text() == "" {
 			// NCCL's example plugin is parsed whole (it is small): its events, in order.
 			run := pluginRun{out: e.w.Buffer()}
@@ -87,12 +87,14 @@ func (pw *pluginWriter) event(run *pluginRun, raw *traceevent.Event, kept *[]ptr
 	if ev.Raw == "{}" || isProcessMeta(ev) {
 		return // the sentinel of the example plugin; process metadata went first
 	}
-	var flowN *uint64
+	flowN := int64(-1)
 	if isFlow(ev.Ph) {
 		k, ok := p.lean.keys.find(ev.IDRaw, ev.Cat, ev.Name)
-		if flowN = pw.flows[k]; !ok || flowN == nil {
+		n, complete := pw.flows[k]
+		if !ok || !complete {
 			return // a flow start whose end was cut off with the file
 		}
+		flowN = int64(n)
 	}
 	run.out = append(run.out, ',', '\n')
 	run.out = pw.rewrite(run.out, &run.sc, ev, flowN)
@@ -116,7 +118,7 @@ func (r *rankState) writePluginProcessMeta(e *emitter, tl *timelineMap) {
 		for i := range p.t.Events {
 			if ev := &p.t.Events[i]; isProcessMeta(ev) {
 				e.sep()
-				e.cur = pw.rewrite(e.cur, &e.sc, ev, nil)
+				e.cur = pw.rewrite(e.cur, &e.sc, ev, -1)
 				e.events++
 				e.spill()
 			}
@@ -126,24 +128,27 @@ func (r *rankState) writePluginProcessMeta(e *emitter, tl *timelineMap) {
 
 // pluginFlows numbers the plugin's complete flows; flows missing a start or an end (a cut
 // file) are absent from the map.
-func pluginFlows(recs []flowRec, next *uint64) map[flowKey]*uint64 {
-	starts, ends := map[flowKey]int{}, map[flowKey]int{}
+func pluginFlows(recs *blocks[flowRec], next *uint64) map[flowKey]uint64 {
+	type count struct{ starts, ends int }
+	counts := make(map[flowKey]count, recs.len()/2)
 	var order []flowKey
-	for _, f := range recs {
-		if starts[f.key]+ends[f.key] == 0 {
+	for i := 0; i < recs.len(); i++ {
+		f := recs.at(i)
+		c, seen := counts[f.key]
+		if !seen {
 			order = append(order, f.key)
 		}
 		if f.start {
-			starts[f.key]++
+			c.starts++
 		} else {
-			ends[f.key]++
+			c.ends++
 		}
+		counts[f.key] = c
 	}
-	out := make(map[flowKey]*uint64, len(order))
+	out := make(map[flowKey]uint64, len(order))
 	for _, k := range order {
-		if starts[k] == 1 && ends[k] > 0 {
-			v := *next
-			out[k] = &v
+		if c := counts[k]; c.starts == 1 && c.ends > 0 {
+			out[k] = *next
 			*next++
 		}
 	}
@@ -151,8 +156,9 @@ func pluginFlows(recs []flowRec, next *uint64) map[flowKey]*uint64 {
 }
 
 // rewrite appends ev to dst with its time on the output's clock, its real thread moved to a
-// track of its own, its flow id renumbered and, for a linked operation, its link.
-func (pw *pluginWriter) rewrite(dst []byte, sc *scratch, ev *ptrace.Event, flowN *uint64) []byte {
+// track of its own, its flow id renumbered (flowN ≥ 0: its number) and, for a linked
+// operation, its link.
+func (pw *pluginWriter) rewrite(dst []byte, sc *scratch, ev *ptrace.Event, flowN int64) []byte {
 	r, p, tl := pw.r, pw.p, pw.tl
 	reps := sc.reps[:0]
 	b := sc.buf[:0]
@@ -183,14 +189,15 @@ func (pw *pluginWriter) rewrite(dst []byte, sc *scratch, ev *ptrace.Event, flowN
 		b = strconv.AppendInt(b, userTid(ev.Tid.Num), 10)
 		reps = append(reps, rep{ev.TidSpan, b[at:]})
 	}
-	if isFlow(ev.Ph) && ev.IDSpan.Valid() && flowN != nil {
+	if isFlow(ev.Ph) && ev.IDSpan.Valid() && flowN >= 0 {
 		at := len(b)
-		b = strconv.AppendUint(b, pw.ids.pluginFlow(r, *flowN), 10)
+		b = strconv.AppendUint(b, pw.ids.pluginFlow(r, uint64(flowN)), 10)
 		reps = append(reps, rep{ev.IDSpan, b[at:]})
 	}
 	var add []byte
 	if ev.IsSlice() {
-		add = r.pluginLinkArgs(p, ev)
+		sc.args = r.appendPluginLinkArgs(sc.args[:0], p, ev)
+		add = sc.args
 	}
 	// The replacements point into b while dst is built: both are kept for the next event.
 	dst = patch(dst, ev.Raw, reps, ev.ArgsSpan, add)
@@ -203,8 +210,9 @@ func isRealTid(tid int64) bool { return tid > 0 && tid < 2000000000 }
 
 func userTid(tid int64) int64 { return userTrackBase + tid%100000000 }
 
-// pluginLinkArgs annotates a linked Coll/P2p or KernelLaunch with its kernel.
-func (r *rankState) pluginLinkArgs(p *pluginIndex, ev *ptrace.Event) []byte {
+// appendPluginLinkArgs annotates a linked Coll/P2p or KernelLaunch with its kernel (nothing
+// for other events).
+func (r *rankState) appendPluginLinkArgs(dst []byte, p *pluginIndex, ev *ptrace.Event) []byte {
 	var l *link
 	switch ev.Kind {
 	case ptrace.Coll, ptrace.P2p:
@@ -215,9 +223,9 @@ func (r *rankState) pluginLinkArgs(p *pluginIndex, ev *ptrace.Event) []byte {
 		l = p.launchLink[ev] // (a scan of every group per launch was quadratic)
 	}
 	if l == nil {
-		return nil
+		return dst
 	}
-	o := newObj([]byte(`"ncclmerge":`))
+	o := newObj(append(dst, `"ncclmerge":`...))
 	o.str("kernel", l.kernel.name)
 	if l.kernel.corr != 0 {
 		o.uint("correlation", l.kernel.corr)
