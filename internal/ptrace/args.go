@@ -1,8 +1,6 @@
 package ptrace
 
 import (
-	"strings"
-
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
 	"github.com/tidwall/gjson"
 )
@@ -13,86 +11,8 @@ import (
 // escapes), read directly. Any other form is handed to gjson, so every value reads exactly as
 // gjson reads it. (gjson's ForEach was a third of reading a plugin trace.)
 
-// argIter walks the members of a validated JSON object.
-type argIter struct {
-	s string
-	i int
-}
-
-func newArgIter(obj string) argIter { return argIter{s: obj, i: 1} }
-
-// next returns the next member's key (unescaped) and raw value, or ok == false at the end.
-func (it *argIter) next() (key, raw string, ok bool) {
-	s := it.s
-	i := skipWS(s, it.i)
-	if i < len(s) && s[i] == ',' {
-		i = skipWS(s, i+1)
-	}
-	if i >= len(s) || s[i] != '"' {
-		return "", "", false // the closing '}'
-	}
-	ke, plain := stringEnd(s, i)
-	key = s[i+1 : ke-1]
-	if !plain {
-		key = jsonscan.String(s[i:ke])
-	}
-	i = skipWS(s, ke)
-	i = skipWS(s, i+1) // the ':'
-	v := i
-	switch c := s[i]; c {
-	case '"':
-		i, _ = stringEnd(s, i)
-	case '{', '[':
-		i, _ = jsonscan.Skip(s, i)
-	default:
-		for i < len(s) && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] > ' ' {
-			i++
-		}
-	}
-	it.i = i
-	return key, s[v:i], true
-}
-
-// stringEnd returns the end of the validated string at s[i], and whether it has no escape.
-func stringEnd(s string, i int) (int, bool) {
-	plain := true
-	for i++; i < len(s); i++ {
-		switch s[i] {
-		case '"':
-			return i + 1, plain
-		case '\\':
-			plain = false
-			i++
-		}
-	}
-	return len(s), plain
-}
-
-func skipWS(s string, i int) int {
-	for i < len(s) && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t') {
-		i++
-	}
-	return i
-}
-
-// plainString is the content of a string value without escapes.
-func plainString(raw string) (string, bool) {
-	if len(raw) < 2 || raw[0] != '"' || strings.IndexByte(raw, '\\') >= 0 {
-		return "", false
-	}
-	return raw[1 : len(raw)-1], true
-}
-
-// argStr is gjson's Str of a value: a string's content, "" for anything else.
-func argStr(raw string) string {
-	if s, ok := plainString(raw); ok {
-		return s
-	}
-	if raw[0] != '"' {
-		return ""
-	}
-	return jsonscan.String(raw)
-}
+// argStr is gjson's Str of a value.
+func argStr(raw string) string { return jsonscan.Str(raw) }
 
 // smallInt reads a plain decimal integer of at most 15 digits (exact in a double, so gjson
 // reads it the same).
@@ -147,7 +67,7 @@ func argBool(raw string) bool {
 
 // argHandle reads a "0x<hex>" handle (or a plain number), as handle does for a gjson value.
 func argHandle(raw string) (uint64, bool) {
-	if s, ok := plainString(raw); ok {
+	if s, ok := jsonscan.Plain(raw); ok {
 		if len(s) == 18 && s[0] == '0' && s[1] == 'x' {
 			if h, ok := hex16(s[2:]); ok {
 				return h, true
@@ -183,9 +103,9 @@ func hex16(s string) (uint64, bool) {
 // fillArgs sets the NCCL fields of a slice from its args; bad is the key of a handle that is
 // not one.
 func (e *Fields) fillArgs(args string) (bad string) {
-	it := newArgIter(args)
+	it := jsonscan.NewObject(args)
 	for {
-		k, v, ok := it.next()
+		k, v, ok := it.Next()
 		if !ok {
 			return ""
 		}
