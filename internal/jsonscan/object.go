@@ -1,6 +1,7 @@
 package jsonscan
 
 import (
+	"math/bits"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -36,16 +37,7 @@ func (o *Object) Next() (key, raw string, ok bool) {
 	i = SkipWS(s, ke)
 	i = SkipWS(s, i+1) // past the ':'
 	v := i
-	switch s[i] {
-	case '"':
-		i, _ = stringEnd(s, i)
-	case '{', '[':
-		i, _ = Skip(s, i)
-	default:
-		for i < len(s) && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] > ' ' {
-			i++
-		}
-	}
+	i = SkipValid(s, i)
 	o.i = i
 	return key, s[v:i], true
 }
@@ -66,16 +58,65 @@ func (o Object) Find(key string) (string, bool) {
 // stringEnd returns the end of the validated string at s[i], and whether it has no escape.
 func stringEnd(s string, i int) (int, bool) {
 	plain := true
-	for i++; i < len(s); i++ {
-		switch s[i] {
-		case '"':
-			return i + 1, plain
-		case '\\':
-			plain = false
+	for i++; ; {
+		// Eight bytes at a time to the next quote or backslash.
+		for i+8 <= len(s) {
+			x := load8(s, i)
+			q, b := x^(ones*'"'), x^(ones*'\\')
+			if m := ((q-ones)&^q | (b-ones)&^b) & highs; m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		for i < len(s) && s[i] != '"' && s[i] != '\\' {
 			i++
 		}
+		switch {
+		case i >= len(s):
+			return len(s), plain
+		case s[i] == '"':
+			return i + 1, plain
+		}
+		plain = false
+		i += 2 // an escape: the byte after the backslash is never the string's end
 	}
-	return len(s), plain
+}
+
+// StringEnd returns the end of the string at s[i] of a document validated already, and
+// whether it is plain (holds no escape).
+func StringEnd(s string, i int) (int, bool) { return stringEnd(s, i) }
+
+// SkipValid returns the end of the value at s[i] of a document validated already: it finds
+// only where the value ends, at a fraction of the cost of validating it again.
+func SkipValid(s string, i int) int {
+	switch s[i] {
+	case '"':
+		end, _ := stringEnd(s, i)
+		return end
+	case '{', '[':
+		depth := 0
+		for i < len(s) {
+			switch s[i] {
+			case '"':
+				i, _ = stringEnd(s, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	for i < len(s) && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] > ' ' {
+		i++
+	}
+	return i
 }
 
 // Plain returns the content of a raw string value without escapes.

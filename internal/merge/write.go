@@ -108,7 +108,7 @@ func (r *rankState) copyBulk(e *emitter, rebase bool) {
 	var ev traceevent.Event
 	for _, p := range pts {
 		emit(pos, int(p.off))
-		evEnd, err := traceevent.Parse(&ev, doc, int(p.off))
+		evEnd, err := traceevent.ParseValid(&ev, doc, int(p.off))
 		if err != nil {
 			e.err = err
 			return

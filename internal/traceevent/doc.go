@@ -370,7 +370,7 @@ func (d *Doc) Walk(visit func(*Event) bool) {
 		if err != nil || !ok || start >= d.eventsEnd {
 			return
 		}
-		end, err := Parse(&ev, d.doc, start)
+		end, err := ParseValid(&ev, d.doc, start)
 		if err != nil || !visit(&ev) {
 			return
 		}

@@ -132,11 +132,22 @@ func escapePath(name string) string {
 // returned as a *jsonscan.Error too (the caller adds the file).
 func Parse(e *Event, doc string, start int) (int, error) {
 	if start < len(doc) && doc[start] == '{' {
-		if end, ok := parseFast(e, doc, start); ok {
+		if end, ok := parseFast(e, doc, start, false); ok {
 			return end, nil
 		}
 	}
 	return parseSlow(e, doc, start)
+}
+
+// ParseValid is Parse for an event of a document Read has validated (a second pass over it):
+// it reads the same fields without validating the values again.
+func ParseValid(e *Event, doc string, start int) (int, error) {
+	if start < len(doc) && doc[start] == '{' {
+		if end, ok := parseFast(e, doc, start, true); ok {
+			return end, nil
+		}
+	}
+	return Parse(e, doc, start)
 }
 
 // parseSlow is Parse member by member through jsonscan.Members: every event parseFast declines.

@@ -8,7 +8,10 @@ import "github.com/ncclprof/ncclprof/internal/jsonscan"
 // whitespace skip and a string scan per key). On anything else — an escaped key, a ts that is
 // not a number, a syntax error — it returns ok == false and Parse reads the event again the
 // general way, which says what is wrong: the result is always the general reader's.
-func parseFast(e *Event, s string, start int) (end int, ok bool) {
+//
+// With valid, the document was validated already (a second pass): values are only delimited,
+// not validated again.
+func parseFast(e *Event, s string, start int, valid bool) (end int, ok bool) {
 	*e = Event{Off: int64(start)}
 	i := skipWS(s, start+1)
 	if i < len(s) && s[i] == '}' {
@@ -44,6 +47,10 @@ func parseFast(e *Event, s string, start int) (end int, ok bool) {
 		plain := false // a string value without escapes
 		var err error
 		switch c := s[i]; {
+		case valid && c == '"':
+			i, plain = jsonscan.StringEnd(s, i)
+		case valid:
+			i = jsonscan.SkipValid(s, i)
 		case c == '"':
 			i, plain, err = jsonscan.ScanString(s, i)
 		case c == '-' || c-'0' <= 9:

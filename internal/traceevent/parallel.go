@@ -298,7 +298,7 @@ func (d *Doc) WalkRange(from, to int, visit func(*Event) bool) {
 	s := d.doc
 	var ev Event
 	for i := from; i < to; {
-		end, err := Parse(&ev, s, i)
+		end, err := ParseValid(&ev, s, i)
 		if err != nil || !visit(&ev) {
 			return
 		}
