@@ -333,10 +333,14 @@ func (r *rankState) writeTrackMeta(e *emitter, tl *timelineMap) {
 		if p.t.Unanchored {
 			continue
 		}
-		var threads [][2]int64
+		var threads [][2]int64 // in order of first appearance
+		met := map[[2]int64]bool{}
 		for i := range p.t.Events {
 			if ev := &p.t.Events[i]; ev.IsSlice() && !ev.Tid.IsStr && isRealTid(ev.Tid.Num) {
-				threads = append(threads, [2]int64{ev.Pid.Num, ev.Tid.Num})
+				if th := [2]int64{ev.Pid.Num, ev.Tid.Num}; !met[th] {
+					met[th] = true
+					threads = append(threads, th)
+				}
 			}
 		}
 		var counted [][2]int64 // threads only counted slices were on, in a fixed order
