@@ -26,7 +26,13 @@ type threadAnnotation struct {
 
 // Add keeps e if it is a collective record_function on a numeric thread.
 func (a *Annotations) Add(e *Event) {
-	c, ok := e.AnnotationComms()
+	var c CommsArgs
+	var ok bool
+	if e.Decoded != nil {
+		c, ok = e.Decoded.Comms, e.Decoded.Annotation
+	} else {
+		c, ok = e.AnnotationComms()
+	}
 	if !ok || e.Pid.IsStr || e.Tid.IsStr {
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
+	"github.com/ncclprof/ncclprof/internal/traceevent"
 	"github.com/tidwall/gjson"
 )
 
@@ -26,7 +27,7 @@ type CommsArgs struct {
 
 // Comms reads the collective arguments of an event.
 func (e *Event) Comms() CommsArgs {
-	c, _, _ := e.comms()
+	c, _, _ := comms(&e.Event)
 	return c
 }
 
@@ -35,7 +36,7 @@ func (e *Event) Comms() CommsArgs {
 // validated when the event was read: they are walked with jsonscan.Object, each value read as
 // gjson reads it (its ForEach, where the last of a repeated key wins; its Get, where the first
 // does), at a fraction of gjson's cost (it ran for every kernel and launch call).
-func (e *Event) comms() (c CommsArgs, dims, types string) {
+func comms(e *traceevent.Event) (c CommsArgs, dims, types string) {
 	c = CommsArgs{Seq: -1, InNelems: -1, OutNelems: -1}
 	if !e.ArgsSpan.Valid() {
 		return c, "", ""
@@ -86,7 +87,9 @@ func (e *Event) comms() (c CommsArgs, dims, types string) {
 }
 
 // Correlation is the CUPTI correlation id of a runtime call or GPU activity (0 when absent).
-func (e *Event) Correlation() uint64 {
+func (e *Event) Correlation() uint64 { return correlation(&e.Event) }
+
+func correlation(e *traceevent.Event) uint64 {
 	if !e.ArgsSpan.Valid() {
 		return 0
 	}
@@ -106,16 +109,18 @@ func (e *Event) Correlation() uint64 {
 // or cpu_op in some versions) whose "Input Dims" give the input tensor's shape and "Input
 // type" its dtype. ok is false for other events. Newer annotations and record_param_comms
 // carry the kernel's fields ("In msg nelems", "dtype"), which win where present.
-func (e *Event) AnnotationComms() (c CommsArgs, ok bool) {
+func (e *Event) AnnotationComms() (c CommsArgs, ok bool) { return annotationComms(&e.Event, e.Cat) }
+
+func annotationComms(e *traceevent.Event, cat Cat) (c CommsArgs, ok bool) {
 	switch {
-	case e.Cat != CatUserAnnotation && e.Cat != CatCPUOp:
+	case cat != CatUserAnnotation && cat != CatCPUOp:
 		return c, false
 	case strings.HasPrefix(e.Name, "nccl:"):
 	case e.Name == "record_param_comms":
 	default:
 		return c, false
 	}
-	c, dims, types := e.comms()
+	c, dims, types := comms(e)
 	if c.Collective == "" {
 		c.Collective = strings.TrimPrefix(e.Name, "nccl:")
 	}

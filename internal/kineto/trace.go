@@ -58,6 +58,8 @@ type Options struct {
 	Base *int64
 	// RepairUTF8: see traceevent.Options (the data must be the caller's to change).
 	RepairUTF8 bool
+	// Decode gives each visited event its Decoded facts, read on the parsing goroutines.
+	Decode bool
 }
 
 const syntaxHint = "the file is not valid JSON; check that it is a trace written by torch.profiler"
@@ -79,14 +81,27 @@ func Read(path string, opt Options, visit func(*Event) error) (*Trace, error) {
 // Parse is Read on a document already in memory.
 func Parse(path string, data []byte, opt Options, visit func(*Event) error) (*Trace, error) {
 	var ev Event
-	var inner func(*traceevent.Event) error
+	var inner func(*traceevent.Event, *Decoded) error
 	if visit != nil {
-		inner = func(e *traceevent.Event) error {
+		inner = func(e *traceevent.Event, d *Decoded) error {
 			ev.Event, ev.Cat = *e, CatOf(e.Cat)
+			if opt.Decode {
+				ev.Decoded = d
+			}
 			return visit(&ev)
 		}
 	}
-	doc, err := traceevent.Read(path, data, traceevent.Options{Progress: opt.Progress, Hint: syntaxHint, RepairUTF8: opt.RepairUTF8}, inner)
+	var parse traceevent.ParseFunc[Decoded]
+	if opt.Decode {
+		parse = func(e *traceevent.Event, d *Decoded, doc string, start int) (int, error) {
+			end, err := traceevent.Parse(e, doc, start)
+			if err == nil {
+				decode(e, d)
+			}
+			return end, err
+		}
+	}
+	doc, err := traceevent.ReadWith(path, data, traceevent.Options{Progress: opt.Progress, Hint: syntaxHint, RepairUTF8: opt.RepairUTF8}, parse, inner)
 	if err != nil {
 		return nil, err
 	}

@@ -191,10 +191,10 @@ func (x *kinetoIndex) slice(e *kineto.Event) {
 	case kineto.CatUserAnnotation, kineto.CatCPUOp:
 		x.annots.Add(e)
 	case kineto.CatRuntime, kineto.CatDriver:
-		if !kineto.IsLaunch(e.Name) && !kineto.IsGraphLaunch(e.Name) {
+		if !e.Decoded.Launch {
 			return
 		}
-		corr := e.Correlation()
+		corr := e.Decoded.Corr
 		if corr == 0 || e.Pid.IsStr || e.Tid.IsStr {
 			return
 		}
@@ -209,15 +209,15 @@ func (x *kinetoIndex) slice(e *kineto.Event) {
 		x.read.add(c)
 		x.maxCallDur = max(x.maxCallDur, int64(c.dur))
 	case kineto.CatKernel:
-		if !e.Pid.IsStr {
+		if !e.Pid.IsStr && !x.gpuPids[e.Pid.Num] {
 			x.gpuPids[e.Pid.Num] = true
 		}
-		if !kineto.IsNCCLKernel(e.Name) {
+		if !e.Decoded.NCCL {
 			return
 		}
 		spec, _ := collective.ParseKernel(e.Name)
-		k := &kernel{off: e.Off, size: len(e.Raw), name: e.Name, corr: e.Correlation(), pid: e.Pid, tid: e.Tid,
-			start: e.Ts, end: e.Ts + e.Dur, spec: spec, comms: e.Comms()}
+		k := &kernel{off: e.Off, size: len(e.Raw), name: e.Name, corr: e.Decoded.Corr, pid: e.Pid, tid: e.Tid,
+			start: e.Ts, end: e.Ts + e.Dur, spec: spec, comms: e.Decoded.Comms}
 		x.kernels = append(x.kernels, k)
 		x.kernelAt[k.off] = k
 	}

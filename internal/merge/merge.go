@@ -248,7 +248,7 @@ func (x *pluginIndexes) of(t *ptrace.Trace) *pluginIndex {
 func loadRank(path string, p *pairer, opt Options) (*rankState, error) {
 	x := newKinetoIndex()
 	prog := newProgress(opt, path)
-	kt, err := kineto.Read(path, kineto.Options{Base: opt.KinetoBase, Progress: prog.update}, x.visit)
+	kt, err := kineto.Read(path, kineto.Options{Base: opt.KinetoBase, Progress: prog.update, Decode: true}, x.visit)
 	prog.done()
 	if err != nil {
 		return nil, err
