@@ -29,7 +29,6 @@ type pluginRun struct {
 	out    []byte
 	events int
 	sc     scratch
-	tmp    ptrace.Event
 }
 
 // writePlugin writes the rank's plugin events, file by file.
@@ -71,25 +70,20 @@ func (r *rankState) writePlugin(e *emitter, tl *timelineMap, ids *idSpace) {
 }
 
 // event formats one event of the file into run. kept are the decoded events from this one on:
-// the event is the first of them when it was decoded.
+// the event is the first of them when it was decoded (the others were read as records).
 func (pw *pluginWriter) event(run *pluginRun, raw *traceevent.Event, kept *[]ptrace.Event) {
 	p := pw.p
-	ev := &run.tmp
+	var ev *ptrace.Event
 	if k := *kept; len(k) > 0 && k[0].Off == raw.Off {
 		ev, *kept = &k[0], k[1:]
-	} else {
-		run.tmp = ptrace.Event{Event: *raw, Fields: ptrace.Fields{Kind: ptrace.KindOf(raw.Cat, raw.Name),
-			Start: p.t.Base + raw.Ts, End: p.t.Base + raw.Ts + raw.Dur}}
-		if raw.Ph != "X" {
-			run.tmp.Kind = ptrace.KindOther
-		}
+		raw = &ev.Event
 	}
-	if ev.Raw == "{}" || isProcessMeta(ev) {
+	if raw.Raw == "{}" || isProcessMeta(raw) {
 		return // the sentinel of the example plugin; process metadata went first
 	}
 	flowN := int64(-1)
-	if isFlow(ev.Ph) {
-		k, ok := p.lean.keys.find(ev.IDRaw, ev.Cat, ev.Name)
+	if isFlow(raw.Ph) {
+		k, ok := p.lean.keys.find(raw.IDRaw, raw.Cat, raw.Name)
 		n, complete := pw.flows[k]
 		if !ok || !complete {
 			return // a flow start whose end was cut off with the file
@@ -97,14 +91,14 @@ func (pw *pluginWriter) event(run *pluginRun, raw *traceevent.Event, kept *[]ptr
 		flowN = int64(n)
 	}
 	run.out = append(run.out, ',', '\n')
-	run.out = pw.rewrite(run.out, &run.sc, ev, flowN)
+	run.out = pw.rewrite(run.out, &run.sc, raw, ev, flowN)
 	run.events++
 }
 
 func isFlow(ph string) bool { return ph == "s" || ph == "t" || ph == "f" }
 
 // isProcessMeta: the plugin names the process it shares with Kineto ("ncclprof <host> pid N").
-func isProcessMeta(ev *ptrace.Event) bool {
+func isProcessMeta(ev *traceevent.Event) bool {
 	return ev.Ph == "M" && (ev.Name == "process_name" || ev.Name == "process_labels" || ev.Name == "process_sort_index")
 }
 
@@ -116,9 +110,9 @@ func (r *rankState) writePluginProcessMeta(e *emitter, tl *timelineMap) {
 	for _, p := range r.px {
 		pw := &pluginWriter{r: r, p: p, tl: tl, ids: ids, base: e.base}
 		for i := range p.t.Events {
-			if ev := &p.t.Events[i]; isProcessMeta(ev) {
+			if ev := &p.t.Events[i]; isProcessMeta(&ev.Event) {
 				e.sep()
-				e.cur = pw.rewrite(e.cur, &e.sc, ev, -1)
+				e.cur = pw.rewrite(e.cur, &e.sc, &ev.Event, ev, -1)
 				e.events++
 				e.spill()
 			}
@@ -157,14 +151,14 @@ func pluginFlows(recs *blocks[flowRec], next *uint64) map[flowKey]uint64 {
 
 // rewrite appends ev to dst with its time on the output's clock, its real thread moved to a
 // track of its own, its flow id renumbered (flowN ≥ 0: its number) and, for a linked
-// operation, its link.
-func (pw *pluginWriter) rewrite(dst []byte, sc *scratch, ev *ptrace.Event, flowN int64) []byte {
+// operation (kept: its decoded event, nil for events read as records), its link.
+func (pw *pluginWriter) rewrite(dst []byte, sc *scratch, ev *traceevent.Event, kept *ptrace.Event, flowN int64) []byte {
 	r, p, tl := pw.r, pw.p, pw.tl
 	reps := sc.reps[:0]
 	b := sc.buf[:0]
 	if ev.HasTs && ev.TsSpan.Valid() {
 		at := len(b)
-		ts := ev.Start + p.shift + r.shift
+		ts := p.t.Base + ev.Ts + p.shift + r.shift
 		b = jsonscan.AppendMicros(b, ts-pw.base)
 		reps = append(reps, rep{ev.TsSpan, b[at:]})
 		if ev.HasDur && ev.DurSpan.Valid() {
@@ -195,8 +189,8 @@ func (pw *pluginWriter) rewrite(dst []byte, sc *scratch, ev *ptrace.Event, flowN
 		reps = append(reps, rep{ev.IDSpan, b[at:]})
 	}
 	var add []byte
-	if ev.IsSlice() {
-		sc.args = r.appendPluginLinkArgs(sc.args[:0], p, ev)
+	if kept != nil && kept.IsSlice() {
+		sc.args = r.appendPluginLinkArgs(sc.args[:0], p, kept)
 		add = sc.args
 	}
 	// The replacements point into b while dst is built: both are kept for the next event.
