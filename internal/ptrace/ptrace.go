@@ -245,32 +245,32 @@ func parseLean(path string, data []byte, drop func(*Event) bool, repair bool) (*
 	}
 	// With drop, events are decoded on the goroutines that parse the file's chunks. The header
 	// (and its base) may follow the events: times are made absolute at the end.
-	parse := func(e *traceevent.Event, f *Fields, doc string, start int) (int, error) {
-		end, err := traceevent.Parse(e, doc, start)
+	parse := func(e *Event, doc string, start int) (int, error) {
+		end, err := traceevent.Parse(&e.Event, doc, start)
+		e.Fields = Fields{}
 		if err == nil && drop != nil {
-			err = t.decode(e, f)
+			err = t.decode(&e.Event, &e.Fields)
 		}
 		return end, err
 	}
 	// Kept events are gathered in blocks and copied once into a slice of their number: a
 	// slice grown by doubling copied them several times over (a fifth of reading the trace).
 	var kept [][]Event
-	var ev Event
-	doc, err := traceevent.ReadWith(path, data, traceevent.Options{Truncated: true, Hint: syntaxHint, RepairUTF8: repair}, parse,
-		func(e *traceevent.Event, f *Fields) error {
-			if drop == nil {
-				raw = append(raw, Event{Event: *e})
-				return nil
-			}
-			ev.Event, ev.Fields = *e, *f
-			if !drop(&ev) {
-				if len(kept) == 0 || len(kept[len(kept)-1]) == cap(kept[len(kept)-1]) {
-					kept = append(kept, make([]Event, 0, 1024))
-				}
-				kept[len(kept)-1] = append(kept[len(kept)-1], ev)
-			}
+	visit := func(e *Event) error {
+		if drop == nil {
+			raw = append(raw, Event{Event: e.Event})
 			return nil
-		})
+		}
+		if !drop(e) {
+			if len(kept) == 0 || len(kept[len(kept)-1]) == cap(kept[len(kept)-1]) {
+				kept = append(kept, make([]Event, 0, 1024))
+			}
+			kept[len(kept)-1] = append(kept[len(kept)-1], *e)
+		}
+		return nil
+	}
+	doc, err := traceevent.ReadWith(path, data, traceevent.Options{Truncated: true, Hint: syntaxHint, RepairUTF8: repair},
+		traceevent.Reader[Event]{Parse: parse, Event: func(e *Event) *traceevent.Event { return &e.Event }, Visit: visit})
 	if err != nil {
 		return nil, err
 	}

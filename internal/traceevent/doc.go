@@ -101,21 +101,25 @@ func (d *Doc) Errorf(off int, hint, format string, a ...any) error {
 // Event is reused between calls: copy what must outlive one (its strings point into data and
 // stay valid as long as data does).
 func Read(path string, data []byte, opt Options, visit func(*Event) error) (*Doc, error) {
-	var v func(*Event, *struct{}) error
-	if visit != nil {
-		v = func(e *Event, _ *struct{}) error { return visit(e) }
-	}
-	return ReadWith[struct{}](path, data, opt, nil, v)
+	return ReadWith(path, data, opt, Reader[Event]{Parse: Parse, Event: func(e *Event) *Event { return e }, Visit: visit})
 }
 
-// ParseFunc reads the event at doc[start] as Parse does, and what a reader takes from it
-// besides into aux. It runs on the goroutines that parse a large document's chunks, so the
-// reading work is shared between the cores; it must not touch anything but its arguments.
-type ParseFunc[T any] func(e *Event, aux *T, doc string, start int) (end int, err error)
+// Reader is how ReadWith reads each event into a T of the reader's, which holds the Event.
+type Reader[T any] struct {
+	// Parse reads the event at doc[start] into t: its Event as Parse does, and what else the
+	// reader takes from it. It runs on the goroutines that parse a large document's chunks,
+	// so that work is shared between the cores: it must touch nothing but its arguments. It
+	// sets every field of t (t is not zeroed before).
+	Parse func(t *T, doc string, start int) (end int, err error)
+	// Event returns the Event inside t.
+	Event func(t *T) *Event
+	// Visit, if set, sees each event in file order, where it was parsed (no copy): t is
+	// reused once Visit returns.
+	Visit func(t *T) error
+}
 
-// ReadWith is Read where each event is read by parse (nil: Parse), and visit sees, in file
-// order, each event with its aux (both reused between calls).
-func ReadWith[T any](path string, data []byte, opt Options, parse ParseFunc[T], visit func(*Event, *T) error) (*Doc, error) {
+// ReadWith is Read for a reader that takes more from each event than its Event.
+func ReadWith[T any](path string, data []byte, opt Options, r Reader[T]) (*Doc, error) {
 	d := &Doc{Path: path, Data: data}
 	// Valid text is checked at memory speed (tens of GB/s); only a file that fails is walked
 	// byte by byte.
@@ -123,11 +127,8 @@ func ReadWith[T any](path string, data []byte, opt Options, parse ParseFunc[T], 
 		d.InvalidUTF8, d.FirstInvalidUTF8 = invalidUTF8(data, opt.RepairUTF8)
 	}
 	d.doc = unsafe.String(unsafe.SliceData(data), len(data))
-	if parse == nil {
-		parse = func(e *Event, _ *T, doc string, start int) (int, error) { return Parse(e, doc, start) }
-	}
 	events := func(i int) (int, error) {
-		return walkEvents(d, i, &walker[T]{d: d, opt: opt, visit: visit, parse: parse})
+		return walkEvents(d, i, &walker[T]{d: d, opt: opt, r: r})
 	}
 	if err := d.walkTop(opt, events); err != nil {
 		return nil, err
@@ -248,14 +249,12 @@ func walkEvents[T any](d *Doc, i int, w *walker[T]) (int, error) {
 
 // walker carries one walk of the events array.
 type walker[T any] struct {
-	d     *Doc
-	opt   Options
-	visit func(*Event, *T) error
-	parse ParseFunc[T]
-	arr   *jsonscan.Array
-	n     int
-	ev    Event
-	aux   T
+	d   *Doc
+	opt Options
+	r   Reader[T]
+	arr *jsonscan.Array
+	n   int
+	cur T
 }
 
 // sequential parses and visits events from the array's position until its end, or (limit ≥ 0)
@@ -274,15 +273,13 @@ func (w *walker[T]) sequential(limit int) (int, error) {
 		}
 		var end int
 		if err == nil {
-			var zero T
-			w.aux = zero
-			end, err = w.parse(&w.ev, &w.aux, s, start)
+			end, err = w.r.Parse(&w.cur, s, start)
 		}
 		if err != nil {
 			return w.fail(err, end)
 		}
 		w.arr.Finish(end)
-		if err := w.accept(&w.ev, &w.aux, start, end); err != nil {
+		if err := w.accept(&w.cur, start, end); err != nil {
 			return start, err
 		}
 	}
@@ -302,7 +299,8 @@ func (w *walker[T]) fail(err error, end int) (int, error) {
 const markEvery = 2048
 
 // accept checks and visits one parsed event.
-func (w *walker[T]) accept(ev *Event, aux *T, start, end int) error {
+func (w *walker[T]) accept(t *T, start, end int) error {
+	ev := w.r.Event(t)
 	w.d.eventsEnd = end
 	if ev.Ph == "" && ev.Raw != "{}" {
 		return w.d.Errorf(start, "every trace event needs a \"ph\"", "event %d has no ph", w.n)
@@ -312,8 +310,8 @@ func (w *walker[T]) accept(ev *Event, aux *T, start, end int) error {
 	}
 	w.n++
 	w.d.Events++
-	if w.visit != nil {
-		if err := w.visit(ev, aux); err != nil {
+	if w.r.Visit != nil {
+		if err := w.r.Visit(t); err != nil {
 			return err
 		}
 	}

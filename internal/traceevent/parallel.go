@@ -22,8 +22,7 @@ const (
 // chunk is one worker's result.
 type chunk[T any] struct {
 	start, limit int // the chunk covers events that start in [start, limit)
-	events       []Event
-	aux          []T
+	events       []T
 	bounds       [][2]int // each event's start and end
 	next         int      // where the event after the last one starts (≥ limit), or the ']'
 	closed       bool     // next is the array's ']'
@@ -92,7 +91,7 @@ func (w *walker[T]) parallel() (end int, done bool, err error) {
 				default:
 					c = &chunk[T]{}
 				}
-				c.parse(w.parse, s, cuts[i], limit)
+				c.parse(w.r.Parse, s, cuts[i], limit)
 				results[i] <- c
 			}
 		}()
@@ -121,7 +120,7 @@ func (w *walker[T]) parallel() (end int, done bool, err error) {
 			continue
 		}
 		for k := range c.events {
-			if err := w.accept(&c.events[k], &c.aux[k], c.bounds[k][0], c.bounds[k][1]); err != nil {
+			if err := w.accept(&c.events[k], c.bounds[k][0], c.bounds[k][1]); err != nil {
 				return c.bounds[k][0], true, err
 			}
 		}
@@ -167,24 +166,27 @@ func nextBoundary(s string, at int) int {
 	return -1
 }
 
-// parse parses the events that start in [start, limit) into c, reusing its slices.
-func (c *chunk[T]) parse(parse ParseFunc[T], s string, start, limit int) {
+// parse parses the events that start in [start, limit) into c, reusing its slices (parse sets
+// every field of an event: the slots are not zeroed).
+func (c *chunk[T]) parse(parse func(*T, string, int) (int, error), s string, start, limit int) {
 	if cap(c.events) == 0 {
 		// Sized for events of 200 bytes or more (traces' are 250 to 400): grown by doubling,
 		// a new chunk's slices were allocated twice over.
 		n := min(limit-start, chunkSize) / 200
-		c.events, c.aux, c.bounds = make([]Event, 0, n), make([]T, 0, n), make([][2]int, 0, n)
+		c.events, c.bounds = make([]T, 0, n), make([][2]int, 0, n)
 	}
-	*c = chunk[T]{start: start, limit: limit, next: start, events: c.events[:0], aux: c.aux[:0], bounds: c.bounds[:0]}
-	var zero T
+	*c = chunk[T]{start: start, limit: limit, next: start, events: c.events[:0], bounds: c.bounds[:0]}
 	i := start
 	for {
-		c.events = append(c.events, Event{})
-		c.aux = append(c.aux, zero)
-		ev, aux := &c.events[len(c.events)-1], &c.aux[len(c.aux)-1]
-		end, err := parse(ev, aux, s, i)
+		if len(c.events) == cap(c.events) {
+			var zero T
+			c.events = append(c.events, zero)
+		} else {
+			c.events = c.events[:len(c.events)+1]
+		}
+		end, err := parse(&c.events[len(c.events)-1], s, i)
 		if err != nil {
-			c.events, c.aux = c.events[:len(c.events)-1], c.aux[:len(c.aux)-1]
+			c.events = c.events[:len(c.events)-1]
 			c.err, c.errEnd, c.next = err, end, i
 			return
 		}
@@ -203,7 +205,7 @@ func (c *chunk[T]) parse(parse ParseFunc[T], s string, start, limit int) {
 		default:
 			// Not a separator: let the sequential walk say what is wrong, from this event on.
 			c.err, c.next = &jsonscan.Error{Offset: int64(j), Msg: "bad separator"}, i
-			c.events, c.aux, c.bounds = c.events[:len(c.events)-1], c.aux[:len(c.aux)-1], c.bounds[:len(c.bounds)-1]
+			c.events, c.bounds = c.events[:len(c.events)-1], c.bounds[:len(c.bounds)-1]
 			return
 		}
 	}
