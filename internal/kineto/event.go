@@ -70,11 +70,19 @@ type Decoded struct {
 	// Annotation: a collective record_function, whose args are Comms (AnnotationComms).
 	Annotation bool
 	Comms      CommsArgs
+	// FlowID is a flow event's id as traceevent.FlowID reads it (FlowIDOK: it is one).
+	FlowID   uint64
+	FlowIDOK bool
 }
 
 // decode reads e's Decoded facts.
 func decode(e *traceevent.Event, d *Decoded) {
-	if e.Ph != "X" {
+	switch e.Ph {
+	case "s", "t", "f":
+		d.FlowID, d.FlowIDOK = traceevent.FlowID(e.IDRaw)
+		return
+	case "X":
+	default:
 		return
 	}
 	switch cat := CatOf(e.Cat); cat {

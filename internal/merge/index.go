@@ -2,12 +2,10 @@ package merge
 
 import (
 	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/ncclprof/ncclprof/internal/collective"
-	"github.com/ncclprof/ncclprof/internal/jsonscan"
 	"github.com/ncclprof/ncclprof/internal/kineto"
+	"github.com/ncclprof/ncclprof/internal/traceevent"
 )
 
 // launchCall is a Kineto runtime/driver call that launches a kernel. Traces have one per
@@ -35,16 +33,22 @@ type kernel struct {
 	launch     *launchCall
 	link       *link
 	why        string // why it stayed unlinked
+	seq        string // seqKey, once named
 }
 
 // seqKey names the sequence a kernel belongs to for the order rule: its stream, with the c10d
 // process group where Kineto recorded the collective args (a communicator launches on one
-// stream, and the stream runs its kernels in launch order).
+// stream, and the stream runs its kernels in launch order). It is named once per kernel (the
+// rules ask several times).
 func (k *kernel) seqKey() string {
-	if k.comms.PGName != "" {
-		return "pg " + k.comms.PGName + " stream " + k.tid.String()
+	if k.seq == "" {
+		if k.comms.PGName != "" {
+			k.seq = "pg " + k.comms.PGName + " stream " + k.tid.String()
+		} else {
+			k.seq = "stream " + k.tid.String()
+		}
 	}
-	return "stream " + k.tid.String()
+	return k.seq
 }
 
 // ref is the kernel's time for matching in time: its launch call (CPU side, right after NCCL
@@ -120,18 +124,10 @@ type flowKeys struct {
 	lastKind uint32
 }
 
-// flowID reads a flow id and names its kind. String ids are hex, as Perfetto reads them; an
-// id that is no number is part of the kind.
-func flowID(idRaw, cat, name string) (uint64, [3]string) {
-	var id uint64
-	var err error
-	if strings.HasPrefix(idRaw, `"`) {
-		id, err = strconv.ParseUint(strings.TrimPrefix(strings.ToLower(jsonscan.String(idRaw)), "0x"), 16, 64)
-	} else {
-		id, err = jsonscan.Uint(idRaw)
-	}
+// flowKind names the kind of a flow: its (cat, name), and the id's text where it is no number.
+func flowKind(id uint64, ok bool, idRaw, cat, name string) (uint64, [3]string) {
 	k := [3]string{cat, name}
-	if err != nil {
+	if !ok {
 		id, k[2] = 0, idRaw
 	}
 	return id, k
@@ -140,14 +136,21 @@ func flowID(idRaw, cat, name string) (uint64, [3]string) {
 // find is key for an event whose kind was seen while reading, without interning: safe for
 // concurrent use once reading is done. ok is false for a kind never seen.
 func (f *flowKeys) find(idRaw, cat, name string) (flowKey, bool) {
-	id, k := flowID(idRaw, cat, name)
+	id, valid := traceevent.FlowID(idRaw)
+	id, k := flowKind(id, valid, idRaw, cat, name)
 	kind, ok := f.kinds[k]
 	return flowKey{id, kind}, ok
 }
 
 // key returns the flow key of an event.
 func (f *flowKeys) key(idRaw, cat, name string) flowKey {
-	id, k := flowID(idRaw, cat, name)
+	id, ok := traceevent.FlowID(idRaw)
+	return f.keyOf(id, ok, idRaw, cat, name)
+}
+
+// keyOf is key for an id read already (traceevent.FlowID).
+func (f *flowKeys) keyOf(id uint64, ok bool, idRaw, cat, name string) flowKey {
+	id, k := flowKind(id, ok, idRaw, cat, name)
 	if k != f.last || f.kinds == nil {
 		if f.kinds == nil {
 			f.kinds = map[[3]string]uint32{}
@@ -176,7 +179,7 @@ func (x *kinetoIndex) visit(e *kineto.Event) error {
 	case "X":
 		x.slice(e)
 	case "s", "t", "f":
-		x.flows.add(x.keys.key(e.IDRaw, e.Event.Cat, e.Name), e.Ph == "s", e.Off)
+		x.flows.add(x.keys.keyOf(e.Decoded.FlowID, e.Decoded.FlowIDOK, e.IDRaw, e.Event.Cat, e.Name), e.Ph == "s", e.Off)
 	case "M":
 		switch e.Name {
 		case "process_labels":

@@ -127,3 +127,18 @@ func checkWalkParallel(t *testing.T, d *Doc, want []string) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// Flow ids read as Perfetto reads them: numbers, and strings of hex digits with or without 0x.
+func TestFlowID(t *testing.T) {
+	for raw, want := range map[string]struct {
+		id uint64
+		ok bool
+	}{
+		`42`: {42, true}, `"2a"`: {42, true}, `"0x2A"`: {42, true}, `"0X2a"`: {42, true},
+		`18446744073709551615`: {1<<64 - 1, true}, `"g1"`: {0, false}, `1.5`: {0, false}, `-1`: {0, false},
+	} {
+		if id, ok := FlowID(raw); id != want.id || ok != want.ok {
+			t.Errorf("FlowID(%s) = %d, %v; want %d, %v", raw, id, ok, want.id, want.ok)
+		}
+	}
+}

@@ -211,6 +211,21 @@ func parseSlow(e *Event, doc string, start int) (int, error) {
 	return end, nil
 }
 
+// FlowID reads a v1 flow event's id as Perfetto does: a number, or a string of hex digits
+// (with or without 0x). ok is false for anything else (which Perfetto keys by its text).
+func FlowID(raw string) (id uint64, ok bool) {
+	var err error
+	if strings.HasPrefix(raw, `"`) {
+		id, err = strconv.ParseUint(strings.TrimPrefix(strings.ToLower(jsonscan.String(raw)), "0x"), 16, 64)
+	} else {
+		id, err = jsonscan.Uint(raw)
+	}
+	if err != nil {
+		return 0, false
+	}
+	return id, true
+}
+
 // timeOf reads a µs value (number or numeric string, as Perfetto accepts) as exact ns.
 func timeOf(raw string) (int64, bool) {
 	if raw[0] == '"' {
