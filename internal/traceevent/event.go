@@ -167,37 +167,8 @@ func parseSlow(e *Event, doc string, start int) (int, error) {
 		if err != nil {
 			return ve, err
 		}
-		raw := doc[v:ve]
-		sp := Span{int32(v - start), int32(ve - start)}
-		switch key {
-		case "ph":
-			e.Ph = jsonscan.String(raw)
-		case "cat":
-			e.Cat = jsonscan.String(raw)
-		case "name":
-			e.Name = jsonscan.String(raw)
-		case "pid":
-			e.Pid, e.PidSpan = idOf(raw), sp
-		case "tid":
-			e.Tid, e.TidSpan = idOf(raw), sp
-		case "ts":
-			e.TsSpan = sp
-			if e.Ts, e.HasTs = timeOf(raw); !e.HasTs && problem == "" {
-				problem, problemAt = "ts is not a number: "+Clip(raw), v
-			}
-		case "dur":
-			e.DurSpan = sp
-			if e.Dur, e.HasDur = timeOf(raw); !e.HasDur && problem == "" {
-				problem, problemAt = "dur is not a number: "+Clip(raw), v
-			}
-		case "id":
-			e.IDRaw, e.IDSpan = raw, sp
-		case "bp":
-			e.Bp = jsonscan.String(raw)
-		case "args":
-			if raw[0] == '{' {
-				e.ArgsSpan = sp
-			}
+		if p := e.member(key, doc, v, ve, start, false); p != "" && problem == "" {
+			problem, problemAt = p, v
 		}
 		return ve, nil
 	})

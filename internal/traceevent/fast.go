@@ -61,7 +61,7 @@ func parseFast(e *Event, s string, start int, valid bool) (end int, ok bool) {
 		if err != nil {
 			return 0, false
 		}
-		if !e.member(key, s, v, i, start, plain) {
+		if e.member(key, s, v, i, start, plain) != "" {
 			return 0, false
 		}
 		if i < len(s) && s[i] != ',' && s[i] != '}' {
@@ -82,9 +82,10 @@ func parseFast(e *Event, s string, start int, valid bool) (end int, ok bool) {
 	}
 }
 
-// member reads one top-level member whose value is s[v:ve] (validated) into e, as Parse does;
-// false where the general reader must decide (a ts that is not a number).
-func (e *Event) member(key, s string, v, ve, start int, plain bool) bool {
+// member reads one top-level member whose value is s[v:ve] (validated; plain: a string without
+// escapes) into e. It returns what is wrong where the format needs another value (a ts that is
+// not a number), else "".
+func (e *Event) member(key, s string, v, ve, start int, plain bool) (problem string) {
 	raw := s[v:ve]
 	sp := Span{int32(v - start), int32(ve - start)}
 	str := func() string {
@@ -107,12 +108,12 @@ func (e *Event) member(key, s string, v, ve, start int, plain bool) bool {
 	case "ts":
 		e.TsSpan = sp
 		if e.Ts, e.HasTs = timeOf(raw); !e.HasTs {
-			return false
+			return "ts is not a number: " + Clip(raw)
 		}
 	case "dur":
 		e.DurSpan = sp
 		if e.Dur, e.HasDur = timeOf(raw); !e.HasDur {
-			return false
+			return "dur is not a number: " + Clip(raw)
 		}
 	case "id":
 		e.IDRaw, e.IDSpan = raw, sp
@@ -123,7 +124,7 @@ func (e *Event) member(key, s string, v, ve, start int, plain bool) bool {
 			e.ArgsSpan = sp
 		}
 	}
-	return true
+	return ""
 }
 
 // skipWS is jsonscan.SkipWS, inlined here: most calls find no whitespace.

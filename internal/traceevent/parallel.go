@@ -52,26 +52,76 @@ func (w *walker[T]) parallel() (end int, done bool, err error) {
 	if len(cuts) < 2 {
 		return 0, false, nil
 	}
-	// Workers take chunks in order; at most 2·procs results wait for the consumer.
-	results := make([]chan *chunk[T], len(cuts))
-	for i := range results {
-		results[i] = make(chan *chunk[T], 1)
+	expect := first
+	inOrder(len(cuts), procs, func(i int, c *chunk[T]) {
+		limit := len(s)
+		if i+1 < len(cuts) {
+			limit = cuts[i+1]
+		}
+		c.parse(w.r.Parse, s, cuts[i], limit)
+	}, func(_ int, c *chunk[T]) bool {
+		end, done, err = w.consume(c, &expect)
+		return !done
+	})
+	if done {
+		return end, true, err
 	}
-	jobs := make(chan int, len(cuts))
-	for i := range cuts {
+	w.arr.Resume(expect)
+	end, err = w.sequential(-1)
+	return end, true, err
+}
+
+// consume visits a parsed chunk that should start at *expect, and moves *expect past it. done
+// is true when the walk ended here (an error, or the end of the array), with its result.
+func (w *walker[T]) consume(c *chunk[T], expect *int) (end int, done bool, err error) {
+	if c.start != *expect {
+		// A false boundary, or the previous stretch was parsed here: catch up sequentially.
+		w.arr.Resume(*expect)
+		pos, err := w.sequential(c.limit)
+		if err != nil || w.d.Truncated || w.arr.End > 0 {
+			return pos, true, err // an error, or the array ended
+		}
+		*expect = pos
+		return 0, false, nil
+	}
+	for k := range c.events {
+		if err := w.accept(&c.events[k], c.bounds[k][0], c.bounds[k][1]); err != nil {
+			return c.bounds[k][0], true, err
+		}
+	}
+	if c.err != nil || c.closed {
+		// A genuine error (this chunk started at a real boundary: the sequential walk reports
+		// it, knowing about truncation and event numbers), or the end of the array.
+		w.arr.Resume(c.next)
+		end, err := w.sequential(-1)
+		return end, true, err
+	}
+	*expect = c.next
+	return 0, false, nil
+}
+
+// inOrder runs work for jobs 0 … n-1 on procs goroutines and hands each result to each, on the
+// caller's goroutine, in job order; it stops early when each returns false. Workers take a slot
+// before a job, so the slots go to the oldest jobs and each, which waits for them in order,
+// always gets the next one; at most 2·procs results wait. Results are reused: each must be done
+// with one when it returns (work is handed back a used result to fill again).
+func inOrder[R any](n, procs int, work func(i int, r *R), each func(i int, r *R) bool) {
+	results := make([]chan *R, n)
+	for i := range results {
+		results[i] = make(chan *R, 1)
+	}
+	jobs := make(chan int, n)
+	for i := range n {
 		jobs <- i
 	}
 	close(jobs)
 	sem := make(chan struct{}, 2*procs)
-	// Chunks are recycled: their event slices are the walk's only per-event allocation.
-	free := make(chan *chunk[T], 2*procs+1)
+	free := make(chan *R, 2*procs+1)
 	stop := make(chan struct{})
 	defer close(stop)
-	for p := 0; p < procs; p++ {
+	for range procs {
 		go func() {
 			for {
-				// Take a slot before a job, so the slots go to the oldest jobs and the
-				// consumer, which waits for them in order, always gets the next one.
 				select {
 				case sem <- struct{}{}:
 				case <-stop:
@@ -81,67 +131,30 @@ func (w *walker[T]) parallel() (end int, done bool, err error) {
 				if !ok {
 					return
 				}
-				limit := len(s)
-				if i+1 < len(cuts) {
-					limit = cuts[i+1]
-				}
-				var c *chunk[T]
+				var r *R
 				select {
-				case c = <-free:
+				case r = <-free:
 				default:
-					c = &chunk[T]{}
+					r = new(R)
 				}
-				c.parse(w.r.Parse, s, cuts[i], limit)
-				results[i] <- c
+				work(i, r)
+				results[i] <- r
 			}
 		}()
 	}
-	// A chunk goes back to the pool before its slot is released, so that the worker the slot
-	// lets go finds it there (chunks are allocated a handful of times, not once per chunk).
-	release := func(c *chunk[T]) {
+	for i := range n {
+		r := <-results[i]
+		if !each(i, r) {
+			return
+		}
+		// Back to the pool before its slot is released, so that the worker the slot lets go
+		// finds it there (results are allocated a handful of times, not once per job).
 		select {
-		case free <- c:
+		case free <- r:
 		default:
 		}
 		<-sem
 	}
-	expect := first
-	for i := range cuts {
-		c := <-results[i]
-		if c.start != expect {
-			// A false boundary, or the previous stretch was parsed here: catch up sequentially.
-			w.arr.Resume(expect)
-			pos, err := w.sequential(c.limit)
-			if err != nil || w.d.Truncated || w.arr.End > 0 {
-				return pos, true, err // an error, or the array ended
-			}
-			expect = pos
-			release(c)
-			continue
-		}
-		for k := range c.events {
-			if err := w.accept(&c.events[k], c.bounds[k][0], c.bounds[k][1]); err != nil {
-				return c.bounds[k][0], true, err
-			}
-		}
-		if c.err != nil {
-			// Genuine: this chunk started at a real boundary. Let the sequential walk report
-			// it (it knows about truncation and event numbers).
-			w.arr.Resume(c.next)
-			end, err := w.sequential(-1)
-			return end, true, err
-		}
-		if c.closed {
-			w.arr.Resume(c.next)
-			end, err := w.sequential(-1)
-			return end, true, err
-		}
-		expect = c.next
-		release(c)
-	}
-	w.arr.Resume(expect)
-	end, err = w.sequential(-1)
-	return end, true, err
 }
 
 // nextBoundary returns the start of the first candidate event at or after at: a '{' preceded
@@ -228,55 +241,13 @@ func WalkParallel[R any](d *Doc, work func(from, to int, r *R), emit func(r *R) 
 		}
 		return nil
 	}
-	results := make([]chan *R, len(spans))
-	for i := range results {
-		results[i] = make(chan *R, 1)
-	}
-	jobs := make(chan int, len(spans))
-	for i := range spans {
-		jobs <- i
-	}
-	close(jobs)
-	// As in parallel: a slot before a job, at most 2·procs results waiting, results recycled.
-	sem := make(chan struct{}, 2*procs)
-	free := make(chan *R, 2*procs+1)
-	stop := make(chan struct{})
-	defer close(stop)
-	for p := 0; p < procs; p++ {
-		go func() {
-			for {
-				select {
-				case sem <- struct{}{}:
-				case <-stop:
-					return
-				}
-				i, ok := <-jobs
-				if !ok {
-					return
-				}
-				var r *R
-				select {
-				case r = <-free:
-				default:
-					r = new(R)
-				}
-				work(spans[i][0], spans[i][1], r)
-				results[i] <- r
-			}
-		}()
-	}
-	for i := range spans {
-		r := <-results[i]
-		if err := emit(r); err != nil {
-			return err
-		}
-		select {
-		case free <- r:
-		default:
-		}
-		<-sem
-	}
-	return nil
+	var err error
+	inOrder(len(spans), procs, func(i int, r *R) { work(spans[i][0], spans[i][1], r) },
+		func(_ int, r *R) bool {
+			err = emit(r)
+			return err == nil
+		})
+	return err
 }
 
 // spans cuts the events read into runs of markEvery events: [start of the first, start of the
