@@ -124,8 +124,8 @@ func (e *emitter) eventsFrom(b []byte, n int) {
 	e.events += n
 }
 
-// submitEvents is eventsFrom for a buffer of the output's own, handed on without a copy; it
-// returns the buffer to fill next.
+// submitEvents is eventsFrom for a buffer of the output's own, handed on without a copy (b is
+// the output's from then on); it returns an empty buffer for the caller to fill next.
 func (e *emitter) submitEvents(b []byte, n int) []byte {
 	if n == 0 || e.events == 0 || e.err != nil {
 		e.eventsFrom(b, n)

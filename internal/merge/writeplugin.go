@@ -43,7 +43,7 @@ func (r *rankState) writePlugin(e *emitter, tl *timelineMap, ids *idSpace) {
 			for i := range p.t.Events {
 				pw.event(&run, &p.t.Events[i].Event, &kept)
 			}
-			e.cur = e.submitEvents(run.out, run.events)
+			e.submitEvents(run.out, run.events)
 		} else {
 			err := traceevent.WalkParallel(p.t.Doc, func(from, to int, run *pluginRun) {
 				if run.out == nil {
