@@ -243,6 +243,12 @@ func runBench(tmp, source string, size int64, withHTA bool, python string) (*ben
 	} else if !strings.Contains(err.Error(), "no NCCL kernels") {
 		return nil, err
 	}
+	// The files just written are flushed to disk before anything is timed: the disk writing
+	// them back while the merge ran cost it twice its system time on a slow disk (a merge of
+	// a trace written a moment ago, not the one being measured).
+	if err := flushToDisk(big, np); err != nil {
+		return nil, err
+	}
 	runtime.GC()
 	debug.FreeOSMemory()
 	st, err := os.Stat(big)
@@ -305,6 +311,25 @@ print(len(df))`
 	}
 	rep.Shapes = append(rep.Shapes, shape)
 	return rep, nil
+}
+
+// flushToDisk waits until the named files (empty names skipped) are on disk.
+func flushToDisk(paths ...string) error {
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // timeChild runs a command and returns its wall time, CPU time and peak resident memory (MB).

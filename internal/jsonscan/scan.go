@@ -177,7 +177,15 @@ var strStop = func() (t [256]bool) {
 
 // skipString validates the string whose opening quote is at s[i].
 func skipString(s string, i int) (int, error) {
+	end, _, err := ScanString(s, i)
+	return end, err
+}
+
+// ScanString validates the string whose opening quote is at s[i] and returns the index just
+// past it, and whether it is plain (holds no escape: its content is s[i+1:end-1] as it is).
+func ScanString(s string, i int) (end int, plain bool, err error) {
 	start := i
+	plain = true
 	i++
 	for {
 		// Eight bytes at a time: find the first quote, backslash or control character.
@@ -193,29 +201,30 @@ func skipString(s string, i int) (int, error) {
 			i++
 		}
 		if i >= len(s) {
-			return len(s), errAt(start, "unterminated string")
+			return len(s), false, errAt(start, "unterminated string")
 		}
 		switch c := s[i]; {
 		case c == '"':
-			return i + 1, nil
+			return i + 1, plain, nil
 		case c == '\\':
+			plain = false
 			j := i + 1
 			if j >= len(s) {
-				return j, errAt(start, "unterminated string")
+				return j, false, errAt(start, "unterminated string")
 			}
 			switch s[j] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i = j + 1
 			case 'u':
 				if j+5 > len(s) || !isHex4(s[j+1:j+5]) {
-					return j, errAt(i, "invalid \\u escape")
+					return j, false, errAt(i, "invalid \\u escape")
 				}
 				i = j + 5
 			default:
-				return j, errAt(i, "invalid escape \\%c", s[j])
+				return j, false, errAt(i, "invalid escape \\%c", s[j])
 			}
 		default:
-			return i, errAt(i, "control character 0x%02x inside a string", c)
+			return i, false, errAt(i, "control character 0x%02x inside a string", c)
 		}
 	}
 }
@@ -346,3 +355,6 @@ func LineCol(s string, off int) (line, col int) {
 	col = off - strings.LastIndexByte(s[:off], '\n')
 	return line, col
 }
+
+// SkipNumber validates the number that starts at s[i] and returns the index just past it.
+func SkipNumber(s string, i int) (int, error) { return skipNumber(s, i) }

@@ -14,27 +14,56 @@ type Annotation struct {
 // rather than on the kernel.
 type Annotations struct {
 	byThread map[[2]int64][]Annotation
+	// read holds them in file order until Finish, in blocks: a slice grown by appending
+	// allocated five times its final size (Go grows large slices by a quarter).
+	read [][]threadAnnotation
+}
+
+type threadAnnotation struct {
+	thread [2]int64
+	Annotation
 }
 
 // Add keeps e if it is a collective record_function on a numeric thread.
 func (a *Annotations) Add(e *Event) {
-	c, ok := e.AnnotationComms()
+	var c CommsArgs
+	var ok bool
+	if e.Decoded != nil {
+		c, ok = e.Decoded.Comms, e.Decoded.Annotation
+	} else {
+		c, ok = e.AnnotationComms()
+	}
 	if !ok || e.Pid.IsStr || e.Tid.IsStr {
 		return
 	}
-	if a.byThread == nil {
-		a.byThread = map[[2]int64][]Annotation{}
+	if len(a.read) == 0 || len(a.read[len(a.read)-1]) == cap(a.read[len(a.read)-1]) {
+		a.read = append(a.read, make([]threadAnnotation, 0, 1024))
 	}
-	key := [2]int64{e.Pid.Num, e.Tid.Num}
-	a.byThread[key] = append(a.byThread[key], Annotation{Start: e.Ts, End: e.Ts + e.Dur, Comms: c})
+	last := &a.read[len(a.read)-1]
+	*last = append(*last, threadAnnotation{[2]int64{e.Pid.Num, e.Tid.Num}, Annotation{Start: e.Ts, End: e.Ts + e.Dur, Comms: c}})
 }
 
 // Finish puts the times on Unix ns and sorts each thread's annotations.
 func (a *Annotations) Finish(t *Trace) {
-	for _, as := range a.byThread {
-		for i := range as {
-			as[i].Start, as[i].End = t.Unix(as[i].Start), t.Unix(as[i].End)
+	count := map[[2]int64]int{}
+	for _, b := range a.read {
+		for i := range b {
+			count[b[i].thread]++
 		}
+	}
+	a.byThread = make(map[[2]int64][]Annotation, len(count))
+	for th, n := range count {
+		a.byThread[th] = make([]Annotation, 0, n)
+	}
+	for _, b := range a.read {
+		for i := range b {
+			as := append(a.byThread[b[i].thread], b[i].Annotation)
+			as[len(as)-1].Start, as[len(as)-1].End = t.Unix(b[i].Start), t.Unix(b[i].End)
+			a.byThread[b[i].thread] = as
+		}
+	}
+	a.read = nil
+	for _, as := range a.byThread {
 		sort.Slice(as, func(i, j int) bool { return as[i].Start < as[j].Start })
 	}
 }

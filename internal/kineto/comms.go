@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
+	"github.com/ncclprof/ncclprof/internal/traceevent"
 	"github.com/tidwall/gjson"
 )
 
@@ -26,52 +27,77 @@ type CommsArgs struct {
 
 // Comms reads the collective arguments of an event.
 func (e *Event) Comms() CommsArgs {
-	c := CommsArgs{Seq: -1, InNelems: -1, OutNelems: -1}
-	args := e.Args()
-	if !args.Exists() {
-		return c
+	c, _, _ := comms(&e.Event)
+	return c
+}
+
+// comms reads the collective arguments of an event, and the raw values of the first "Input
+// Dims" and "Input type" (older record_functions' shape and type of the input). The args were
+// validated when the event was read: they are walked with jsonscan.Object, each value read as
+// gjson reads it (its ForEach, where the last of a repeated key wins; its Get, where the first
+// does), at a fraction of gjson's cost (it ran for every kernel and launch call).
+func comms(e *traceevent.Event) (c CommsArgs, dims, types string) {
+	c = CommsArgs{Seq: -1, InNelems: -1, OutNelems: -1}
+	if !e.ArgsSpan.Valid() {
+		return c, "", ""
 	}
-	args.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
+	it := jsonscan.NewObject(e.Raw[e.ArgsSpan.Start:e.ArgsSpan.End])
+	for {
+		k, v, ok := it.Next()
+		if !ok {
+			return c, dims, types
+		}
+		switch k {
 		case "Collective name":
-			c.Collective, c.Present = v.Str, true
+			c.Collective, c.Present = jsonscan.Str(v), true
 		case "dtype":
-			c.Dtype = v.Str
+			c.Dtype = jsonscan.Str(v)
 		case "In msg nelems":
-			c.InNelems, _ = jsonscan.Int(v.Raw)
+			c.InNelems, _ = jsonscan.Int(v)
 		case "Out msg nelems":
-			c.OutNelems, _ = jsonscan.Int(v.Raw)
+			c.OutNelems, _ = jsonscan.Int(v)
 		case "Group size":
-			g, _ := jsonscan.Int(v.Raw)
+			g, _ := jsonscan.Int(v)
 			c.GroupSize = int(g)
 		case "Process Group Name", "Process Group ID":
-			c.PGName = v.String()
+			c.PGName = jsonscan.Text(v)
 		case "Process Group Description":
-			c.PGDesc = v.Str
+			c.PGDesc = jsonscan.Str(v)
 		case "Process Group Ranks":
-			c.PGRanks = v.String()
+			c.PGRanks = jsonscan.Text(v)
 		case "Seq":
-			if s, err := jsonscan.Int(v.Raw); err == nil {
+			if s, err := jsonscan.Int(v); err == nil {
 				c.Seq = s
 			}
 		case "Comms Id":
 			// Above int64 in real traces: parse the text as uint64.
-			if id, err := jsonscan.Uint(v.Raw); err == nil {
+			if id, err := jsonscan.Uint(v); err == nil {
 				c.CommsID, c.HasCommsID = id, true
 			}
+		case "Input Dims":
+			if dims == "" {
+				dims = v
+			}
+		case "Input type":
+			if types == "" {
+				types = v
+			}
 		}
-		return true
-	})
-	return c
+	}
 }
 
 // Correlation is the CUPTI correlation id of a runtime call or GPU activity (0 when absent).
-func (e *Event) Correlation() uint64 {
-	v := e.Arg("correlation")
-	if !v.Exists() {
+func (e *Event) Correlation() uint64 { return correlation(&e.Event) }
+
+func correlation(e *traceevent.Event) uint64 {
+	if !e.ArgsSpan.Valid() {
 		return 0
 	}
-	id, err := jsonscan.Uint(v.Raw)
+	v, ok := jsonscan.NewObject(e.Raw[e.ArgsSpan.Start:e.ArgsSpan.End]).Find("correlation")
+	if !ok {
+		return 0
+	}
+	id, err := jsonscan.Uint(v)
 	if err != nil {
 		return 0
 	}
@@ -83,31 +109,32 @@ func (e *Event) Correlation() uint64 {
 // or cpu_op in some versions) whose "Input Dims" give the input tensor's shape and "Input
 // type" its dtype. ok is false for other events. Newer annotations and record_param_comms
 // carry the kernel's fields ("In msg nelems", "dtype"), which win where present.
-func (e *Event) AnnotationComms() (c CommsArgs, ok bool) {
+func (e *Event) AnnotationComms() (c CommsArgs, ok bool) { return annotationComms(&e.Event, e.Cat) }
+
+func annotationComms(e *traceevent.Event, cat Cat) (c CommsArgs, ok bool) {
 	switch {
-	case e.Cat != CatUserAnnotation && e.Cat != CatCPUOp:
+	case cat != CatUserAnnotation && cat != CatCPUOp:
 		return c, false
 	case strings.HasPrefix(e.Name, "nccl:"):
 	case e.Name == "record_param_comms":
 	default:
 		return c, false
 	}
-	c = e.Comms()
+	c, dims, types := comms(e)
 	if c.Collective == "" {
 		c.Collective = strings.TrimPrefix(e.Name, "nccl:")
 	}
 	c.Present = true
-	args := e.Args()
-	if c.InNelems < 0 {
-		if dims := args.Get(`Input Dims.0`); dims.IsArray() {
+	if c.InNelems < 0 && dims != "" {
+		if d := gjson.Parse(dims).Get("0"); d.IsArray() {
 			c.InNelems = 1
-			for _, d := range dims.Array() {
-				c.InNelems *= d.Int()
+			for _, n := range d.Array() {
+				c.InNelems *= n.Int()
 			}
 		}
 	}
-	if c.Dtype == "" {
-		c.Dtype = torchType(args.Get(`Input type.0`).Str)
+	if c.Dtype == "" && types != "" {
+		c.Dtype = torchType(gjson.Parse(types).Get("0").Str)
 	}
 	return c, true
 }

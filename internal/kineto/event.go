@@ -52,6 +52,53 @@ func CatOf(raw string) Cat {
 type Event struct {
 	traceevent.Event
 	Cat Cat
+	// Decoded is what Options.Decode read from the event's args (nil without it); it is
+	// valid during the visit only.
+	Decoded *Decoded
+}
+
+// Decoded is what a reader linking kernels takes from an event's args, read on the goroutines
+// that parse the file (see Options.Decode): walking the args of every launch call, kernel and
+// collective record_function on the one goroutine that visits events was a third of its work.
+type Decoded struct {
+	// Launch: a runtime or driver call that launches a kernel or a CUDA graph.
+	Launch bool
+	// Corr is the correlation of a launch call or a kernel.
+	Corr uint64
+	// NCCL: an NCCL kernel, whose collective args are Comms.
+	NCCL bool
+	// Annotation: a collective record_function, whose args are Comms (AnnotationComms).
+	Annotation bool
+	Comms      CommsArgs
+	// FlowID is a flow event's id as traceevent.FlowID reads it (FlowIDOK: it is one).
+	FlowID   uint64
+	FlowIDOK bool
+}
+
+// decode reads e's Decoded facts.
+func decode(e *traceevent.Event, d *Decoded) {
+	switch e.Ph {
+	case "s", "t", "f":
+		d.FlowID, d.FlowIDOK = traceevent.FlowID(e.IDRaw)
+		return
+	case "X":
+	default:
+		return
+	}
+	switch cat := CatOf(e.Cat); cat {
+	case CatRuntime, CatDriver:
+		if IsLaunch(e.Name) || IsGraphLaunch(e.Name) {
+			d.Launch, d.Corr = true, correlation(e)
+		}
+	case CatKernel:
+		d.Corr = correlation(e)
+		if IsNCCLKernel(e.Name) {
+			d.NCCL = true
+			d.Comms, _, _ = comms(e)
+		}
+	case CatUserAnnotation, CatCPUOp:
+		d.Comms, d.Annotation = annotationComms(e, cat)
+	}
 }
 
 // ID is a pid or tid (a number or a string).

@@ -253,3 +253,56 @@ func TestHandlerFileName(t *testing.T) {
 		t.Fatalf("host %q pid %d", tr.Host, tr.Pid)
 	}
 }
+
+// Decode reads on the parsing goroutines exactly what the Event methods read on the visiting
+// one, on every real trace: each launch call's and kernel's correlation, each NCCL kernel's
+// and collective record_function's args, each flow event's id.
+func TestDecodeMatchesMethods(t *testing.T) {
+	paths, _ := filepath.Glob(filepath.Join(testtraces.KinetoDir(t), "*.json.gz"))
+	if len(paths) == 0 {
+		t.Fatal("no real traces")
+	}
+	var launches, nccl, annots, flows int
+	for _, p := range paths {
+		_, err := Read(p, Options{Base: &zeroBase, Decode: true}, func(e *Event) error {
+			d := e.Decoded
+			plain := *e
+			plain.Decoded = nil
+			want := Decoded{}
+			if e.Ph == "s" || e.Ph == "t" || e.Ph == "f" {
+				want.FlowID, want.FlowIDOK = traceevent.FlowID(e.IDRaw)
+				flows++
+			}
+			if e.Ph == "X" {
+				switch e.Cat {
+				case CatRuntime, CatDriver:
+					if IsLaunch(e.Name) || IsGraphLaunch(e.Name) {
+						want.Launch, want.Corr = true, plain.Correlation()
+						launches++
+					}
+				case CatKernel:
+					want.Corr = plain.Correlation()
+					if IsNCCLKernel(e.Name) {
+						want.NCCL, want.Comms = true, plain.Comms()
+						nccl++
+					}
+				case CatUserAnnotation, CatCPUOp:
+					want.Comms, want.Annotation = plain.AnnotationComms()
+					if want.Annotation {
+						annots++
+					}
+				}
+			}
+			if *d != want {
+				t.Fatalf("%s: event at %d: decoded %+v, methods %+v", p, e.Off, *d, want)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if launches == 0 || nccl == 0 || annots == 0 || flows == 0 {
+		t.Fatalf("the traces exercise too little: %d launches, %d NCCL kernels, %d annotations, %d flow events", launches, nccl, annots, flows)
+	}
+}

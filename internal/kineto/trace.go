@@ -58,6 +58,8 @@ type Options struct {
 	Base *int64
 	// RepairUTF8: see traceevent.Options (the data must be the caller's to change).
 	RepairUTF8 bool
+	// Decode gives each visited event its Decoded facts, read on the parsing goroutines.
+	Decode bool
 }
 
 const syntaxHint = "the file is not valid JSON; check that it is a trace written by torch.profiler"
@@ -78,15 +80,27 @@ func Read(path string, opt Options, visit func(*Event) error) (*Trace, error) {
 
 // Parse is Read on a document already in memory.
 func Parse(path string, data []byte, opt Options, visit func(*Event) error) (*Trace, error) {
-	var ev Event
-	var inner func(*traceevent.Event) error
+	// Each event is read into a decodedEvent where it is parsed (the parsing goroutines fold
+	// its category and, with Decode, read its facts), and visited there: no copy.
+	parse := func(d *decodedEvent, doc string, start int) (int, error) {
+		end, err := traceevent.Parse(&d.Event.Event, doc, start)
+		d.Event.Cat, d.Event.Decoded, d.facts = CatOf(d.Event.Event.Cat), nil, Decoded{}
+		if err == nil && opt.Decode {
+			decode(&d.Event.Event, &d.facts)
+		}
+		return end, err
+	}
+	var v func(*decodedEvent) error
 	if visit != nil {
-		inner = func(e *traceevent.Event) error {
-			ev.Event, ev.Cat = *e, CatOf(e.Cat)
-			return visit(&ev)
+		v = func(d *decodedEvent) error {
+			if opt.Decode {
+				d.Event.Decoded = &d.facts
+			}
+			return visit(&d.Event)
 		}
 	}
-	doc, err := traceevent.Read(path, data, traceevent.Options{Progress: opt.Progress, Hint: syntaxHint, RepairUTF8: opt.RepairUTF8}, inner)
+	doc, err := traceevent.ReadWith(path, data, traceevent.Options{Progress: opt.Progress, Hint: syntaxHint, RepairUTF8: opt.RepairUTF8},
+		traceevent.Reader[decodedEvent]{Parse: parse, Event: func(d *decodedEvent) *traceevent.Event { return &d.Event.Event }, Visit: v})
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +110,12 @@ func Parse(path string, data []byte, opt Options, visit func(*Event) error) (*Tr
 	}
 	t.readMetadata()
 	return t, nil
+}
+
+// decodedEvent is an event as read, with room for its Decoded facts.
+type decodedEvent struct {
+	Event
+	facts Decoded
 }
 
 // Walk visits the events again in file order (see traceevent.Doc.Walk).

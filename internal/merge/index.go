@@ -2,12 +2,10 @@ package merge
 
 import (
 	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/ncclprof/ncclprof/internal/collective"
-	"github.com/ncclprof/ncclprof/internal/jsonscan"
 	"github.com/ncclprof/ncclprof/internal/kineto"
+	"github.com/ncclprof/ncclprof/internal/traceevent"
 )
 
 // launchCall is a Kineto runtime/driver call that launches a kernel. Traces have one per
@@ -35,16 +33,22 @@ type kernel struct {
 	launch     *launchCall
 	link       *link
 	why        string // why it stayed unlinked
+	seq        string // seqKey, once named
 }
 
 // seqKey names the sequence a kernel belongs to for the order rule: its stream, with the c10d
 // process group where Kineto recorded the collective args (a communicator launches on one
-// stream, and the stream runs its kernels in launch order).
+// stream, and the stream runs its kernels in launch order). It is named once per kernel (the
+// rules ask several times).
 func (k *kernel) seqKey() string {
-	if k.comms.PGName != "" {
-		return "pg " + k.comms.PGName + " stream " + k.tid.String()
+	if k.seq == "" {
+		if k.comms.PGName != "" {
+			k.seq = "pg " + k.comms.PGName + " stream " + k.tid.String()
+		} else {
+			k.seq = "stream " + k.tid.String()
+		}
 	}
-	return "stream " + k.tid.String()
+	return k.seq
 }
 
 // ref is the kernel's time for matching in time: its launch call (CPU side, right after NCCL
@@ -57,43 +61,32 @@ func (k *kernel) ref() int64 {
 	return k.start
 }
 
-// flowStart is where a flow starts, to find the ones that never end without a second pass.
-type flowStart struct {
-	off int64
-	idx uint32 // the flow's index in kinetoIndex.flowCounts
-}
-
-// flowCount counts one Kineto v1 flow's starts and ends; its index is its dense id in a
-// timeline.
-type flowCount struct{ starts, ends uint32 }
-
 // kinetoIndex is what the first pass over a Kineto trace keeps.
 type kinetoIndex struct {
 	// calls are the launch calls, sorted by (thread, start) once read; threadAt[t] is where
 	// thread t's run of calls begins (threadAt[t+1] where it ends).
 	calls      []launchCall
+	read       blocks[launchCall] // the calls as read (copied once into calls)
 	threads    map[[2]int64]uint32
 	threadKeys [][2]int64
 	threadAt   []int
 	maxCallDur int64 // the longest launch call, ns: how far back an overlapping one can start
 	// ncclCalls are the calls that launch NCCL kernels, likewise (copies: the clock offset
 	// search looks ms around each plugin launch, and most calls launch other kernels).
-	ncclCalls  []launchCall
-	ncclAt     []int
-	used       map[*launchCall]bool // launch calls the launch rule took
-	annots     kineto.Annotations   // collective record_functions
-	byCorr     map[uint64]*launchCall
-	kernels    []*kernel
-	kernelAt   map[int64]*kernel // by event offset
-	flows      map[flowKey]uint32
-	flowCounts []flowCount
-	dangling   []int64 // offsets of flow starts with no end
-	starts     blocks[flowStart]
-	keys       flowKeys
-	minTs      int64 // Unix ns, over events with ts (not metadata)
-	maxTs      int64
-	gpuPids    map[int64]bool
-	labels     map[string]string // pid → process_labels
+	ncclCalls []launchCall
+	ncclAt    []int
+	used      map[*launchCall]bool // launch calls the launch rule took
+	annots    kineto.Annotations   // collective record_functions
+	byCorr    map[uint64]*launchCall
+	kernels   []*kernel
+	kernelAt  map[int64]*kernel // by event offset
+	flows     flowTable
+	dangling  []int64 // offsets of flow starts with no end
+	keys      flowKeys
+	minTs     int64 // Unix ns, over events with ts (not metadata)
+	maxTs     int64
+	gpuPids   map[int64]bool
+	labels    map[string]string // pid → process_labels
 	// absTs locates the ts values that are absolute Unix µs (PyTorch ≤ 2.3), which the
 	// output rebases: the write copies everything between them as it is.
 	absTs blocks[tsAt]
@@ -109,7 +102,7 @@ func (t tsAt) n() int64   { return int64(t & 0xff) }
 func newKinetoIndex() *kinetoIndex {
 	return &kinetoIndex{
 		threads: map[[2]int64]uint32{}, used: map[*launchCall]bool{}, byCorr: map[uint64]*launchCall{},
-		kernelAt: map[int64]*kernel{}, flows: map[flowKey]uint32{}, gpuPids: map[int64]bool{},
+		kernelAt: map[int64]*kernel{}, gpuPids: map[int64]bool{},
 		labels: map[string]string{},
 		minTs:  1<<63 - 1, maxTs: -1 << 63,
 	}
@@ -131,19 +124,33 @@ type flowKeys struct {
 	lastKind uint32
 }
 
-// key returns the flow key of an event. String ids are hex, as Perfetto reads them.
-func (f *flowKeys) key(idRaw, cat, name string) flowKey {
-	var id uint64
-	var err error
-	if strings.HasPrefix(idRaw, `"`) {
-		id, err = strconv.ParseUint(strings.TrimPrefix(strings.ToLower(jsonscan.String(idRaw)), "0x"), 16, 64)
-	} else {
-		id, err = jsonscan.Uint(idRaw)
-	}
+// flowKind names the kind of a flow: its (cat, name), and the id's text where it is no number.
+func flowKind(id uint64, ok bool, idRaw, cat, name string) (uint64, [3]string) {
 	k := [3]string{cat, name}
-	if err != nil {
+	if !ok {
 		id, k[2] = 0, idRaw
 	}
+	return id, k
+}
+
+// find is key for an event whose kind was seen while reading, without interning: safe for
+// concurrent use once reading is done. ok is false for a kind never seen.
+func (f *flowKeys) find(idRaw, cat, name string) (flowKey, bool) {
+	id, valid := traceevent.FlowID(idRaw)
+	id, k := flowKind(id, valid, idRaw, cat, name)
+	kind, ok := f.kinds[k]
+	return flowKey{id, kind}, ok
+}
+
+// key returns the flow key of an event.
+func (f *flowKeys) key(idRaw, cat, name string) flowKey {
+	id, ok := traceevent.FlowID(idRaw)
+	return f.keyOf(id, ok, idRaw, cat, name)
+}
+
+// keyOf is key for an id read already (traceevent.FlowID).
+func (f *flowKeys) keyOf(id uint64, ok bool, idRaw, cat, name string) flowKey {
+	id, k := flowKind(id, ok, idRaw, cat, name)
 	if k != f.last || f.kinds == nil {
 		if f.kinds == nil {
 			f.kinds = map[[3]string]uint32{}
@@ -172,19 +179,7 @@ func (x *kinetoIndex) visit(e *kineto.Event) error {
 	case "X":
 		x.slice(e)
 	case "s", "t", "f":
-		k := x.keys.key(e.IDRaw, e.Event.Cat, e.Name)
-		idx, ok := x.flows[k]
-		if !ok {
-			idx = uint32(len(x.flowCounts))
-			x.flows[k] = idx
-			x.flowCounts = append(x.flowCounts, flowCount{})
-		}
-		if e.Ph == "s" {
-			x.flowCounts[idx].starts++
-			x.starts.add(flowStart{e.Off, idx})
-		} else {
-			x.flowCounts[idx].ends++
-		}
+		x.flows.add(x.keys.keyOf(e.Decoded.FlowID, e.Decoded.FlowIDOK, e.IDRaw, e.Event.Cat, e.Name), e.Ph == "s", e.Off)
 	case "M":
 		switch e.Name {
 		case "process_labels":
@@ -199,10 +194,10 @@ func (x *kinetoIndex) slice(e *kineto.Event) {
 	case kineto.CatUserAnnotation, kineto.CatCPUOp:
 		x.annots.Add(e)
 	case kineto.CatRuntime, kineto.CatDriver:
-		if !kineto.IsLaunch(e.Name) && !kineto.IsGraphLaunch(e.Name) {
+		if !e.Decoded.Launch {
 			return
 		}
-		corr := e.Correlation()
+		corr := e.Decoded.Corr
 		if corr == 0 || e.Pid.IsStr || e.Tid.IsStr {
 			return
 		}
@@ -214,18 +209,18 @@ func (x *kinetoIndex) slice(e *kineto.Event) {
 			x.threadKeys = append(x.threadKeys, key)
 		}
 		c := launchCall{start: e.Ts, corr: corr, dur: uint32(min(max(e.Dur, 0), 1<<32-1)), thread: t}
-		x.calls = append(x.calls, c)
+		x.read.add(c)
 		x.maxCallDur = max(x.maxCallDur, int64(c.dur))
 	case kineto.CatKernel:
-		if !e.Pid.IsStr {
+		if !e.Pid.IsStr && !x.gpuPids[e.Pid.Num] {
 			x.gpuPids[e.Pid.Num] = true
 		}
-		if !kineto.IsNCCLKernel(e.Name) {
+		if !e.Decoded.NCCL {
 			return
 		}
 		spec, _ := collective.ParseKernel(e.Name)
-		k := &kernel{off: e.Off, size: len(e.Raw), name: e.Name, corr: e.Correlation(), pid: e.Pid, tid: e.Tid,
-			start: e.Ts, end: e.Ts + e.Dur, spec: spec, comms: e.Comms()}
+		k := &kernel{off: e.Off, size: len(e.Raw), name: e.Name, corr: e.Decoded.Corr, pid: e.Pid, tid: e.Tid,
+			start: e.Ts, end: e.Ts + e.Dur, spec: spec, comms: e.Decoded.Comms}
 		x.kernels = append(x.kernels, k)
 		x.kernelAt[k.off] = k
 	}
@@ -256,9 +251,12 @@ func (x *kinetoIndex) finish(t *kineto.Trace) {
 // indexCalls puts the launch calls on Unix ns, sorts them by thread and start, and indexes by
 // correlation those whose kernel is an NCCL kernel (the only ones the rules link).
 func (x *kinetoIndex) indexCalls(t *kineto.Trace) {
+	x.calls = make([]launchCall, x.read.len())
 	for i := range x.calls {
+		x.calls[i] = x.read.at(i)
 		x.calls[i].start = t.Unix(x.calls[i].start)
 	}
+	x.read = blocks[launchCall]{}
 	sort.Slice(x.calls, func(i, j int) bool {
 		a, b := &x.calls[i], &x.calls[j]
 		if a.thread != b.thread {
@@ -311,11 +309,6 @@ func (x *kinetoIndex) threadCalls(pid, tid int64, ncclOnly bool) []launchCall {
 // danglingFlows lists the flow starts that have no end: Perfetto draws nothing for them and
 // `ncclmerge check` counts them as errors, so the output leaves them out (and says so).
 func (x *kinetoIndex) danglingFlows() {
-	for i := 0; i < x.starts.len(); i++ {
-		st := x.starts.at(i)
-		if x.flowCounts[st.idx].ends == 0 {
-			x.dangling = append(x.dangling, st.off)
-		}
-	}
-	x.starts = blocks[flowStart]{}
+	x.flows.finish()
+	x.dangling = x.flows.dangling
 }

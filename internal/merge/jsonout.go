@@ -81,6 +81,42 @@ func (o *obj) done() []byte { return append(o.b, '}') }
 // appendJSONString quotes s as JSON, as the plugin's trace writer does.
 func appendJSONString(b []byte, s string) []byte { return chrome.AppendString(b, s) }
 
+// hex adds a handle as the plugin writes it, "0x" and 16 hex digits, quoted.
+func (o *obj) hex(k string, h uint64) *obj {
+	o.key(k)
+	o.b = appendHex(o.b, h)
+	return o
+}
+
+// decimal adds an integer as a decimal string: the plugin's 64-bit clock values are written
+// so, as a double would lose their low bits.
+func (o *obj) decimal(k string, v int64) *obj {
+	o.key(k)
+	o.b = append(strconv.AppendInt(append(o.b, '"'), v, 10), '"')
+	return o
+}
+
+// object starts a member whose value is an object; close it with done, then end.
+func (o *obj) object(k string) *obj {
+	o.key(k)
+	return newObj(o.b)
+}
+
+// end takes back the buffer of a member object closed with done.
+func (o *obj) end(b []byte) *obj {
+	o.b = b
+	return o
+}
+
+func appendHex(b []byte, h uint64) []byte {
+	const digits = "0123456789abcdef"
+	b = append(b, '"', '0', 'x')
+	for s := 60; s >= 0; s -= 4 {
+		b = append(b, digits[(h>>uint(s))&0xf])
+	}
+	return append(b, '"')
+}
+
 func hexHandle(h uint64) string {
 	const digits = "0123456789abcdef"
 	var b [18]byte

@@ -1,6 +1,8 @@
 package merge
 
 import (
+	"sort"
+
 	"github.com/ncclprof/ncclprof/internal/ptrace"
 )
 
@@ -44,12 +46,14 @@ type flowRec struct {
 	start bool
 }
 
-// leanPlugin is what the merge keeps of a plugin trace besides its decoded events.
+// leanPlugin is what the merge keeps of a plugin trace besides its decoded events. The
+// lists of a record per event are kept in blocks (a slice grown by doubling copied them, and
+// left garbage that cost collection cycles).
 type leanPlugin struct {
-	proxies  []proxyRec
-	channels []channelRec
+	proxies  blocks[proxyRec]
+	channels blocks[channelRec]
 	groups   []groupRec
-	flows    []flowRec
+	flows    blocks[flowRec]
 	keys     *flowKeys
 	// realThreads are the real (pid, tid) that dropped slices were on (normally none:
 	// proxy threads are the plugin's synthetic tracks).
@@ -74,10 +78,10 @@ func readLean(path string) (*ptrace.Trace, *leanPlugin, error) {
 	t, err := ptrace.ReadLean(path, func(e *ptrace.Event) bool {
 		switch {
 		case isFlow(e.Ph):
-			lp.flows = append(lp.flows, flowRec{lp.keys.key(e.IDRaw, e.Cat, e.Name), e.Ph == "s"})
+			lp.flows.add(flowRec{lp.keys.key(e.IDRaw, e.Cat, e.Name), e.Ph == "s"})
 			return true
 		case e.IsSlice() && e.Kind == ptrace.KernelCh:
-			lp.channels = append(lp.channels, channelOf(e))
+			lp.channels.add(channelOf(e))
 			return true
 		case e.IsSlice() && e.Kind == ptrace.Group && !e.Pid.IsStr && !e.Tid.IsStr:
 			// Times relative to the base until the read is done (see below).
@@ -89,7 +93,7 @@ func readLean(path string) (*ptrace.Trace, *leanPlugin, error) {
 		case e.IsSlice() && (counted(e.Kind) || e.Kind == ptrace.GroupAPI):
 			// A GroupApi is only ever looked up by its handle, as its calls' parent.
 			if e.Kind != ptrace.GroupAPI {
-				lp.proxies = append(lp.proxies, proxyRec{e.ID, e.Parent, e.Kind})
+				lp.proxies.add(proxyRec{e.ID, e.Parent, e.Kind})
 			} else if _, dup := lp.groupAPIs[e.ID]; dup && e.ID != 0 {
 				lp.dupGroupAPIs++
 			} else {
@@ -114,11 +118,11 @@ func readLean(path string) (*ptrace.Trace, *leanPlugin, error) {
 			e := &t.Events[i]
 			switch {
 			case isFlow(e.Ph):
-				lp.flows = append(lp.flows, flowRec{lp.keys.key(e.IDRaw, e.Cat, e.Name), e.Ph == "s"})
+				lp.flows.add(flowRec{lp.keys.key(e.IDRaw, e.Cat, e.Name), e.Ph == "s"})
 			case e.IsSlice() && counted(e.Kind):
-				lp.proxies = append(lp.proxies, proxyRec{e.ID, e.Parent, e.Kind})
+				lp.proxies.add(proxyRec{e.ID, e.Parent, e.Kind})
 			case e.IsSlice() && e.Kind == ptrace.KernelCh:
-				lp.channels = append(lp.channels, channelOf(e))
+				lp.channels.add(channelOf(e))
 			}
 		}
 	}
@@ -131,69 +135,87 @@ type proxyCounts struct{ proxies, steps, net int }
 // countProxies tallies the proxy records under each operation handle. A handle an earlier
 // record already had is counted once (a damaged file), like duplicated slices elsewhere.
 func (lp *leanPlugin) countProxies() (map[uint64]proxyCounts, int) {
-	parentOf := make(map[uint64]uint64, len(lp.proxies))
-	kindOf := make(map[uint64]ptrace.Kind, len(lp.proxies))
+	// One map of a handle's parent and kind (two maps were a tenth of a merge of an
+	// NCCL-heavy trace), sized up front.
+	type node struct {
+		parent uint64
+		kind   ptrace.Kind
+	}
+	nodes := make(map[uint64]node, lp.proxies.len()+lp.channels.len()+len(lp.groups))
 	dups := 0
-	for _, p := range lp.proxies {
+	for i := 0; i < lp.proxies.len(); i++ {
+		p := lp.proxies.at(i)
 		if p.id == 0 {
 			continue
 		}
-		if _, ok := parentOf[p.id]; ok {
+		if _, ok := nodes[p.id]; ok {
 			dups++
 			continue
 		}
-		parentOf[p.id], kindOf[p.id] = p.parent, p.kind
+		nodes[p.id] = node{p.parent, p.kind}
 	}
-	for _, c := range lp.channels {
-		if _, ok := parentOf[c.id]; ok && c.id != 0 {
+	for i := 0; i < lp.channels.len(); i++ {
+		c := lp.channels.at(i)
+		if _, ok := nodes[c.id]; ok && c.id != 0 {
 			dups++
 		} else if c.id != 0 {
-			parentOf[c.id] = c.op
+			nodes[c.id] = node{parent: c.op}
 		}
 	}
 	for _, g := range lp.groups {
-		if _, ok := parentOf[g.id]; ok && g.id != 0 {
+		if _, ok := nodes[g.id]; ok && g.id != 0 {
 			dups++
 		} else if g.id != 0 {
-			parentOf[g.id] = 0
+			nodes[g.id] = node{}
 		}
 	}
 	dups += lp.dupGroupAPIs
 	lp.groupAPIs = nil // only needed while reading
 	out := map[uint64]proxyCounts{}
-	for _, p := range lp.proxies {
+	for i := 0; i < lp.proxies.len(); i++ {
+		p := lp.proxies.at(i)
+		parent := nodes[p.parent]
 		switch p.kind {
 		case ptrace.ProxyOp:
 			c := out[p.parent]
 			c.proxies++
 			out[p.parent] = c
 		case ptrace.ProxyStep:
-			if kindOf[p.parent] == ptrace.ProxyOp {
-				op := parentOf[p.parent]
-				c := out[op]
+			if parent.kind == ptrace.ProxyOp {
+				c := out[parent.parent]
 				c.steps++
-				out[op] = c
+				out[parent.parent] = c
 			}
 		}
 		// Anything under a step (its states, network events) counts as net, as NCCL reports
 		// network activity under the step it serves.
-		if kindOf[p.parent] == ptrace.ProxyStep {
-			if proxy := parentOf[p.parent]; kindOf[proxy] == ptrace.ProxyOp {
-				op := parentOf[proxy]
-				c := out[op]
+		if parent.kind == ptrace.ProxyStep {
+			if proxy := nodes[parent.parent]; proxy.kind == ptrace.ProxyOp {
+				c := out[proxy.parent]
 				c.net++
-				out[op] = c
+				out[proxy.parent] = c
 			}
 		}
 	}
 	return out, dups
 }
 
-// channelsByOp groups the kernel channels under their operation handle.
+// channelsByOp groups the kernel channels under their operation handle: one slice of them all,
+// in file order within each operation, and each operation's part of it.
 func (lp *leanPlugin) channelsByOp() map[uint64][]channelRec {
-	out := make(map[uint64][]channelRec, len(lp.channels)/2+1)
-	for _, c := range lp.channels {
-		out[c.op] = append(out[c.op], c)
+	all := make([]channelRec, lp.channels.len())
+	for i := range all {
+		all[i] = lp.channels.at(i)
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].op < all[j].op })
+	out := make(map[uint64][]channelRec)
+	for i := 0; i < len(all); {
+		j := i + 1
+		for j < len(all) && all[j].op == all[i].op {
+			j++
+		}
+		out[all[i].op] = all[i:j:j]
+		i = j
 	}
 	return out
 }

@@ -120,11 +120,6 @@ func Run(kinetoPaths, ncclPaths []string, out string, opt Options) (*Summary, er
 	if len(kinetoPaths) == 0 {
 		return nil, fmt.Errorf("no Kineto trace given (--kineto)")
 	}
-	plugins, lean, err := readPlugins(ncclPaths, opt)
-	if err != nil {
-		return nil, err
-	}
-	releaseMemory()
 	toDir := isDirTarget(out)
 	if !toDir && !opt.Timeline && len(kinetoPaths) > 1 {
 		return nil, fmt.Errorf("%d Kineto traces but -o %s is one file: pass -o DIR for one merged file per rank, or --timeline for one trace of all ranks", len(kinetoPaths), out)
@@ -132,12 +127,22 @@ func Run(kinetoPaths, ncclPaths []string, out string, opt Options) (*Summary, er
 	if opt.Timeline && len(kinetoPaths) > maxTimelineRanks {
 		return nil, fmt.Errorf("--timeline takes at most %d ranks", maxTimelineRanks)
 	}
+	first := readAhead(kinetoPaths[0])
+	plugins, lean, err := readPlugins(ncclPaths, opt)
+	if err != nil {
+		return nil, err
+	}
+	releaseMemory()
 	p := newPairer(plugins, kinetoPaths, opt)
-	p.lean = lean
+	p.index = indexPlugins(plugins, lean)
 	sum := &Summary{}
 	var ranks []*rankState
 	for i, kp := range kinetoPaths {
-		r, err := loadRank(kp, p, opt)
+		var data *fileAhead
+		if i == 0 {
+			data = first
+		}
+		r, err := loadRank(kp, data, p, opt)
 		if err != nil {
 			return nil, err
 		}
@@ -235,11 +240,66 @@ func readPlugins(paths []string, opt Options) ([]*ptrace.Trace, map[*ptrace.Trac
 	return out, lean, nil
 }
 
-// loadRank reads a Kineto trace (one pass), pairs it with its plugin traces and links them.
-func loadRank(path string, p *pairer, opt Options) (*rankState, error) {
+// pluginIndexes are the plugin traces' indexes, built on a goroutine of their own while the
+// Kineto traces are read: they need nothing of them, and building them took a tenth of a merge
+// of an NCCL-heavy trace on the goroutine that then reads Kineto's events.
+type pluginIndexes struct {
+	done    chan struct{}
+	byTrace map[*ptrace.Trace]*pluginIndex
+}
+
+func indexPlugins(plugins []*ptrace.Trace, lean map[*ptrace.Trace]*leanPlugin) *pluginIndexes {
+	x := &pluginIndexes{done: make(chan struct{}), byTrace: map[*ptrace.Trace]*pluginIndex{}}
+	go func() {
+		defer close(x.done)
+		for _, t := range plugins {
+			x.byTrace[t] = newPluginIndex(t, lean[t])
+		}
+	}()
+	return x
+}
+
+// of returns the index of a plugin trace, once built.
+func (x *pluginIndexes) of(t *ptrace.Trace) *pluginIndex {
+	<-x.done
+	return x.byTrace[t]
+}
+
+// fileAhead is a file read on a goroutine of its own: the first Kineto trace is read (and
+// decompressed) while the plugin traces are parsed, on the core they leave idle part of the
+// time. (Only the first: reading the next rank's ahead would hold two Kineto traces at once.)
+type fileAhead struct {
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+func readAhead(path string) *fileAhead {
+	f := &fileAhead{done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		f.data, f.err = tracefile.ReadFile(path)
+	}()
+	return f
+}
+
+// loadRank reads a Kineto trace (one pass; ahead, its content when read already), pairs it with
+// its plugin traces and links them.
+func loadRank(path string, ahead *fileAhead, p *pairer, opt Options) (*rankState, error) {
 	x := newKinetoIndex()
 	prog := newProgress(opt, path)
-	kt, err := kineto.Read(path, kineto.Options{Base: opt.KinetoBase, Progress: prog.update}, x.visit)
+	kopt := kineto.Options{Base: opt.KinetoBase, Progress: prog.update, Decode: true}
+	var kt *kineto.Trace
+	var err error
+	if ahead != nil {
+		<-ahead.done
+		if err = ahead.err; err == nil {
+			kopt.RepairUTF8 = true // the buffer is ours
+			kt, err = kineto.Parse(path, ahead.data, kopt, x.visit)
+		}
+	} else {
+		kt, err = kineto.Read(path, kopt, x.visit)
+	}
 	prog.done()
 	if err != nil {
 		return nil, err
@@ -251,7 +311,7 @@ func loadRank(path string, p *pairer, opt Options) (*rankState, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := newRank(opt, kt, x, plugins, p.lean)
+	r := newRank(opt, kt, x, plugins, p.index)
 	r.link()
 	return r, nil
 }
@@ -301,8 +361,8 @@ func outputBase(ranks []*rankState) int64 {
 	return lo / window * window
 }
 
-func writeTrace(w io.Writer, ranks []*rankState, timeline bool, sum *Summary) error {
-	e := &emitter{w: w, base: outputBase(ranks)}
+func writeTrace(w output, ranks []*rankState, timeline bool, sum *Summary) error {
+	e := newEmitter(w, outputBase(ranks))
 	e.writeString("{\n\"schemaVersion\": 1,\n")
 	if !timeline {
 		r := ranks[0]
@@ -357,6 +417,7 @@ func writeTrace(w io.Writer, ranks []*rankState, timeline bool, sum *Summary) er
 	e.writeString("\"ncclmerge\": ")
 	e.write(js)
 	e.writeString("\n}\n")
+	e.flush()
 	return e.err
 }
 

@@ -464,6 +464,33 @@ func TestExamplePluginByOrder(t *testing.T) {
 	}
 }
 
+// A plugin trace whose events are the first of the output (a Kineto trace with none): its
+// events are written once, after the header, and the file is valid. (The writer once took the
+// buffer it handed its events in for its own, losing the header.)
+func TestPluginEventsFirstInOutput(t *testing.T) {
+	dir := t.TempDir()
+	kin := filepath.Join(dir, "empty_kineto.json")
+	if err := os.WriteFile(kin, []byte(`{"schemaVersion":1,"traceEvents":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plugin, err := os.ReadFile("testdata/tiny_example_plugin.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "m.json")
+	if _, err := Run([]string{kin}, []string{"testdata/tiny_example_plugin.json"}, out, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := tracecheck.File(out)
+	if err != nil || !rep.OK() {
+		t.Fatalf("check: %v %+v", err, rep)
+	}
+	// Every event of the plugin's file but its {} sentinel.
+	if want := strings.Count(string(plugin), `"ph"`); rep.Events != want {
+		t.Fatalf("%d events in the output, want the plugin trace's %d", rep.Events, want)
+	}
+}
+
 // stripCollectiveArgs writes a copy of a Kineto trace whose kernels carry no collective args
 // ("Collective name" … "Process Group Ranks", the last members of a kernel's args), as traces
 // before 2023-10 have them.

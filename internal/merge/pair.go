@@ -17,7 +17,7 @@ type pairer struct {
 	used    map[*ptrace.Trace]bool
 	oneEach bool // one file on each side: paired as given
 	opt     Options
-	lean    map[*ptrace.Trace]*leanPlugin // what was read of each plugin trace as records
+	index   *pluginIndexes // each plugin trace's index
 }
 
 func newPairer(plugins []*ptrace.Trace, kinetoPaths []string, opt Options) *pairer {

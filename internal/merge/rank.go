@@ -45,7 +45,7 @@ func (g gpuClock) placedBy() string {
 }
 
 // newRank indexes a Kineto trace (read by the caller with kx.visit) and its plugin traces.
-func newRank(opt Options, kt *kineto.Trace, kx *kinetoIndex, plugins []*ptrace.Trace, lean map[*ptrace.Trace]*leanPlugin) *rankState {
+func newRank(opt Options, kt *kineto.Trace, kx *kinetoIndex, plugins []*ptrace.Trace, index *pluginIndexes) *rankState {
 	r := &rankState{opt: opt, kt: kt, kx: kx, byCorr: map[uint64]*kernel{}, label: kt.Rank}
 	for _, k := range kx.kernels {
 		if k.corr != 0 {
@@ -53,7 +53,7 @@ func newRank(opt Options, kt *kineto.Trace, kx *kinetoIndex, plugins []*ptrace.T
 		}
 	}
 	for _, p := range plugins {
-		r.px = append(r.px, newPluginIndex(p, lean[p]))
+		r.px = append(r.px, index.of(p))
 		if r.host == "" {
 			r.host = p.Host
 		}

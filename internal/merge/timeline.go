@@ -15,7 +15,29 @@ const maxTimelineRanks = 1023
 
 // timelineMap renames processes and flows so that several ranks share one trace: every rank
 // has its own pids (GPU 0 of every rank is pid 0 in Kineto), names and flow ids.
-type timelineMap struct{}
+type timelineMap struct {
+	// flows numbers each rank's Kineto flows in order of first appearance (their dense ids).
+	flows map[*rankState]map[flowKey]int
+}
+
+// kinetoFlow returns the dense number of a Kineto flow of rank r, numbered as met: the writer
+// meets every flow event in file order, dangling starts included.
+func (tl *timelineMap) kinetoFlow(r *rankState, k flowKey) int {
+	if tl.flows == nil {
+		tl.flows = map[*rankState]map[flowKey]int{}
+	}
+	m := tl.flows[r]
+	if m == nil {
+		m = map[flowKey]int{}
+		tl.flows[r] = m
+	}
+	n, ok := m[k]
+	if !ok {
+		n = len(m)
+		m[k] = n
+	}
+	return n
+}
 
 func (*timelineMap) pid(b []byte, r *rankState, id kineto.ID) []byte {
 	if id.IsStr {

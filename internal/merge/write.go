@@ -1,7 +1,6 @@
 package merge
 
 import (
-	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,94 +27,6 @@ const (
 	linkFlowCat  = "nccl_link"
 	linkFlowName = "nccl_link"
 )
-
-// emitter streams events into the traceEvents array.
-type emitter struct {
-	w      io.Writer
-	base   int64
-	events int
-	buf    []byte // replacement values of the event being rewritten
-	out    []byte // the rewritten event
-	reps   []rep  // where they go
-	err    error
-}
-
-func (e *emitter) sep() {
-	if e.events > 0 {
-		e.write([]byte(",\n"))
-	} else {
-		e.write([]byte("\n"))
-	}
-}
-
-func (e *emitter) write(b []byte) {
-	if e.err == nil {
-		_, e.err = e.w.Write(b)
-	}
-}
-
-func (e *emitter) writeString(s string) {
-	if e.err == nil {
-		_, e.err = io.WriteString(e.w, s)
-	}
-}
-
-// stableWriter takes text that stays valid until it is closed without copying it.
-type stableWriter interface{ WriteStable(string) error }
-
-// writeInput writes a span of an input document (which outlives the output).
-func (e *emitter) writeInput(s string) {
-	if sw, ok := e.w.(stableWriter); ok && e.err == nil {
-		e.err = sw.WriteStable(s)
-		return
-	}
-	e.writeString(s)
-}
-
-// event writes one whole event.
-func (e *emitter) event(b []byte) {
-	e.sep()
-	e.write(b)
-	e.events++
-}
-
-func (e *emitter) ts(b []byte, unix int64) []byte { return jsonscan.AppendMicros(b, unix-e.base) }
-
-// rep replaces Raw[span] of an event.
-type rep struct {
-	span traceevent.Span
-	text []byte
-}
-
-// patch rebuilds an event with replacements and, optionally, members added to its args.
-func patch(dst []byte, raw string, reps []rep, argsSpan traceevent.Span, addArgs []byte) []byte {
-	if len(addArgs) > 0 {
-		if argsSpan.Valid() {
-			body := strings.TrimSpace(raw[argsSpan.Start+1 : argsSpan.End-1])
-			ins := addArgs
-			if body != "" {
-				ins = append([]byte{','}, addArgs...)
-			}
-			reps = append(reps, rep{traceevent.Span{Start: argsSpan.End - 1, End: argsSpan.End - 1}, ins})
-		} else {
-			end := int32(len(raw) - 1)
-			reps = append(reps, rep{traceevent.Span{Start: end, End: end}, append(append([]byte(`,"args":{`), addArgs...), '}')})
-		}
-	}
-	// A handful, nearly in order: an insertion sort (sort.SliceStable allocated per event).
-	for i := 1; i < len(reps); i++ {
-		for j := i; j > 0 && reps[j].span.Start < reps[j-1].span.Start; j-- {
-			reps[j], reps[j-1] = reps[j-1], reps[j]
-		}
-	}
-	pos := int32(0)
-	for _, r := range reps {
-		dst = append(dst, raw[pos:r.span.Start]...)
-		dst = append(dst, r.text...)
-		pos = r.span.End
-	}
-	return append(dst, raw[pos:]...)
-}
 
 // writeKineto copies the rank's Kineto events. Outside a timeline it copies the array in bulk
 // between the few events that change (and, for absolute-µs traces, the ts values it rebases);
@@ -197,24 +108,27 @@ func (r *rankState) copyBulk(e *emitter, rebase bool) {
 	var ev traceevent.Event
 	for _, p := range pts {
 		emit(pos, int(p.off))
-		evEnd, err := traceevent.Parse(&ev, doc, int(p.off))
+		evEnd, err := traceevent.ParseValid(&ev, doc, int(p.off))
 		if err != nil {
 			e.err = err
 			return
 		}
 		if !p.drop {
-			var reps []rep
+			reps := e.sc.reps[:0]
 			if rebase && ev.HasTs && ev.Ts >= kineto.AbsoluteMinNs {
-				reps = append(reps, rep{ev.TsSpan, e.ts(nil, ev.Ts)})
+				e.sc.buf = e.ts(e.sc.buf[:0], ev.Ts)
+				reps = append(reps, rep{ev.TsSpan, e.sc.buf})
 			}
-			e.out = patch(e.out[:0], ev.Raw, reps, ev.ArgsSpan, r.kernelArgs(p.k))
 			if first {
 				e.sep()
 				first = false
 			} else {
 				e.writeString(",\n")
 			}
-			e.write(e.out)
+			e.sc.args = r.appendKernelArgs(e.sc.args[:0], p.k)
+			e.cur = patch(e.cur, ev.Raw, reps, ev.ArgsSpan, e.sc.args)
+			e.sc.reps = reps[:0]
+			e.spill()
 		}
 		pos = evEnd
 	}
@@ -238,8 +152,12 @@ func (e *emitter) rebased(b []byte, raw string) []byte {
 // rewriteKineto writes one Kineto event with its time rebased and, in a timeline, its
 // process, flow id and process metadata renamed.
 func (r *rankState) rewriteKineto(e *emitter, ev *kineto.Event, tl *timelineMap) {
-	reps := e.reps[:0]
-	b := e.buf[:0]
+	reps := e.sc.reps[:0]
+	b := e.sc.buf[:0]
+	flow := -1
+	if tl != nil && isFlow(ev.Ph) && ev.IDSpan.Valid() {
+		flow = tl.kinetoFlow(r, r.kx.keys.key(ev.IDRaw, ev.Event.Cat, ev.Name))
+	}
 	if ev.Ph == "s" && r.isDangling(ev.Off) {
 		return
 	}
@@ -254,12 +172,10 @@ func (r *rankState) rewriteKineto(e *emitter, ev *kineto.Event, tl *timelineMap)
 			b = tl.pid(b, r, ev.Pid)
 			reps = append(reps, rep{ev.PidSpan, b[at:]})
 		}
-		if (ev.Ph == "s" || ev.Ph == "t" || ev.Ph == "f") && ev.IDSpan.Valid() {
-			if idx, ok := r.kx.flows[r.kx.keys.key(ev.IDRaw, ev.Event.Cat, ev.Name)]; ok {
-				at := len(b)
-				b = strconv.AppendUint(b, tl.flowID(r, uint64(idx)), 10)
-				reps = append(reps, rep{ev.IDSpan, b[at:]})
-			}
+		if flow >= 0 {
+			at := len(b)
+			b = strconv.AppendUint(b, tl.flowID(r, uint64(flow)), 10)
+			reps = append(reps, rep{ev.IDSpan, b[at:]})
 		}
 		if ev.Ph == "M" && ev.ArgsSpan.Valid() {
 			if args := tl.processMeta(r, ev); args != nil {
@@ -272,13 +188,16 @@ func (r *rankState) rewriteKineto(e *emitter, ev *kineto.Event, tl *timelineMap)
 	var add []byte
 	if ev.Cat == kineto.CatKernel {
 		if k := r.kx.kernelAt[ev.Off]; k != nil && k.link != nil {
-			add = r.kernelArgs(k)
+			e.sc.args = r.appendKernelArgs(e.sc.args[:0], k)
+			add = e.sc.args
 		}
 	}
-	// Two buffers kept across events: the replacements point into buf while out is built.
-	e.out = patch(e.out[:0], ev.Raw, reps, ev.ArgsSpan, add)
-	e.event(e.out)
-	e.buf, e.reps = b[:0], reps[:0]
+	// The replacements point into b while the event is built: both are kept for the next.
+	e.sep()
+	e.cur = patch(e.cur, ev.Raw, reps, ev.ArgsSpan, add)
+	e.events++
+	e.spill()
+	e.sc.buf, e.sc.reps = b[:0], reps[:0]
 }
 
 func (r *rankState) isDangling(off int64) bool {
@@ -286,14 +205,14 @@ func (r *rankState) isDangling(off int64) bool {
 	return i < len(r.kx.dangling) && r.kx.dangling[i] == off
 }
 
-// kernelArgs is the "nccl" member added to a linked kernel's args: NCCL's view of the
-// operation and the bandwidth from the kernel's GPU duration (nccl-tests definitions).
-func (r *rankState) kernelArgs(k *kernel) []byte {
+// appendKernelArgs appends the "nccl" member added to a linked kernel's args: NCCL's view of
+// the operation and the bandwidth from the kernel's GPU duration (nccl-tests definitions).
+func (r *rankState) appendKernelArgs(dst []byte, k *kernel) []byte {
 	l := k.link
 	g := l.group
-	o := newObj([]byte(`"nccl":`))
+	o := newObj(append(dst, `"nccl":`...))
 	o.str("link_rule", l.rule)
-	o.str("comm", hexHandle(g.comm.Hash))
+	o.hex("comm", g.comm.Hash)
 	if g.comm.Name != "" {
 		o.str("comm_name", g.comm.Name)
 	}
@@ -345,7 +264,7 @@ func (r *rankState) kernelArgs(k *kernel) []byte {
 		}
 	}
 	if g.launch != nil {
-		o.str("kernel_launch", hexHandle(g.launch.ID))
+		o.hex("kernel_launch", g.launch.ID)
 	}
 	return o.done()
 }
@@ -373,179 +292,7 @@ func appendOp(o *obj, op *op) {
 		o.int("peer", int64(e.Peer))
 	}
 	o.int("nchannels", int64(e.NChannels))
-	o.str("op", hexHandle(e.ID))
-}
-
-// writePlugin writes the plugin's events: their times on Kineto's clock, their real-thread
-// slices on tracks of their own, their flow ids renumbered, linked operations annotated. It
-// walks each file again: most events were read as records only (see lean.go); those that were
-// decoded are met in the same order.
-func (r *rankState) writePlugin(e *emitter, tl *timelineMap, ids *idSpace) {
-	for _, p := range r.px {
-		flows := pluginFlows(p.lean.flows, ids.pluginFlows(r))
-		kept := p.t.Events
-		var tmp ptrace.Event
-		walk(p.t, func(raw *traceevent.Event) bool {
-			ev := &tmp
-			if len(kept) > 0 && kept[0].Off == raw.Off {
-				ev, kept = &kept[0], kept[1:]
-			} else {
-				tmp = ptrace.Event{Event: *raw, Kind: ptrace.KindOf(raw.Cat, raw.Name),
-					Start: p.t.Base + raw.Ts, End: p.t.Base + raw.Ts + raw.Dur}
-				if raw.Ph != "X" {
-					tmp.Kind = ptrace.KindOther
-				}
-			}
-			if ev.Raw == "{}" || isProcessMeta(ev) {
-				return true // the sentinel of the example plugin; process metadata went first
-			}
-			var flowN *uint64
-			if isFlow(ev.Ph) {
-				if flowN = flows[p.lean.keys.key(ev.IDRaw, ev.Cat, ev.Name)]; flowN == nil {
-					return true // a flow start whose end was cut off with the file
-				}
-			}
-			r.rewritePlugin(e, p, ev, tl, flowN, ids)
-			return e.err == nil
-		})
-		if e.err != nil {
-			return
-		}
-	}
-}
-
-// walk visits every event of a plugin trace in file order: again from the file for a trace
-// read from one, else (NCCL's example plugin, parsed whole) its events.
-func walk(t *ptrace.Trace, visit func(*traceevent.Event) bool) {
-	if t.Unanchored || t.Doc.Text() == "" {
-		for i := range t.Events {
-			if !visit(&t.Events[i].Event) {
-				return
-			}
-		}
-		return
-	}
-	t.Doc.Walk(visit)
-}
-
-func isFlow(ph string) bool { return ph == "s" || ph == "t" || ph == "f" }
-
-// isProcessMeta: the plugin names the process it shares with Kineto ("ncclprof <host> pid N").
-func isProcessMeta(ev *ptrace.Event) bool {
-	return ev.Ph == "M" && (ev.Name == "process_name" || ev.Name == "process_labels" || ev.Name == "process_sort_index")
-}
-
-// writePluginProcessMeta writes the plugin's process metadata before Kineto's events: kept, as
-// every input event is, but where Kineto's own names, which come later, win in viewers (the
-// last name of a process is the one shown).
-func (r *rankState) writePluginProcessMeta(e *emitter, tl *timelineMap) {
-	ids := newIDSpace()
-	for _, p := range r.px {
-		for i := range p.t.Events {
-			if ev := &p.t.Events[i]; isProcessMeta(ev) {
-				r.rewritePlugin(e, p, ev, tl, nil, ids)
-			}
-		}
-	}
-}
-
-// pluginFlows numbers the plugin's complete flows; flows missing a start or an end (a cut
-// file) are absent from the map.
-func pluginFlows(recs []flowRec, next *uint64) map[flowKey]*uint64 {
-	starts, ends := map[flowKey]int{}, map[flowKey]int{}
-	var order []flowKey
-	for _, f := range recs {
-		if starts[f.key]+ends[f.key] == 0 {
-			order = append(order, f.key)
-		}
-		if f.start {
-			starts[f.key]++
-		} else {
-			ends[f.key]++
-		}
-	}
-	out := make(map[flowKey]*uint64, len(order))
-	for _, k := range order {
-		if starts[k] == 1 && ends[k] > 0 {
-			v := *next
-			out[k] = &v
-			*next++
-		}
-	}
-	return out
-}
-
-func (r *rankState) rewritePlugin(e *emitter, p *pluginIndex, ev *ptrace.Event, tl *timelineMap, flowN *uint64, ids *idSpace) {
-	reps := e.reps[:0]
-	b := e.buf[:0]
-	if ev.HasTs && ev.TsSpan.Valid() {
-		at := len(b)
-		ts := ev.Start + p.shift + r.shift
-		b = e.ts(b, ts)
-		reps = append(reps, rep{ev.TsSpan, b[at:]})
-		if ev.HasDur && ev.DurSpan.Valid() {
-			// Far from the base Perfetto rounds ts and dur apart: write the dur that ends
-			// the slice where its exact end rounds, so slices nest and meet to the ns.
-			if d := traceevent.PerfettoDur(ts-e.base, ev.Dur); d != ev.Dur {
-				at := len(b)
-				b = jsonscan.AppendMicros(b, d)
-				reps = append(reps, rep{ev.DurSpan, b[at:]})
-			}
-		}
-	}
-	if tl != nil && ev.PidSpan.Valid() {
-		at := len(b)
-		b = tl.pid(b, r, ev.Pid)
-		reps = append(reps, rep{ev.PidSpan, b[at:]})
-	}
-	moveTid := !p.t.Unanchored && ev.TidSpan.Valid() && !ev.Tid.IsStr && isRealTid(ev.Tid.Num) &&
-		(ev.Ph != "M" || ev.Name == "thread_name")
-	if moveTid {
-		at := len(b)
-		b = strconv.AppendInt(b, userTid(ev.Tid.Num), 10)
-		reps = append(reps, rep{ev.TidSpan, b[at:]})
-	}
-	if isFlow(ev.Ph) && ev.IDSpan.Valid() && flowN != nil {
-		at := len(b)
-		b = strconv.AppendUint(b, ids.pluginFlow(r, *flowN), 10)
-		reps = append(reps, rep{ev.IDSpan, b[at:]})
-	}
-	var add []byte
-	if ev.IsSlice() {
-		add = r.pluginLinkArgs(p, ev)
-	}
-	// Two buffers kept across events: the replacements point into buf while out is built.
-	e.out = patch(e.out[:0], ev.Raw, reps, ev.ArgsSpan, add)
-	e.event(e.out)
-	e.buf, e.reps = b[:0], reps[:0]
-}
-
-// isRealTid: the plugin's synthetic tracks start at 2e9; lower tids are OS threads.
-func isRealTid(tid int64) bool { return tid > 0 && tid < 2000000000 }
-
-func userTid(tid int64) int64 { return userTrackBase + tid%100000000 }
-
-// pluginLinkArgs annotates a linked Coll/P2p or KernelLaunch with its kernel.
-func (r *rankState) pluginLinkArgs(p *pluginIndex, ev *ptrace.Event) []byte {
-	var l *link
-	switch ev.Kind {
-	case ptrace.Coll, ptrace.P2p:
-		if o := p.ops[ev.ID]; o != nil && o.group.link != nil && ev.ID != 0 {
-			l = o.group.link
-		}
-	case ptrace.KernelLaunch:
-		l = p.launchLink[ev] // (a scan of every group per launch was quadratic)
-	}
-	if l == nil {
-		return nil
-	}
-	o := newObj([]byte(`"ncclmerge":`))
-	o.str("kernel", l.kernel.name)
-	if l.kernel.corr != 0 {
-		o.uint("correlation", l.kernel.corr)
-	}
-	o.str("link_rule", l.rule)
-	return o.done()
+	o.hex("op", e.ID)
 }
 
 // writeAdded writes what ncclmerge adds: sort indexes for the moved thread tracks, a flow
@@ -558,14 +305,26 @@ func (r *rankState) writeAdded(e *emitter, tl *timelineMap, ids *idSpace) int {
 	return e.events - n0
 }
 
-func (r *rankState) pidText(tl *timelineMap, id kineto.ID) []byte {
+// pid adds a pid member: the process as the output names it (renamed in a timeline).
+func (o *obj) pid(r *rankState, tl *timelineMap, id kineto.ID) *obj {
+	o.key("pid")
+	o.b = r.appendPid(o.b, tl, id)
+	return o
+}
+
+func (r *rankState) appendPid(b []byte, tl *timelineMap, id kineto.ID) []byte {
 	if tl != nil {
-		return tl.pid(nil, r, id)
+		return tl.pid(b, r, id)
 	}
+	return appendID(b, id)
+}
+
+// appendID appends a pid or tid as the input wrote it (a number, or a string).
+func appendID(b []byte, id kineto.ID) []byte {
 	if id.IsStr {
-		return appendJSONString(nil, id.Str)
+		return appendJSONString(b, id.Str)
 	}
-	return strconv.AppendInt(nil, id.Num, 10)
+	return strconv.AppendInt(b, id.Num, 10)
 }
 
 func (r *rankState) writeTrackMeta(e *emitter, tl *timelineMap) {
@@ -574,10 +333,14 @@ func (r *rankState) writeTrackMeta(e *emitter, tl *timelineMap) {
 		if p.t.Unanchored {
 			continue
 		}
-		var threads [][2]int64
+		var threads [][2]int64 // in order of first appearance
+		met := map[[2]int64]bool{}
 		for i := range p.t.Events {
 			if ev := &p.t.Events[i]; ev.IsSlice() && !ev.Tid.IsStr && isRealTid(ev.Tid.Num) {
-				threads = append(threads, [2]int64{ev.Pid.Num, ev.Tid.Num})
+				if th := [2]int64{ev.Pid.Num, ev.Tid.Num}; !met[th] {
+					met[th] = true
+					threads = append(threads, th)
+				}
 			}
 		}
 		var counted [][2]int64 // threads only counted slices were on, in a fixed order
@@ -592,10 +355,10 @@ func (r *rankState) writeTrackMeta(e *emitter, tl *timelineMap) {
 				continue
 			}
 			seen[th] = true
-			o := newObj(nil).str("ph", "M").str("name", "thread_sort_index").raw("pid", r.pidText(tl, kineto.ID{Num: th[0]})).
+			o := e.object().str("ph", "M").str("name", "thread_sort_index").pid(r, tl, kineto.ID{Num: th[0]}).
 				int("tid", userTid(th[1]))
-			o.raw("args", newObj(nil).int("sort_index", th[1]).done())
-			e.event(o.done())
+			o.end(o.object("args").int("sort_index", th[1]).done())
+			e.endObject(o)
 		}
 	}
 }
@@ -624,12 +387,12 @@ func (r *rankState) writeLinkFlows(e *emitter, tl *timelineMap, ids *idSpace) {
 			if isRealTid(tid) {
 				tid = userTid(tid)
 			}
-			s := newObj(nil).str("ph", "s").uint("id", id).str("cat", linkFlowCat).str("name", linkFlowName).
-				raw("pid", r.pidText(tl, src.Pid)).int("tid", tid).raw("ts", e.ts(nil, sTs))
-			e.event(s.done())
-			f := newObj(nil).str("ph", "f").str("bp", "e").uint("id", id).str("cat", linkFlowCat).str("name", linkFlowName).
-				raw("pid", r.pidText(tl, l.kernel.pid)).raw("tid", []byte(l.kernel.tid.String())).raw("ts", e.ts(nil, kTs))
-			e.event(f.done())
+			e.endObject(e.object().str("ph", "s").uint("id", id).str("cat", linkFlowCat).str("name", linkFlowName).
+				pid(r, tl, src.Pid).int("tid", tid).micros("ts", sTs-e.base))
+			f := e.object().str("ph", "f").str("bp", "e").uint("id", id).str("cat", linkFlowCat).str("name", linkFlowName).
+				pid(r, tl, l.kernel.pid).key("tid")
+			f.b = appendID(f.b, l.kernel.tid)
+			e.endObject(f.micros("ts", kTs-e.base))
 		}
 	}
 }
@@ -649,7 +412,13 @@ func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 	if r.gpu.from == "" {
 		return
 	}
-	var all []placed
+	n := 0
+	for _, l := range r.links {
+		for _, op := range l.group.ops {
+			n += len(op.channels)
+		}
+	}
+	all := make([]placed, 0, n)
 	for _, l := range r.links {
 		if l.kernel.tid.IsStr {
 			continue
@@ -676,7 +445,6 @@ func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 		tid int64
 	}
 	named := map[namedKey]bool{}
-	pidTexts := map[kineto.ID][]byte{}
 	for _, pc := range all {
 		key := trackKey{pc.pid, pc.stream, pc.ch.channel}
 		ends := lanes[key]
@@ -694,35 +462,25 @@ func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 		ends[lane] = pc.end
 		lanes[key] = ends
 		tid := gpuTrackBase + (pc.stream%1000000)*1024 + int64(lane%8)*128 + int64(pc.ch.channel%128)
-		pidText, ok := pidTexts[pc.pid]
-		if !ok {
-			pidText = r.pidText(tl, pc.pid)
-			pidTexts[pc.pid] = pidText
-		}
 		if nk := (namedKey{pc.pid, tid}); !named[nk] {
 			named[nk] = true
 			name := "stream " + strconv.FormatInt(pc.stream, 10) + " NCCL ch " + strconv.Itoa(pc.ch.channel)
 			if lane > 0 {
 				name += " lane " + strconv.Itoa(lane)
 			}
-			m := newObj(nil).str("ph", "M").str("name", "thread_name").raw("pid", pidText).int("tid", tid)
-			m.raw("args", newObj(nil).str("name", name).done())
-			e.event(m.done())
-			s := newObj(nil).str("ph", "M").str("name", "thread_sort_index").raw("pid", pidText).int("tid", tid)
-			s.raw("args", newObj(nil).int("sort_index", pc.stream*1000+int64(pc.ch.channel)*8+int64(lane)+1).done())
-			e.event(s.done())
+			m := e.object().str("ph", "M").str("name", "thread_name").pid(r, tl, pc.pid).int("tid", tid)
+			e.endObject(m.end(m.object("args").str("name", name).done()))
+			s := e.object().str("ph", "M").str("name", "thread_sort_index").pid(r, tl, pc.pid).int("tid", tid)
+			e.endObject(s.end(s.object("args").int("sort_index", pc.stream*1000+int64(pc.ch.channel)*8+int64(lane)+1).done()))
 		}
+		x := e.object().str("ph", "X").str("cat", "nccl_gpu").str("name", pc.ch.name).pid(r, tl, pc.pid).
+			int("tid", tid).micros("ts", pc.start-e.base).
+			micros("dur", traceevent.PerfettoDur(pc.start-e.base, pc.end-pc.start))
 		// 64-bit clock values as decimal strings, as the plugin writes them: a double would
-		// lose their low bits. (Built in the emitter's buffers: one slice per channel.)
-		args := newObj(e.buf[:0]).int("channel", int64(pc.ch.channel)).str("op", hexHandle(pc.ch.op)).
-			str("gpu_start_ns", strconv.FormatInt(pc.ch.gpuStart, 10)).str("gpu_stop_ns", strconv.FormatInt(pc.ch.gpuStop, 10)).
-			str("gpu_offset_ns", strconv.FormatInt(r.gpu.offset, 10)).str("placed_by", r.gpu.placedBy())
-		e.buf = args.done()
-		x := newObj(e.out[:0]).str("ph", "X").str("cat", "nccl_gpu").str("name", pc.ch.name).raw("pid", pidText).
-			int("tid", tid).key("ts")
-		x.b = e.ts(x.b, pc.start)
-		x.micros("dur", traceevent.PerfettoDur(pc.start-e.base, pc.end-pc.start)).raw("args", e.buf)
-		e.out = x.done()
-		e.event(e.out)
+		// lose their low bits.
+		args := x.object("args").int("channel", int64(pc.ch.channel)).hex("op", pc.ch.op).
+			decimal("gpu_start_ns", pc.ch.gpuStart).decimal("gpu_stop_ns", pc.ch.gpuStop).
+			decimal("gpu_offset_ns", r.gpu.offset).str("placed_by", r.gpu.placedBy())
+		e.endObject(x.end(args.done()))
 	}
 }

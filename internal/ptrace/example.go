@@ -117,7 +117,7 @@ func parseExample(path string, data []byte) (*Trace, error) {
 	doc, err := traceevent.Read(path, fixed, traceevent.Options{Truncated: true, Hint: syntaxHint},
 		func(e *traceevent.Event) error {
 			if e.Raw != "{}" {
-				t.Events = append(t.Events, Event{Event: *e, Seq: -1})
+				t.Events = append(t.Events, Event{Event: *e, Fields: Fields{Seq: -1}})
 			}
 			return nil
 		})

@@ -176,3 +176,37 @@ func TestClockWriterFields(t *testing.T) {
 		}
 	}
 }
+
+// The lean reader's kept events come out in order and complete however their share of the
+// file changes along it (the slice is sized from the first sixteenth): even, denser early (the
+// estimate too large: trimmed), denser late (too small: the rest in blocks), too few to estimate.
+func TestKeptEventsInOrder(t *testing.T) {
+	const size = 1 << 20
+	for name, keepAt := range map[string]func(off int) bool{
+		"even":        func(off int) bool { return off%7 == 0 },
+		"dense early": func(off int) bool { return off < size/8 || off%50 == 0 },
+		"dense late":  func(off int) bool { return off > size/2 || off%50 == 0 },
+		"few":         func(off int) bool { return off%9000 == 0 },
+		"none":        func(off int) bool { return false },
+	} {
+		k := keptEvents{size: size}
+		var want []int64
+		for off := 0; off < size; off += 3 {
+			if keepAt(off) {
+				e := Event{}
+				e.Off, e.ID = int64(off), uint64(off)*3
+				k.add(&e)
+				want = append(want, int64(off))
+			}
+		}
+		got := k.done()
+		if len(got) != len(want) || cap(got) > len(got)+len(got)/8+1 {
+			t.Fatalf("%s: %d events (capacity %d), want %d", name, len(got), cap(got), len(want))
+		}
+		for i := range got {
+			if got[i].Off != want[i] || got[i].ID != uint64(want[i])*3 {
+				t.Fatalf("%s: event %d is %+v, want offset %d", name, i, got[i].Off, want[i])
+			}
+		}
+	}
+}

@@ -38,6 +38,8 @@ type Doc struct {
 	FirstInvalidUTF8 int64
 
 	eventsStart, eventsEnd int
+	// marks are the starts of every markEvery-th event, from the first (see WalkParallel).
+	marks []int
 }
 
 // Member returns the raw value of a top-level key ("" when absent).
@@ -99,6 +101,25 @@ func (d *Doc) Errorf(off int, hint, format string, a ...any) error {
 // Event is reused between calls: copy what must outlive one (its strings point into data and
 // stay valid as long as data does).
 func Read(path string, data []byte, opt Options, visit func(*Event) error) (*Doc, error) {
+	return ReadWith(path, data, opt, Reader[Event]{Parse: Parse, Event: func(e *Event) *Event { return e }, Visit: visit})
+}
+
+// Reader is how ReadWith reads each event into a T of the reader's, which holds the Event.
+type Reader[T any] struct {
+	// Parse reads the event at doc[start] into t: its Event as Parse does, and what else the
+	// reader takes from it. It runs on the goroutines that parse a large document's chunks,
+	// so that work is shared between the cores: it must touch nothing but its arguments. It
+	// sets every field of t (t is not zeroed before).
+	Parse func(t *T, doc string, start int) (end int, err error)
+	// Event returns the Event inside t.
+	Event func(t *T) *Event
+	// Visit, if set, sees each event in file order, where it was parsed (no copy): t is
+	// reused once Visit returns.
+	Visit func(t *T) error
+}
+
+// ReadWith is Read for a reader that takes more from each event than its Event.
+func ReadWith[T any](path string, data []byte, opt Options, r Reader[T]) (*Doc, error) {
 	d := &Doc{Path: path, Data: data}
 	// Valid text is checked at memory speed (tens of GB/s); only a file that fails is walked
 	// byte by byte.
@@ -106,7 +127,10 @@ func Read(path string, data []byte, opt Options, visit func(*Event) error) (*Doc
 		d.InvalidUTF8, d.FirstInvalidUTF8 = invalidUTF8(data, opt.RepairUTF8)
 	}
 	d.doc = unsafe.String(unsafe.SliceData(data), len(data))
-	if err := d.walkTop(opt, visit); err != nil {
+	events := func(i int) (int, error) {
+		return walkEvents(d, i, &walker[T]{d: d, opt: opt, r: r})
+	}
+	if err := d.walkTop(opt, events); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -136,7 +160,9 @@ func invalidUTF8(b []byte, repair bool) (n int, first int64) {
 	return n, first
 }
 
-func (d *Doc) walkTop(opt Options, visit func(*Event) error) error {
+// walkTop walks the top-level value; events walks the traceEvents array whose '[' is at its
+// argument.
+func (d *Doc) walkTop(opt Options, events func(i int) (int, error)) error {
 	s := d.doc
 	i := jsonscan.SkipWS(s, 0)
 	if i >= len(s) {
@@ -145,7 +171,7 @@ func (d *Doc) walkTop(opt Options, visit func(*Event) error) error {
 	switch s[i] {
 	case '[':
 		d.BareArray = true
-		end, err := d.walkEvents(i, opt, visit)
+		end, err := events(i)
 		if err != nil || d.Truncated {
 			return err
 		}
@@ -161,7 +187,7 @@ func (d *Doc) walkTop(opt Options, visit func(*Event) error) error {
 				return v, d.Errorf(v, "", "traceEvents appears twice")
 			}
 			seen = true
-			end, err := d.walkEvents(v, opt, visit)
+			end, err := events(v)
 			if err == nil && d.Truncated {
 				err = errTruncated
 			}
@@ -206,7 +232,7 @@ func (d *Doc) expectEnd(end int) error {
 // walkEvents validates and visits the traceEvents array at s[i]. Large arrays are parsed by
 // several goroutines, chunk by chunk (see parallel.go); visit still sees every event in file
 // order, from this goroutine.
-func (d *Doc) walkEvents(i int, opt Options, visit func(*Event) error) (int, error) {
+func walkEvents[T any](d *Doc, i int, w *walker[T]) (int, error) {
 	s := d.doc
 	arr, err := jsonscan.NewArray(s, i)
 	if err != nil {
@@ -214,7 +240,7 @@ func (d *Doc) walkEvents(i int, opt Options, visit func(*Event) error) (int, err
 	}
 	d.eventsStart = jsonscan.SkipWS(s, i)
 	d.eventsEnd = d.eventsStart + 1
-	w := &walker{d: d, opt: opt, visit: visit, arr: arr}
+	w.arr = arr
 	if end, done, err := w.parallel(); done {
 		return end, err
 	}
@@ -222,19 +248,19 @@ func (d *Doc) walkEvents(i int, opt Options, visit func(*Event) error) (int, err
 }
 
 // walker carries one walk of the events array.
-type walker struct {
-	d     *Doc
-	opt   Options
-	visit func(*Event) error
-	arr   *jsonscan.Array
-	n     int
-	ev    Event
+type walker[T any] struct {
+	d   *Doc
+	opt Options
+	r   Reader[T]
+	arr *jsonscan.Array
+	n   int
+	cur T
 }
 
 // sequential parses and visits events from the array's position until its end, or (limit ≥ 0)
 // until the next event would start at or after limit; it returns the array's end, or the
 // position reached.
-func (w *walker) sequential(limit int) (int, error) {
+func (w *walker[T]) sequential(limit int) (int, error) {
 	s := w.d.doc
 	for {
 		start, ok, err := w.arr.Begin()
@@ -247,13 +273,13 @@ func (w *walker) sequential(limit int) (int, error) {
 		}
 		var end int
 		if err == nil {
-			end, err = Parse(&w.ev, s, start)
+			end, err = w.r.Parse(&w.cur, s, start)
 		}
 		if err != nil {
 			return w.fail(err, end)
 		}
 		w.arr.Finish(end)
-		if err := w.accept(&w.ev, start, end); err != nil {
+		if err := w.accept(&w.cur, start, end); err != nil {
 			return start, err
 		}
 	}
@@ -261,7 +287,7 @@ func (w *walker) sequential(limit int) (int, error) {
 }
 
 // fail ends a walk on a parse error: a file cut short is accepted with Options.Truncated.
-func (w *walker) fail(err error, end int) (int, error) {
+func (w *walker[T]) fail(err error, end int) (int, error) {
 	if w.opt.Truncated && atEOF(err, len(w.d.doc)) {
 		w.d.Truncated, w.d.TruncatedAt = true, int64(w.d.eventsEnd)
 		return len(w.d.doc), nil
@@ -269,16 +295,23 @@ func (w *walker) fail(err error, end int) (int, error) {
 	return end, w.d.wrapEvent(err, w.n, w.opt.Hint)
 }
 
+// markEvery: every markEvery-th event's start is kept, for a later parallel pass.
+const markEvery = 2048
+
 // accept checks and visits one parsed event.
-func (w *walker) accept(ev *Event, start, end int) error {
+func (w *walker[T]) accept(t *T, start, end int) error {
+	ev := w.r.Event(t)
 	w.d.eventsEnd = end
 	if ev.Ph == "" && ev.Raw != "{}" {
 		return w.d.Errorf(start, "every trace event needs a \"ph\"", "event %d has no ph", w.n)
 	}
+	if w.n%markEvery == 0 {
+		w.d.marks = append(w.d.marks, start)
+	}
 	w.n++
 	w.d.Events++
-	if w.visit != nil {
-		if err := w.visit(ev); err != nil {
+	if w.r.Visit != nil {
+		if err := w.r.Visit(t); err != nil {
 			return err
 		}
 	}
@@ -335,7 +368,7 @@ func (d *Doc) Walk(visit func(*Event) bool) {
 		if err != nil || !ok || start >= d.eventsEnd {
 			return
 		}
-		end, err := Parse(&ev, d.doc, start)
+		end, err := ParseValid(&ev, d.doc, start)
 		if err != nil || !visit(&ev) {
 			return
 		}

@@ -84,6 +84,9 @@ func TestParallelMatchesSequential(t *testing.T) {
 			t.Fatalf("event %d: %s, want %s", i, g, want)
 		}
 	}
+	// A second pass shared between goroutines sees the same events in the same order, the
+	// truncated document's too.
+	checkWalkParallel(t, d, got)
 	// An error late in the file is reported at its offset, as sequentially.
 	bad := strings.Replace(doc, `"ts": 399990,`, `"ts": 399990 x,`, 1)
 	if _, err, _ := collect(bad, Options{}); err == nil || !strings.Contains(err.Error(), "byte "+itoa(strings.Index(bad, " x,")+1)) {
@@ -95,6 +98,47 @@ func TestParallelMatchesSequential(t *testing.T) {
 	if err != nil || !d.Truncated || len(names) < 399000 || names[len(names)-1] != got[len(names)-1] {
 		t.Fatalf("truncated: %v %d", err, len(names))
 	}
+	checkWalkParallel(t, d, names)
+}
+
+// checkWalkParallel walks d with WalkParallel (several goroutines, small results reused) and
+// compares the events emitted with want, event by event.
+func checkWalkParallel(t *testing.T, d *Doc, want []string) {
+	t.Helper()
+	var got []string
+	err := WalkParallel(d, func(from, to int, r *[]string) {
+		*r = (*r)[:0]
+		d.WalkRange(from, to, func(e *Event) bool {
+			*r = append(*r, e.Name+"@"+itoa(int(e.Ts)))
+			return true
+		})
+	}, func(r *[]string) error {
+		got = append(got, *r...)
+		return nil
+	})
+	if err != nil || len(got) != len(want) {
+		t.Fatalf("WalkParallel: %v, %d events of %d", err, len(got), len(want))
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("WalkParallel event %d: %s, want %s", i, got[i], want[i])
+		}
+	}
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// Flow ids read as Perfetto reads them: numbers, and strings of hex digits with or without 0x.
+func TestFlowID(t *testing.T) {
+	for raw, want := range map[string]struct {
+		id uint64
+		ok bool
+	}{
+		`42`: {42, true}, `"2a"`: {42, true}, `"0x2A"`: {42, true}, `"0X2a"`: {42, true},
+		`18446744073709551615`: {1<<64 - 1, true}, `"g1"`: {0, false}, `1.5`: {0, false}, `-1`: {0, false},
+	} {
+		if id, ok := FlowID(raw); id != want.id || ok != want.ok {
+			t.Errorf("FlowID(%s) = %d, %v; want %d, %v", raw, id, ok, want.id, want.ok)
+		}
+	}
+}

@@ -37,6 +37,9 @@ func (id ID) String() string {
 }
 
 func idOf(raw string) ID {
+	if n, ok := smallUint(raw); ok {
+		return ID{Num: n}
+	}
 	if raw[0] == '"' {
 		str := jsonscan.String(raw)
 		// Numeric strings ("1234") name the same thread as the number.
@@ -50,6 +53,23 @@ func idOf(raw string) ID {
 		return ID{Str: raw, IsStr: true}
 	}
 	return ID{Num: n}
+}
+
+// smallUint reads the ids almost every event has, plain decimal numbers below 10^18, without
+// strconv's generality.
+func smallUint(raw string) (int64, bool) {
+	if len(raw) == 0 || len(raw) > 18 || (raw[0] == '0' && len(raw) > 1) {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(raw); i++ {
+		d := raw[i] - '0'
+		if d > 9 {
+			return 0, false
+		}
+		n = n*10 + int64(d)
+	}
+	return n, true
 }
 
 // Event is one element of traceEvents, read without copying: strings point into the file.
@@ -111,6 +131,27 @@ func escapePath(name string) string {
 // members in the same pass, returning the event's end. A problem with a field's value is
 // returned as a *jsonscan.Error too (the caller adds the file).
 func Parse(e *Event, doc string, start int) (int, error) {
+	if start < len(doc) && doc[start] == '{' {
+		if end, ok := parseFast(e, doc, start, false); ok {
+			return end, nil
+		}
+	}
+	return parseSlow(e, doc, start)
+}
+
+// ParseValid is Parse for an event of a document Read has validated (a second pass over it):
+// it reads the same fields without validating the values again.
+func ParseValid(e *Event, doc string, start int) (int, error) {
+	if start < len(doc) && doc[start] == '{' {
+		if end, ok := parseFast(e, doc, start, true); ok {
+			return end, nil
+		}
+	}
+	return Parse(e, doc, start)
+}
+
+// parseSlow is Parse member by member through jsonscan.Members: every event parseFast declines.
+func parseSlow(e *Event, doc string, start int) (int, error) {
 	*e = Event{Off: int64(start)}
 	if start >= len(doc) || doc[start] != '{' {
 		end, err := jsonscan.Skip(doc, start)
@@ -126,37 +167,8 @@ func Parse(e *Event, doc string, start int) (int, error) {
 		if err != nil {
 			return ve, err
 		}
-		raw := doc[v:ve]
-		sp := Span{int32(v - start), int32(ve - start)}
-		switch key {
-		case "ph":
-			e.Ph = jsonscan.String(raw)
-		case "cat":
-			e.Cat = jsonscan.String(raw)
-		case "name":
-			e.Name = jsonscan.String(raw)
-		case "pid":
-			e.Pid, e.PidSpan = idOf(raw), sp
-		case "tid":
-			e.Tid, e.TidSpan = idOf(raw), sp
-		case "ts":
-			e.TsSpan = sp
-			if e.Ts, e.HasTs = timeOf(raw); !e.HasTs && problem == "" {
-				problem, problemAt = "ts is not a number: "+Clip(raw), v
-			}
-		case "dur":
-			e.DurSpan = sp
-			if e.Dur, e.HasDur = timeOf(raw); !e.HasDur && problem == "" {
-				problem, problemAt = "dur is not a number: "+Clip(raw), v
-			}
-		case "id":
-			e.IDRaw, e.IDSpan = raw, sp
-		case "bp":
-			e.Bp = jsonscan.String(raw)
-		case "args":
-			if raw[0] == '{' {
-				e.ArgsSpan = sp
-			}
+		if p := e.member(key, doc, v, ve, start, false); p != "" && problem == "" {
+			problem, problemAt = p, v
 		}
 		return ve, nil
 	})
@@ -168,6 +180,21 @@ func Parse(e *Event, doc string, start int) (int, error) {
 		return end, &jsonscan.Error{Offset: int64(problemAt), Msg: problem, Field: true}
 	}
 	return end, nil
+}
+
+// FlowID reads a v1 flow event's id as Perfetto does: a number, or a string of hex digits
+// (with or without 0x). ok is false for anything else (which Perfetto keys by its text).
+func FlowID(raw string) (id uint64, ok bool) {
+	var err error
+	if strings.HasPrefix(raw, `"`) {
+		id, err = strconv.ParseUint(strings.TrimPrefix(strings.ToLower(jsonscan.String(raw)), "0x"), 16, 64)
+	} else {
+		id, err = jsonscan.Uint(raw)
+	}
+	if err != nil {
+		return 0, false
+	}
+	return id, true
 }
 
 // timeOf reads a µs value (number or numeric string, as Perfetto accepts) as exact ns.

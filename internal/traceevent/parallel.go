@@ -20,9 +20,9 @@ const (
 )
 
 // chunk is one worker's result.
-type chunk struct {
+type chunk[T any] struct {
 	start, limit int // the chunk covers events that start in [start, limit)
-	events       []Event
+	events       []T
 	bounds       [][2]int // each event's start and end
 	next         int      // where the event after the last one starts (≥ limit), or the ']'
 	closed       bool     // next is the array's ']'
@@ -32,7 +32,7 @@ type chunk struct {
 
 // parallel parses the array with several goroutines. done is false when it declined (small
 // array, one CPU, or no boundaries found) and the caller should walk sequentially.
-func (w *walker) parallel() (end int, done bool, err error) {
+func (w *walker[T]) parallel() (end int, done bool, err error) {
 	s := w.d.doc
 	procs := runtime.GOMAXPROCS(0)
 	first := jsonscan.SkipWS(s, w.d.eventsStart+1)
@@ -52,26 +52,76 @@ func (w *walker) parallel() (end int, done bool, err error) {
 	if len(cuts) < 2 {
 		return 0, false, nil
 	}
-	// Workers take chunks in order; at most 2·procs results wait for the consumer.
-	results := make([]chan *chunk, len(cuts))
-	for i := range results {
-		results[i] = make(chan *chunk, 1)
+	expect := first
+	inOrder(len(cuts), procs, func(i int, c *chunk[T]) {
+		limit := len(s)
+		if i+1 < len(cuts) {
+			limit = cuts[i+1]
+		}
+		c.parse(w.r.Parse, s, cuts[i], limit)
+	}, func(_ int, c *chunk[T]) bool {
+		end, done, err = w.consume(c, &expect)
+		return !done
+	})
+	if done {
+		return end, true, err
 	}
-	jobs := make(chan int, len(cuts))
-	for i := range cuts {
+	w.arr.Resume(expect)
+	end, err = w.sequential(-1)
+	return end, true, err
+}
+
+// consume visits a parsed chunk that should start at *expect, and moves *expect past it. done
+// is true when the walk ended here (an error, or the end of the array), with its result.
+func (w *walker[T]) consume(c *chunk[T], expect *int) (end int, done bool, err error) {
+	if c.start != *expect {
+		// A false boundary, or the previous stretch was parsed here: catch up sequentially.
+		w.arr.Resume(*expect)
+		pos, err := w.sequential(c.limit)
+		if err != nil || w.d.Truncated || w.arr.End > 0 {
+			return pos, true, err // an error, or the array ended
+		}
+		*expect = pos
+		return 0, false, nil
+	}
+	for k := range c.events {
+		if err := w.accept(&c.events[k], c.bounds[k][0], c.bounds[k][1]); err != nil {
+			return c.bounds[k][0], true, err
+		}
+	}
+	if c.err != nil || c.closed {
+		// A genuine error (this chunk started at a real boundary: the sequential walk reports
+		// it, knowing about truncation and event numbers), or the end of the array.
+		w.arr.Resume(c.next)
+		end, err := w.sequential(-1)
+		return end, true, err
+	}
+	*expect = c.next
+	return 0, false, nil
+}
+
+// inOrder runs work for jobs 0 … n-1 on procs goroutines and hands each result to each, on the
+// caller's goroutine, in job order; it stops early when each returns false. Workers take a slot
+// before a job, so the slots go to the oldest jobs and each, which waits for them in order,
+// always gets the next one; at most 2·procs results wait. Results are reused: each must be done
+// with one when it returns (work is handed back a used result to fill again).
+func inOrder[R any](n, procs int, work func(i int, r *R), each func(i int, r *R) bool) {
+	results := make([]chan *R, n)
+	for i := range results {
+		results[i] = make(chan *R, 1)
+	}
+	jobs := make(chan int, n)
+	for i := range n {
 		jobs <- i
 	}
 	close(jobs)
 	sem := make(chan struct{}, 2*procs)
-	// Chunks are recycled: their event slices are the walk's only per-event allocation.
-	free := make(chan *chunk, 2*procs+1)
+	free := make(chan *R, 2*procs+1)
 	stop := make(chan struct{})
 	defer close(stop)
-	for p := 0; p < procs; p++ {
+	for range procs {
 		go func() {
 			for {
-				// Take a slot before a job, so the slots go to the oldest jobs and the
-				// consumer, which waits for them in order, always gets the next one.
 				select {
 				case sem <- struct{}{}:
 				case <-stop:
@@ -81,61 +131,30 @@ func (w *walker) parallel() (end int, done bool, err error) {
 				if !ok {
 					return
 				}
-				limit := len(s)
-				if i+1 < len(cuts) {
-					limit = cuts[i+1]
-				}
-				var c *chunk
+				var r *R
 				select {
-				case c = <-free:
+				case r = <-free:
 				default:
-					c = &chunk{}
+					r = new(R)
 				}
-				parseChunk(c, s, cuts[i], limit)
-				results[i] <- c
+				work(i, r)
+				results[i] <- r
 			}
 		}()
 	}
-	expect := first
-	for i := range cuts {
-		c := <-results[i]
-		<-sem
-		if c.start != expect {
-			// A false boundary, or the previous stretch was parsed here: catch up sequentially.
-			w.arr.Resume(expect)
-			pos, err := w.sequential(c.limit)
-			if err != nil || w.d.Truncated || w.arr.End > 0 {
-				return pos, true, err // an error, or the array ended
-			}
-			expect = pos
-			continue
+	for i := range n {
+		r := <-results[i]
+		if !each(i, r) {
+			return
 		}
-		for k := range c.events {
-			if err := w.accept(&c.events[k], c.bounds[k][0], c.bounds[k][1]); err != nil {
-				return c.bounds[k][0], true, err
-			}
-		}
-		if c.err != nil {
-			// Genuine: this chunk started at a real boundary. Let the sequential walk report
-			// it (it knows about truncation and event numbers).
-			w.arr.Resume(c.next)
-			end, err := w.sequential(-1)
-			return end, true, err
-		}
-		if c.closed {
-			w.arr.Resume(c.next)
-			end, err := w.sequential(-1)
-			return end, true, err
-		}
-		expect = c.next
+		// Back to the pool before its slot is released, so that the worker the slot lets go
+		// finds it there (results are allocated a handful of times, not once per job).
 		select {
-		case free <- c:
+		case free <- r:
 		default:
 		}
+		<-sem
 	}
-	w.arr.Resume(expect)
-	end, err = w.sequential(-1)
-	return end, true, err
 }
 
 // nextBoundary returns the start of the first candidate event at or after at: a '{' preceded
@@ -160,14 +179,25 @@ func nextBoundary(s string, at int) int {
 	return -1
 }
 
-// parseChunk parses the events that start in [start, limit) into c, reusing its slices.
-func parseChunk(c *chunk, s string, start, limit int) {
-	*c = chunk{start: start, limit: limit, next: start, events: c.events[:0], bounds: c.bounds[:0]}
+// parse parses the events that start in [start, limit) into c, reusing its slices (parse sets
+// every field of an event: the slots are not zeroed).
+func (c *chunk[T]) parse(parse func(*T, string, int) (int, error), s string, start, limit int) {
+	if cap(c.events) == 0 {
+		// Sized for events of 200 bytes or more (traces' are 250 to 400): grown by doubling,
+		// a new chunk's slices were allocated twice over.
+		n := min(limit-start, chunkSize) / 200
+		c.events, c.bounds = make([]T, 0, n), make([][2]int, 0, n)
+	}
+	*c = chunk[T]{start: start, limit: limit, next: start, events: c.events[:0], bounds: c.bounds[:0]}
 	i := start
 	for {
-		c.events = append(c.events, Event{})
-		ev := &c.events[len(c.events)-1]
-		end, err := Parse(ev, s, i)
+		if len(c.events) == cap(c.events) {
+			var zero T
+			c.events = append(c.events, zero)
+		} else {
+			c.events = c.events[:len(c.events)+1]
+		}
+		end, err := parse(&c.events[len(c.events)-1], s, i)
 		if err != nil {
 			c.events = c.events[:len(c.events)-1]
 			c.err, c.errEnd, c.next = err, end, i
@@ -191,5 +221,64 @@ func parseChunk(c *chunk, s string, start, limit int) {
 			c.events, c.bounds = c.events[:len(c.events)-1], c.bounds[:len(c.bounds)-1]
 			return
 		}
+	}
+}
+
+// WalkParallel is a second pass over the events of a document Read has validated, shared
+// between the cores: work reads the events that start in [from, to) (with WalkRange) into a
+// result, on several goroutines, and emit sees the results in file order on the caller's
+// goroutine. Results are reused: emit must not keep one. It returns emit's first error.
+func WalkParallel[R any](d *Doc, work func(from, to int, r *R), emit func(r *R) error) error {
+	spans := d.spans()
+	procs := runtime.GOMAXPROCS(0)
+	if procs < 2 || len(spans) < 2 {
+		var r R
+		for _, sp := range spans {
+			work(sp[0], sp[1], &r)
+			if err := emit(&r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	inOrder(len(spans), procs, func(i int, r *R) { work(spans[i][0], spans[i][1], r) },
+		func(_ int, r *R) bool {
+			err = emit(r)
+			return err == nil
+		})
+	return err
+}
+
+// spans cuts the events read into runs of markEvery events: [start of the first, start of the
+// next run), the last one ending at EventsEnd.
+func (d *Doc) spans() [][2]int {
+	var out [][2]int
+	for i, m := range d.marks {
+		to := d.eventsEnd
+		if i+1 < len(d.marks) {
+			to = d.marks[i+1]
+		}
+		out = append(out, [2]int{m, to})
+	}
+	return out
+}
+
+// WalkRange visits, in file order, the events of a validated document that start in
+// [from, to), from the event that starts at from (a span WalkParallel gives). The Event is
+// reused between calls; visit returns false to stop.
+func (d *Doc) WalkRange(from, to int, visit func(*Event) bool) {
+	s := d.doc
+	var ev Event
+	for i := from; i < to; {
+		end, err := ParseValid(&ev, s, i)
+		if err != nil || !visit(&ev) {
+			return
+		}
+		j := jsonscan.SkipWS(s, end)
+		if j >= len(s) || s[j] != ',' {
+			return
+		}
+		i = jsonscan.SkipWS(s, j+1)
 	}
 }

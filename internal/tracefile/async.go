@@ -25,10 +25,15 @@ type asyncWriter struct {
 	err  error
 }
 
-const asyncBuf = 1 << 20
+// AsyncBuf is the size of the buffers handed to the writing goroutine.
+const AsyncBuf = 1 << 20
+
+const asyncBuf = AsyncBuf
 
 func newAsyncWriter(w io.Writer) *asyncWriter {
-	a := &asyncWriter{w: w, full: make(chan chunk, 4), free: make(chan []byte, 3)}
+	// free holds the buffers written, for reuse: this writer's own and those handed in with
+	// submit (several producers may each hold one while they fill it).
+	a := &asyncWriter{w: w, full: make(chan chunk, 4), free: make(chan []byte, 12)}
 	for i := 0; i < 2; i++ {
 		a.free <- make([]byte, 0, asyncBuf)
 	}
@@ -55,7 +60,10 @@ func (a *asyncWriter) run() {
 			}
 		}
 		if c.buf != nil {
-			a.free <- c.buf[:0]
+			select {
+			case a.free <- c.buf[:0]:
+			default: // more buffers than the pool keeps: the collector takes this one
+			}
 		}
 	}
 }
@@ -79,19 +87,43 @@ func (a *asyncWriter) Write(p []byte) (int, error) {
 		p = p[k:]
 		if len(a.cur) == cap(a.cur) {
 			a.full <- chunk{buf: a.cur}
-			a.cur = <-a.free
+			a.cur = a.buffer()
 		}
 	}
 	return n, nil
 }
 
-// writeStable queues s itself: the caller guarantees it stays unchanged until Close.
-func (a *asyncWriter) writeStable(s string) error {
+// buffer returns an empty buffer of at least asyncBuf bytes: one written already, else new.
+func (a *asyncWriter) buffer() []byte {
+	select {
+	case b := <-a.free:
+		return b
+	default:
+		return make([]byte, 0, asyncBuf)
+	}
+}
+
+// handOn queues what the current buffer holds.
+func (a *asyncWriter) handOn() {
 	if len(a.cur) > 0 {
 		a.full <- chunk{buf: a.cur}
-		a.cur = <-a.free
+		a.cur = a.buffer()
 	}
+}
+
+// writeStable queues s itself: the caller guarantees it stays unchanged until Close.
+func (a *asyncWriter) writeStable(s string) error {
+	a.handOn()
 	a.full <- chunk{stable: s}
+	return a.error()
+}
+
+// submit queues b itself, after what was written before; the writer owns it from then on.
+func (a *asyncWriter) submit(b []byte) error {
+	a.handOn()
+	if len(b) > 0 {
+		a.full <- chunk{buf: b}
+	}
 	return a.error()
 }
 

@@ -114,6 +114,29 @@ func (w *Writer) WriteStable(s string) error {
 	return w.async.writeStable(s)
 }
 
+// Buffer returns an empty buffer to fill and hand back with Submit (its capacity is at least
+// AsyncBuf; one written already is reused).
+func (w *Writer) Buffer() []byte {
+	if w.async == nil {
+		return make([]byte, 0, AsyncBuf)
+	}
+	return w.async.buffer()
+}
+
+// Submit writes b after what was written before, without a copy: the Writer owns b from then
+// on (and reuses it once written). A producer that fills its own buffers (several goroutines
+// formatting events) hands them on this way.
+func (w *Writer) Submit(b []byte) error {
+	if w.async == nil {
+		_, err := w.Write(b)
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return w.async.submit(b)
+}
+
 // Abort discards what was written.
 func (w *Writer) Abort() {
 	if w.async != nil {

@@ -1,0 +1,136 @@
+package traceevent
+
+import "github.com/ncclprof/ncclprof/internal/jsonscan"
+
+// parseFast is Parse for the events traces are made of: an object of plain keys whose values
+// are validated scalars, or containers validated by jsonscan.Skip. It reads the members in
+// one loop with no callback, which was most of a merge's parse time (a closure call, a
+// whitespace skip and a string scan per key). On anything else — an escaped key, a ts that is
+// not a number, a syntax error — it returns ok == false and Parse reads the event again the
+// general way, which says what is wrong: the result is always the general reader's.
+//
+// With valid, the document was validated already (a second pass): values are only delimited,
+// not validated again.
+func parseFast(e *Event, s string, start int, valid bool) (end int, ok bool) {
+	*e = Event{Off: int64(start)}
+	i := skipWS(s, start+1)
+	if i < len(s) && s[i] == '}' {
+		e.Raw = s[start : i+1]
+		return i + 1, true
+	}
+	for {
+		// A key: plain ASCII in every real trace.
+		if i >= len(s) || s[i] != '"' {
+			return 0, false
+		}
+		ks := i + 1
+		j := ks
+		for j < len(s) && s[j] != '"' && s[j] != '\\' && s[j] >= 0x20 {
+			j++
+		}
+		if j >= len(s) || s[j] != '"' {
+			return 0, false
+		}
+		key := s[ks:j]
+		i = j + 1
+		if i < len(s) && s[i] != ':' {
+			i = skipWS(s, i)
+		}
+		if i >= len(s) || s[i] != ':' {
+			return 0, false
+		}
+		i = skipWS(s, i+1)
+		if i >= len(s) {
+			return 0, false
+		}
+		v := i
+		plain := false // a string value without escapes
+		var err error
+		switch c := s[i]; {
+		case valid && c == '"':
+			i, plain = jsonscan.StringEnd(s, i)
+		case valid:
+			i = jsonscan.SkipValid(s, i)
+		case c == '"':
+			i, plain, err = jsonscan.ScanString(s, i)
+		case c == '-' || c-'0' <= 9:
+			i, err = jsonscan.SkipNumber(s, i)
+		default:
+			i, err = jsonscan.Skip(s, i)
+		}
+		if err != nil {
+			return 0, false
+		}
+		if e.member(key, s, v, i, start, plain) != "" {
+			return 0, false
+		}
+		if i < len(s) && s[i] != ',' && s[i] != '}' {
+			i = skipWS(s, i)
+		}
+		if i >= len(s) {
+			return 0, false
+		}
+		switch s[i] {
+		case ',':
+			i = skipWS(s, i+1)
+		case '}':
+			e.Raw = s[start : i+1]
+			return i + 1, true
+		default:
+			return 0, false
+		}
+	}
+}
+
+// member reads one top-level member whose value is s[v:ve] (validated; plain: a string without
+// escapes) into e. It returns what is wrong where the format needs another value (a ts that is
+// not a number), else "".
+func (e *Event) member(key, s string, v, ve, start int, plain bool) (problem string) {
+	raw := s[v:ve]
+	sp := Span{int32(v - start), int32(ve - start)}
+	str := func() string {
+		if plain {
+			return raw[1 : len(raw)-1]
+		}
+		return jsonscan.String(raw)
+	}
+	switch key {
+	case "ph":
+		e.Ph = str()
+	case "cat":
+		e.Cat = str()
+	case "name":
+		e.Name = str()
+	case "pid":
+		e.Pid, e.PidSpan = idOf(raw), sp
+	case "tid":
+		e.Tid, e.TidSpan = idOf(raw), sp
+	case "ts":
+		e.TsSpan = sp
+		if e.Ts, e.HasTs = timeOf(raw); !e.HasTs {
+			return "ts is not a number: " + Clip(raw)
+		}
+	case "dur":
+		e.DurSpan = sp
+		if e.Dur, e.HasDur = timeOf(raw); !e.HasDur {
+			return "dur is not a number: " + Clip(raw)
+		}
+	case "id":
+		e.IDRaw, e.IDSpan = raw, sp
+	case "bp":
+		e.Bp = str()
+	case "args":
+		if raw[0] == '{' {
+			e.ArgsSpan = sp
+		}
+	}
+	return ""
+}
+
+// skipWS is jsonscan.SkipWS, inlined here: most calls find no whitespace.
+func skipWS(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t') {
+		i++
+	}
+	return i
+}
