@@ -160,14 +160,20 @@ func (g *connGuard) state(nc net.Conn, s http.ConnState) {
 	}
 	g.mu.Lock()
 	info := g.conns[c]
-	if info != nil {
-		info.busy = s == http.StateActive
-	}
 	g.mu.Unlock()
-	// Between requests: past its lifetime, or the job now short of descriptors, it goes.
-	if info != nil && s == http.StateIdle && (time.Since(info.born) > PromMaxLifetime || !g.room()) {
-		_ = c.Close()
+	if info == nil {
+		return
 	}
+	// Between requests: past its lifetime, or the job now short of descriptors, it goes. The
+	// check comes before the connection counts as idle, so it stays busy (never evicted by
+	// admit) until its fate is decided.
+	if s == http.StateIdle && (time.Since(info.born) > PromMaxLifetime || !g.room()) {
+		_ = c.Close()
+		return
+	}
+	g.mu.Lock()
+	info.busy = s == http.StateActive
+	g.mu.Unlock()
 }
 
 // open is how many connections are held now.

@@ -173,6 +173,12 @@ func TestPrometheusConnectionFlood(t *testing.T) {
 	if err := get(); err != nil { // a connection kept open
 		t.Fatal(err)
 	}
+	// The client has its response before the server files the connection as idle (and checks
+	// the descriptors then): lowering the limit before that would close it then, not after
+	// its next request.
+	if !waitFor(5*time.Second, func() bool { return idleConns(r.promConns) == 1 }) {
+		t.Fatalf("the kept connection never went idle on the server")
+	}
 	now := openFDs(t)
 	setNoFile(t, uint64(now+PromFDHeadroom-8))
 	if _, err := scrape(addr); err == nil {
@@ -192,4 +198,17 @@ func TestPrometheusConnectionFlood(t *testing.T) {
 	if _, err := scrape(addr); err != nil {
 		t.Errorf("scrape once descriptors are free again: %v", err)
 	}
+}
+
+// idleConns is how many of g's connections sit between requests, their fate decided.
+func idleConns(g *connGuard) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, info := range g.conns {
+		if !info.busy {
+			n++
+		}
+	}
+	return n
 }
