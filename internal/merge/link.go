@@ -20,6 +20,9 @@ type link struct {
 	rule   string
 	kernel *kernel
 	group  *opGroup
+	// gpuOffset is the GPU clock offset (%globaltimer − Kineto time) its channels are placed
+	// with: the local median around it (estimateGPUOffset), so placement follows drift.
+	gpuOffset int64
 }
 
 const (

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 
 	"github.com/ncclprof/ncclprof/internal/kineto"
 	"github.com/ncclprof/ncclprof/internal/ptrace"
@@ -28,20 +29,21 @@ type rankState struct {
 	host  string
 }
 
-// gpuClock is the measured offset from GPU %globaltimer to Kineto's clock.
 // gpuClock is the GPU clock offset a rank's channels are placed with: %globaltimer − Kineto
-// time, the sign of the plugin's own gpu_clock.offset_ns.
+// time, the sign of the plugin's own gpu_clock.offset_ns. offset is the median over the run;
+// each link's channels are placed with its own local estimate (link.gpuOffset).
 type gpuClock struct {
 	offset, mad int64
 	samples     int
-	from        string // "kernels" (measured), "plugin" (the plugin's own estimate) or ""
+	driftPPM    float64 // how fast the local estimates move against Kineto time
+	from        string  // "kernels" (measured), "plugin" (the plugin's own estimate) or ""
 }
 
 func (g gpuClock) placedBy() string {
 	if g.from == "plugin" {
 		return "ncclmerge (the plugin's own GPU clock offset)"
 	}
-	return "ncclmerge (median offset over linked kernels)"
+	return "ncclmerge (GPU clock offset fitted to the " + strconv.Itoa(gpuBlock) + " linked kernels around it)"
 }
 
 // newRank indexes a Kineto trace (read by the caller with kx.visit) and its plugin traces.
@@ -114,35 +116,116 @@ func (r *rankState) alignUnanchored() {
 	}
 }
 
+// gpuBlock is how many linked kernels, consecutive in time, share one fitted line of the GPU
+// clock offset. One offset for a whole run misplaces channels by the GPU timer's drift against
+// the host clock (20 ppm is 200 µs over a 10 s trace); a line per block follows the drift, even
+// where it changes over the run (host clock slews), and a median fit moves nothing for one
+// channel that starts late (a delayed block).
+const gpuBlock = 64
+
 // estimateGPUOffset measures the GPU clock offset on linked kernels, with the plugin's sign
 // (offset = %globaltimer − Kineto time, docs/trace-format.md): the earliest channel start minus
-// the kernel's start, median over all links.
+// the kernel's start. The run's figure is the lower median over all links; each link places its
+// channels with its block's line (fitOffsets). Without a linked kernel that has channel times,
+// the plugin's own estimate serves every link.
 func (r *rankState) estimateGPUOffset() {
-	var diffs []int64
+	var s []offsetSample
 	for _, l := range r.links {
 		if first, ok := firstChannel(l.group); ok {
-			diffs = append(diffs, first-l.kernel.start)
+			s = append(s, offsetSample{l.kernel.start, first - l.kernel.start, l})
 		}
 	}
-	if len(diffs) > 0 {
-		sort.Slice(diffs, func(i, j int) bool { return diffs[i] < diffs[j] })
-		// The lower median: with an even count, the smaller offset, which places no channel
-		// before the start of its kernel.
-		med := diffs[(len(diffs)-1)/2]
-		dev := make([]int64, len(diffs))
-		for i, d := range diffs {
-			dev[i] = abs(d - med)
+	if len(s) == 0 {
+		for _, p := range r.px {
+			if g := p.t.GPUClock; g.Method != "" && g.Method != "none" {
+				r.gpu = gpuClock{offset: g.OffsetNs, mad: g.UncertaintyNs, samples: g.Samples, from: "plugin"}
+				for _, l := range r.links {
+					l.gpuOffset = g.OffsetNs
+				}
+				return
+			}
 		}
-		sort.Slice(dev, func(i, j int) bool { return dev[i] < dev[j] })
-		r.gpu = gpuClock{offset: med, mad: dev[len(dev)/2], samples: len(diffs), from: "kernels"}
 		return
 	}
-	for _, p := range r.px {
-		if g := p.t.GPUClock; g.Method != "" && g.Method != "none" {
-			r.gpu = gpuClock{offset: g.OffsetNs, mad: g.UncertaintyNs, samples: g.Samples, from: "plugin"}
-			return
+	diffs := make([]int64, len(s))
+	for i, x := range s {
+		diffs[i] = x.diff
+	}
+	med := lowerMedian(diffs)
+	for i, d := range diffs {
+		diffs[i] = abs(d - med)
+	}
+	sort.Slice(diffs, func(i, j int) bool { return diffs[i] < diffs[j] })
+	r.gpu = gpuClock{offset: med, mad: diffs[len(diffs)/2], samples: len(s), from: "kernels"}
+	for _, l := range r.links { // no channel times: nothing to place; the run's figure
+		l.gpuOffset = med
+	}
+	sort.Slice(s, func(i, j int) bool { return s[i].at < s[j].at })
+	r.gpu.driftPPM = medianSlope(s) * 1e6
+	fitOffsets(s)
+}
+
+// offsetSample is one linked kernel's GPU clock offset: its first channel's start on
+// %globaltimer minus its start in Kineto time (at).
+type offsetSample struct {
+	at, diff int64
+	l        *link
+}
+
+// fitOffsets gives each sample's link the offset of a line fitted to its block of gpuBlock
+// samples (sorted by time; the last block takes a remainder under half a block): the median
+// slope, then the lower median of what the line leaves, as for the run's figure.
+func fitOffsets(s []offsetSample) {
+	rest := make([]int64, 0, 2*gpuBlock)
+	for lo := 0; lo < len(s); {
+		hi := lo + gpuBlock
+		if len(s)-hi < gpuBlock/2 {
+			hi = len(s)
+		}
+		block := s[lo:hi]
+		b := medianSlope(block)
+		rest = rest[:0]
+		for _, x := range block {
+			rest = append(rest, x.diff-int64(math.Round(b*float64(x.at-block[0].at))))
+		}
+		a := lowerMedian(rest)
+		for _, x := range block {
+			x.l.gpuOffset = a + int64(math.Round(b*float64(x.at-block[0].at)))
+		}
+		lo = hi
+	}
+}
+
+// minSlopeSamples: with fewer samples a fitted slope follows the channels' start jitter more
+// than any drift, so the offset is held constant.
+const minSlopeSamples = 16
+
+// medianSlope is the median of the slopes between each sample of the first half and its
+// partner half the samples later (s sorted by time): each pair spans half the samples, so a
+// channel's start delay moves a slope little, and one late start moves the median nothing.
+func medianSlope(s []offsetSample) float64 {
+	if len(s) < minSlopeSamples {
+		return 0
+	}
+	h := (len(s) + 1) / 2
+	var slopes []float64
+	for i := 0; i+h < len(s); i++ {
+		if dt := s[i+h].at - s[i].at; dt > 0 {
+			slopes = append(slopes, float64(s[i+h].diff-s[i].diff)/float64(dt))
 		}
 	}
+	if len(slopes) == 0 {
+		return 0
+	}
+	sort.Float64s(slopes)
+	return slopes[len(slopes)/2]
+}
+
+// lowerMedian sorts v and returns its lower median: with an even count the smaller middle
+// value, an offset that places no channel before the start of its kernel.
+func lowerMedian(v []int64) int64 {
+	sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
+	return v[(len(v)-1)/2]
 }
 
 func firstChannel(g *opGroup) (int64, bool) {

@@ -3,6 +3,7 @@ package merge
 import (
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strings"
 
@@ -59,8 +60,11 @@ type ClockSummary struct {
 	GPUOffsetMADNs   int64  `json:"gpu_offset_mad_ns,omitempty"`
 	GPUOffsetSamples int    `json:"gpu_offset_samples,omitempty"`
 	GPUOffsetFrom    string `json:"gpu_offset_from,omitempty"`
-	PluginGPUOffset  int64  `json:"plugin_gpu_offset_ns,omitempty"` // the plugin's gpu_clock.offset_ns: %globaltimer − Unix
-	ShiftNs          int64  `json:"alignment_shift_ns,omitempty"`
+	// GPUDriftPPM: how fast the GPU clock offset moved over the run (the slope of the local
+	// estimates channels were placed with), in parts per million.
+	GPUDriftPPM     float64 `json:"gpu_drift_ppm,omitempty"`
+	PluginGPUOffset int64   `json:"plugin_gpu_offset_ns,omitempty"` // the plugin's gpu_clock.offset_ns: %globaltimer − Unix
+	ShiftNs         int64   `json:"alignment_shift_ns,omitempty"`
 }
 
 // Alignment reports the cross-host alignment on collective ends.
@@ -120,6 +124,7 @@ func (r *rankState) summary() *RankSummary {
 	}
 	s.Clock.GPUOffsetNs, s.Clock.GPUOffsetMADNs, s.Clock.GPUOffsetSamples, s.Clock.GPUOffsetFrom =
 		r.gpu.offset, r.gpu.mad, r.gpu.samples, r.gpu.from
+	s.Clock.GPUDriftPPM = math.Round(r.gpu.driftPPM*1000) / 1000
 	s.Clock.ShiftNs = r.shift
 	return s
 }
@@ -170,8 +175,8 @@ func (s *Summary) WriteText(w io.Writer) {
 		}
 		switch c.GPUOffsetFrom {
 		case "kernels":
-			fmt.Fprintf(w, "  GPU clock offset %%globaltimer − Kineto: %d ns (median of %d linked kernels, MAD %s%s); channel times placed with it\n",
-				c.GPUOffsetNs, c.GPUOffsetSamples, fmtNs(c.GPUOffsetMADNs), pluginGPU(c))
+			fmt.Fprintf(w, "  GPU clock offset %%globaltimer − Kineto: %d ns (median of %d linked kernels, MAD %s%s), drifting %.3g ppm; channel times placed with a line fitted to each %d linked kernels\n",
+				c.GPUOffsetNs, c.GPUOffsetSamples, fmtNs(c.GPUOffsetMADNs), pluginGPU(c), c.GPUDriftPPM, gpuBlock)
 		case "plugin":
 			fmt.Fprintf(w, "  GPU clock offset %%globaltimer − Unix: %d ns, the plugin's own estimate; channel times placed with it\n", c.GPUOffsetNs)
 		}

@@ -402,6 +402,7 @@ type placed struct {
 	ch         channelRec
 	pid        kineto.ID
 	stream     int64
+	offset     int64 // the GPU clock offset it was placed with
 	start, end int64
 }
 
@@ -428,8 +429,8 @@ func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 				if ch.gpuStart <= 0 || ch.gpuStop < ch.gpuStart {
 					continue
 				}
-				all = append(all, placed{ch: ch, pid: l.kernel.pid, stream: l.kernel.tid.Num,
-					start: ch.gpuStart - r.gpu.offset + r.shift, end: ch.gpuStop - r.gpu.offset + r.shift})
+				all = append(all, placed{ch: ch, pid: l.kernel.pid, stream: l.kernel.tid.Num, offset: l.gpuOffset,
+					start: ch.gpuStart - l.gpuOffset + r.shift, end: ch.gpuStop - l.gpuOffset + r.shift})
 			}
 		}
 	}
@@ -480,7 +481,7 @@ func (r *rankState) writePlacedChannels(e *emitter, tl *timelineMap) {
 		// lose their low bits.
 		args := x.object("args").int("channel", int64(pc.ch.channel)).hex("op", pc.ch.op).
 			decimal("gpu_start_ns", pc.ch.gpuStart).decimal("gpu_stop_ns", pc.ch.gpuStop).
-			decimal("gpu_offset_ns", r.gpu.offset).str("placed_by", r.gpu.placedBy())
+			decimal("gpu_offset_ns", pc.offset).str("placed_by", r.gpu.placedBy())
 		e.endObject(x.end(args.done()))
 	}
 }

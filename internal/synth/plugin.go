@@ -8,6 +8,7 @@ package synth
 import (
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand"
 	"sort"
 	"strconv"
@@ -27,6 +28,9 @@ type PluginOptions struct {
 	// plugin's gpu_clock uses (docs/trace-format.md): the GPU timer runs this far ahead. A merge
 	// should measure it (to within the channels' start delay, < 1 µs).
 	GPUOffsetNs int64
+	// GPUDriftPPM makes the GPU timer drift against Kineto's clock: the offset grows by this
+	// many ns per ms from the first kernel's start on (real timers: tens of ppm).
+	GPUDriftPPM float64
 	// DropLaunchEvery n > 0 leaves out the KernelLaunch of every n-th operation (the order
 	// rule must link it); DropOpEvery leaves out every m-th operation entirely.
 	DropLaunchEvery, DropOpEvery int
@@ -120,6 +124,7 @@ func PluginFromKineto(path string, opt PluginOptions) ([]byte, *Truth, error) {
 		const window = int64(7889238) * 1e9
 		g.base = ks[0].start / window * window
 	}
+	g.t0 = ks[0].start
 	enqueueTimes(ks)
 	// Events are written in enqueue order (each thread's slices must follow one another);
 	// i stays the kernel's position by GPU start, which the Drop*/Mismatch options count.
@@ -198,6 +203,7 @@ type gen struct {
 	rnd    *rand.Rand
 	kt     *kineto.Trace
 	base   int64
+	t0     int64 // the first kernel's start: where the GPU timer's drift starts
 	handle uint64
 	comms  map[string]*comm
 	order  []*comm
@@ -211,6 +217,11 @@ type gen struct {
 }
 
 func (g *gen) next() uint64 { g.handle++; return g.handle }
+
+// gpuTime is what the GPU's %globaltimer reads at Kineto time t.
+func (g *gen) gpuTime(t int64) int64 {
+	return t + g.opt.GPUOffsetNs + int64(math.Round(g.opt.GPUDriftPPM*1e-6*float64(t-g.t0)))
+}
 
 func (g *gen) comm(k *kern) *comm {
 	if c := g.comms[k.pg]; c != nil {
@@ -438,7 +449,7 @@ func (g *gen) proxyAndChannels(k *kern, c *comm, op uint64, s opSpec) {
 		}
 		c.lastChannelStop[ch] = ge
 		g.slice("nccl_gpu", s.fn+" ch"+strconv.Itoa(ch), tid, gs, ge, g.next(), op, c,
-			fmt.Sprintf(`"channel":%d,"gpu_start_ns":"%d","gpu_stop_ns":"%d","clock":"gpu","op":%s`, ch, gs+g.opt.GPUOffsetNs, ge+g.opt.GPUOffsetNs, hx(op)))
+			fmt.Sprintf(`"channel":%d,"gpu_start_ns":"%d","gpu_stop_ns":"%d","clock":"gpu","op":%s`, ch, g.gpuTime(gs), g.gpuTime(ge), hx(op)))
 		g.truth.Channels++
 	}
 }
