@@ -175,8 +175,12 @@ func (s *Summary) WriteText(w io.Writer) {
 		}
 		switch c.GPUOffsetFrom {
 		case "kernels":
-			fmt.Fprintf(w, "  GPU clock offset %%globaltimer − Kineto: %d ns (median of %d linked kernels, MAD %s%s), drifting %.3g ppm; channel times placed with a line fitted to each %d linked kernels\n",
-				c.GPUOffsetNs, c.GPUOffsetSamples, fmtNs(c.GPUOffsetMADNs), pluginGPU(c), c.GPUDriftPPM, gpuBlock)
+			placed := "channel times placed with it (too few linked kernels to follow drift)"
+			if c.GPUOffsetSamples >= minSlopeSamples {
+				placed = fmt.Sprintf("drifting %.3g ppm; channel times placed with a line per block of %d linked kernels", c.GPUDriftPPM, gpuBlock)
+			}
+			fmt.Fprintf(w, "  GPU clock offset %%globaltimer − Kineto: %d ns (median of %d linked kernels, MAD %s%s), %s\n",
+				c.GPUOffsetNs, c.GPUOffsetSamples, fmtNs(c.GPUOffsetMADNs), pluginGPU(c), placed)
 		case "plugin":
 			fmt.Fprintf(w, "  GPU clock offset %%globaltimer − Unix: %d ns, the plugin's own estimate; channel times placed with it\n", c.GPUOffsetNs)
 		}
