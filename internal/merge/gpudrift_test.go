@@ -90,3 +90,44 @@ func placementErrors(t *testing.T, path string, runOffset int64) (local, single 
 	}
 	return local, single, n
 }
+
+// The fitted slope ignores a few damaged timestamps and refuses an impossible one: 40 kernels
+// 1 ms apart drifting 50 ppm with start delays of 0–900 ns, then with 3 channel starts at
+// absurd values, then with most starts absurd (no believable drift: held at 0).
+func TestMedianSlopeRobust(t *testing.T) {
+	mk := func(damage func(i int) int64) []offsetSample {
+		s := make([]offsetSample, 40)
+		for i := range s {
+			at := int64(i) * 1_000_000
+			s[i] = offsetSample{at: at, diff: 7_000 + at*50/1_000_000 + int64(i*37%10)*100 + damage(i)}
+		}
+		return s
+	}
+	cases := []struct {
+		name   string
+		damage func(i int) int64
+		want   float64 // ppm
+		tol    float64
+	}{
+		{"clean", func(int) int64 { return 0 }, 50, 5},
+		{"three absurd starts", func(i int) int64 {
+			if i == 3 || i == 17 || i == 30 {
+				return 1 << 50
+			}
+			return 0
+		}, 50, 5},
+		// The same absurd shift on every other kernel cancels in pairs half the run apart.
+		{"every other start shifted alike", func(i int) int64 { return int64(i%2) << 50 }, 50, 5},
+		{"three in four starts absurd", func(i int) int64 {
+			if i%4 == 0 {
+				return 0
+			}
+			return int64(i*7919%101-50) << 40
+		}, 0, 0},
+	}
+	for _, c := range cases {
+		if got := medianSlope(mk(c.damage)) * 1e6; math.Abs(got-c.want) > c.tol {
+			t.Errorf("%s: slope %.3f ppm, want %.0f ± %.0f", c.name, got, c.want, c.tol)
+		}
+	}
+}

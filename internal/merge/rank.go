@@ -200,6 +200,10 @@ func fitOffsets(s []offsetSample) {
 // than any drift, so the offset is held constant.
 const minSlopeSamples = 16
 
+// maxDrift bounds a believable slope: GPU timers drift tens of ppm against the host; a steeper
+// median slope comes from damaged timestamps, and the offset is then held constant.
+const maxDrift = 1e-3
+
 // medianSlope is the median of the slopes between each sample of the first half and its
 // partner half the samples later (s sorted by time): each pair spans half the samples, so a
 // channel's start delay moves a slope little, and one late start moves the median nothing.
@@ -218,7 +222,10 @@ func medianSlope(s []offsetSample) float64 {
 		return 0
 	}
 	sort.Float64s(slopes)
-	return slopes[len(slopes)/2]
+	if b := slopes[len(slopes)/2]; math.Abs(b) <= maxDrift {
+		return b
+	}
+	return 0
 }
 
 // lowerMedian sorts v and returns its lower median: with an even count the smaller middle
