@@ -54,7 +54,7 @@ $(PLUGIN): $(CORE_SRC) $(CORE_HDR) tools/build/plugin.sh
 	@mkdir -p $(BUILD)
 	CC=$(CC) tools/build/plugin.sh c $@
 
-$(DRAIN): $(GO_SRC) $(CORE_HDR) tools/build/plugin.sh | gocheck
+$(DRAIN): $(GO_SRC) $(CORE_HDR) tools/build/plugin.sh tools/build/drain.map | gocheck
 	@mkdir -p $(BUILD)
 	GO=$(GO) tools/build/plugin.sh go $@
 

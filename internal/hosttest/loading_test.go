@@ -1,10 +1,12 @@
 package hosttest
 
 import (
+	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -167,5 +169,43 @@ func checkOneMessage(t *testing.T, r *Run, parts ...string) {
 	}
 	if strings.Contains(string(r.Stderr), "runtime:") || strings.Contains(string(r.Stderr), "fatal error") {
 		t.Errorf("a runtime failed:\n%s", r.Stderr)
+	}
+}
+
+// The Go drainer library exports only what the C library looks up in it: cgo's glue
+// (_cgo_*, crosscall2, resolver wrappers) stays local (tools/build/drain.map), and the library
+// NCCL loads exports the profiler structs and the control API, nothing of Go's.
+func TestExportsOnlyTheirAPI(t *testing.T) {
+	Build(t)
+	exports := func(lib string) []string {
+		f, err := elf.Open(Path(t, lib))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		syms, err := f.DynamicSymbols()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, s := range syms {
+			if s.Section != elf.SHN_UNDEF && elf.ST_BIND(s.Info) != elf.STB_LOCAL && s.Name != "" {
+				out = append(out, s.Name)
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	if got := exports("libncclprof-drain.so"); strings.Join(got, " ") != "np_drain_start np_go_metrics_flush" {
+		t.Errorf("the drainer library exports %v", got)
+	}
+	front := exports("libnccl-profiler-ncclprof.so")
+	for _, s := range front {
+		if !strings.HasPrefix(s, "ncclProfiler_v") && !strings.HasPrefix(s, "ncclprof_") {
+			t.Errorf("the library NCCL loads exports %s", s)
+		}
+	}
+	if len(front) < 6 {
+		t.Errorf("the library NCCL loads exports only %v", front)
 	}
 }

@@ -22,7 +22,9 @@ c)
     -Wl,-z,nodelete -Wl,--no-undefined -ldl -lpthread
   ;;
 go)
-  CGO_ENABLED=1 ${GO:-go} build -buildmode=c-shared -trimpath -ldflags='-s -w' -o "$out" ./plugin
+  # The version script exports only what the C library looks up: cgo's glue stays local.
+  CGO_ENABLED=1 ${GO:-go} build -buildmode=c-shared -trimpath \
+    -ldflags="-s -w \"-extldflags=-Wl,--version-script=$(pwd)/tools/build/drain.map\"" -o "$out" ./plugin
   rm -f "${out%.so}.h"
   ;;
 *)
