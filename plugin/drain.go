@@ -136,6 +136,10 @@ func (d *drain) run() {
 			sampled.op(o) // and its trigger
 		}
 	}
+	if sampled != nil && sampled.sample.cfg.trigger.on {
+		// The trigger acts when a slow operation's span is known, not when it completes.
+		d.agg.SlowNs, d.agg.OnSlow = sampled.sample.slowNs, sampled.sample.fire
+	}
 	dog := newWatchdog(d) // hang dumps (plugin/hang.go)
 	lastAnchor := time.Now()
 	var mem memoryWatch

@@ -437,7 +437,7 @@ NP_HOT np_event* np_slot_new(np_comm* c, np_thread* t, int type, int abi, uint64
     ev = np_claim_routed(c, parent, &wi, &s, &ep, &flags);
   if (ev == NULL) ev = np_claim(c, t, set, &wi, &s, &ep);
   if (NP_UNLIKELY(ev == NULL)) return NULL;
-  *handle = np_handle(c->idx, set, wi, s, ep);
+  *handle = np_handle(c->idx, set, wi, s, ep, flags);
   ev->parent = parent;
   ev->t_start = np_ticks();
   ev->t_stop = 0;
@@ -561,19 +561,14 @@ NP_HOT uint64_t np_p2p_next(np_comm* c, int32_t peer, int send) {
   return v;
 }
 
-/* A ProxyOp inherits its operation's sample bits: its parent's record is read where it is
- * (np_slot_of, readable while SEALED too), and trusted only if it still holds that event. */
+/* A ProxyOp inherits its operation's sample bits from the parent handle NCCL passes (the bits
+ * are part of a window record's handle), valid even after the operation's window was reused:
+ * in a busy job ProxyOps start long after their operation is enqueued. */
 NP_HOT uint16_t np_parent_sample(np_comm* c, uint64_t parent) {
-  np_wset* ws = &c->set[NP_SET_OP];
   if (!(parent & 1) || np_h_is_cell(parent) || np_h_comm(parent) != c->idx ||
-      np_h_set(parent) != NP_SET_OP || np_h_win(parent) >= ws->nwin ||
-      np_h_slot(parent) >= ws->nslots)
+      np_h_set(parent) != NP_SET_OP)
     return 0;
-  np_event* pe = np_slot_of(c, parent, 1);
-  if (pe == NULL) return 0;
-  uint64_t hdr = __atomic_load_n(&pe->hdr, __ATOMIC_ACQUIRE);
-  if ((uint32_t)hdr != np_h_epoch(parent)) return 0; /* its window was given back and reused */
-  return (uint16_t)(hdr >> 48) & NP_F_SAMPLE_BITS;
+  return np_h_sample(parent);
 }
 
 /* ------------------------------------------------------------------- arena */

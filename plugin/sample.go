@@ -349,31 +349,59 @@ func (s *sampler) expire() {
 	}
 }
 
-// observe feeds a completed operation to the trigger and reports whether it fired: slower than
-// factor × its key's running p99, once the key has seen warmup operations. Firing has the C side
-// trace the communicator's next K operations in full.
+// observe feeds a completed operation to the trigger and reports whether it was slow: reported
+// while pending (onSlow fired the trigger then), or slower than factor × its key's running p99
+// now, once the key has seen warmup operations. Firing has the C side trace the communicator's
+// next K operations in full.
 func (s *sampler) observe(o *aggregate.Op) bool {
 	t := s.cfg.trigger
 	if !t.on || !o.HasCompletion || o.Untimed > 0 {
 		return false
 	}
+	q := s.running(o)
+	if q == nil {
+		return false
+	}
+	slow := o.Slow || q.Seen() >= t.warmup && o.CompletionNs > t.factor*q.Quantile(0.99)
+	q.Add(o.CompletionNs)
+	if slow && !o.Slow {
+		s.fire(o)
+	}
+	return slow
+}
+
+// running is the trigger's running quantile of o's key, made on first use (nil past
+// maxTriggerKeys keys: that operation is not watched, and counted).
+func (s *sampler) running(o *aggregate.Op) *quantile.Running {
 	k := triggerKey{o.Comm.Index, o.Comm.Incarnation, o.Func, o.Algo, o.Proto, o.NChannels}
 	q := s.trig[k]
 	if q == nil {
 		if len(s.trig) >= maxTriggerKeys {
 			s.unwatched++
-			return false
+			return nil
 		}
 		q = quantile.NewRunning(runningHalfLife)
 		s.trig[k] = q
 	}
-	slow := q.Seen() >= t.warmup && o.CompletionNs > t.factor*q.Quantile(0.99)
-	q.Add(o.CompletionNs)
-	if slow {
-		C.np_trigger(C.uint32_t(o.Comm.Index), C.uint64_t(o.Comm.Incarnation), C.uint32_t(t.next))
-		s.bump(cSlow)
+	return q
+}
+
+// slowNs is the aggregator's SlowNs hook: the threshold an operation is slow past, from its
+// key's p99 when it is read (0 until the key has seen warmup operations). The aggregator then
+// reports it (onSlow) as soon as a child's stop carries its span past it, QuietNs before it
+// completes: the K operations traced are the ones right after the slow moment.
+func (s *sampler) slowNs(o *aggregate.Op) float64 {
+	k := triggerKey{o.Comm.Index, o.Comm.Incarnation, o.Func, o.Algo, o.Proto, o.NChannels}
+	if q := s.trig[k]; q != nil && q.Seen() >= s.cfg.trigger.warmup {
+		return s.cfg.trigger.factor * q.Quantile(0.99)
 	}
-	return slow
+	return 0
+}
+
+// fire has the C side trace the communicator's next K operations in full.
+func (s *sampler) fire(o *aggregate.Op) {
+	C.np_trigger(C.uint32_t(o.Comm.Index), C.uint64_t(o.Comm.Incarnation), C.uint32_t(s.cfg.trigger.next))
+	s.bump(cSlow)
 }
 
 // forgetComm drops the trigger's state of a communicator NCCL destroyed.

@@ -69,6 +69,8 @@ type Op struct {
 	// Sample: how sampled tracing chose its Coll/P2p (event.Sampled, event.Triggered; 0 when
 	// it was not chosen or sampling is off).
 	Sample event.Flags
+	// Slow: OnSlow was called for it while it was pending.
+	Slow bool
 }
 
 // TransferStats of an operation: its ProxyOps' send transfers (count, bytes, Σ ns).
@@ -110,9 +112,15 @@ type Aggregator struct {
 	// given up before this age (its timeout and a margin), so a hang stays visible to it.
 	HoldNs float64
 	// OnOp, if set, receives every completed operation. The Op is valid during the call only.
-	OnOp  func(*Op)
-	comms map[uint32]*commState
-	free  []*opEntry // completed operation entries, for reuse
+	OnOp func(*Op)
+	// SlowNs and OnSlow let a watcher act on a slow operation long before it completes (QuietNs
+	// after its last child): SlowNs gives an operation's threshold in ns (0: none) when it is
+	// first read, and OnSlow is called once, while it is pending, as soon as the span known of
+	// it (start to its latest child's stop) passes the threshold. Both or neither.
+	SlowNs func(*Op) float64
+	OnSlow func(*Op)
+	comms  map[uint32]*commState
+	free   []*opEntry // completed operation entries, for reuse
 }
 
 // maxFree bounds the entries kept for reuse (a few windows' worth of operations).
@@ -132,8 +140,9 @@ type opEntry struct {
 	born, last     event.Ticks // creation and latest child activity
 	api            *apiEntry
 	gpuMin, gpuMax uint64
-	expired        bool // a child was given up
-	pinned         bool // shown in a hang dump: never given up by age (InFlight)
+	expired        bool    // a child was given up
+	pinned         bool    // shown in a hang dump: never given up by age (InFlight)
+	slowNs         float64 // SlowNs's threshold for it (0: none)
 	// What a hang dump shows of it while it is in flight (inflight.go).
 	p2pSeq  int64        // P2P: the plugin's ordinal of this (communicator, peer, direction)
 	kernels []KernelSeen // its KernelCh channels
@@ -396,8 +405,20 @@ func (a *Aggregator) track(cs *commState, r *event.Record) {
 			g.pending++
 		}
 	}
+	if a.SlowNs != nil {
+		e.slowNs = a.SlowNs(o)
+	}
 	cs.ops[r.Handle] = e
 	cs.opOrder = append(cs.opOrder, e)
+}
+
+// endMoved runs when a child's stop moved an operation's end: past its threshold, it is
+// reported slow at once, not QuietNs later when it completes.
+func (a *Aggregator) endMoved(e *opEntry) {
+	if e.slowNs > 0 && !e.op.Slow && e.op.End > e.op.Start && a.ns(e.op.End-e.op.Start) > e.slowNs {
+		e.op.Slow = true
+		a.OnSlow(&e.op)
+	}
 }
 
 // opFor finds the operation a child names as parent.
@@ -452,6 +473,7 @@ func (a *Aggregator) proxyDone(o *opEntry, r *event.Record) {
 	o.op.addTransfers(r, a.TicksPerNs)
 	o.proxies = append(o.proxies, ProxySeen{Channel: int(r.Channel), Peer: int(r.Peer), IsSend: r.IsSend,
 		NSteps: int(r.NSteps), StepsDone: int(r.StepsDone), Start: r.Start})
+	a.endMoved(o)
 }
 
 // KernelCh: GPU channel times; its stop record marks the channel's completion.
@@ -482,6 +504,7 @@ func (a *Aggregator) kernelStopped(cs *commState, k *proxyEntry, r *event.Record
 	}
 	if end > o.op.End {
 		o.op.End = end
+		a.endMoved(o)
 	}
 	o.last = max(o.last, end)
 	for i := range o.kernels {
@@ -748,6 +771,7 @@ func (a *Aggregator) finishGroup(cs *commState, g *groupEntry) {
 		r.TransferBytes += m.TransferBytes
 		r.TransferNs += m.TransferNs
 		r.Incomplete = r.Incomplete || m.Incomplete
+		r.Slow = r.Slow || m.Slow
 		gpu = max(gpu, m.GPUNs)
 		r.HasGPU = r.HasGPU || m.HasGPU
 		r.APINs += m.APINs

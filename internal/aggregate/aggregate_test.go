@@ -316,3 +316,47 @@ func TestP2PSeqIsThePluginsOrdinal(t *testing.T) {
 		t.Errorf("completed: %+v, want seqs 7 and 9 marked sampled", *ops)
 	}
 }
+
+// A watcher's threshold (SlowNs, read when the operation is) is checked as each child's stop
+// moves the operation's end: OnSlow fires once, at the first stop past it, before the operation
+// completes (QuietNs later); the completed Op says Slow. An operation that stays under its
+// threshold, or has none, never fires.
+func TestSlowReportedBeforeCompletion(t *testing.T) {
+	a := newAgg()
+	ops := collect(a)
+	a.SlowNs = func(o *Op) float64 {
+		if o.Func == "Broadcast" {
+			return 0 // no threshold yet (a watcher still warming up)
+		}
+		return 3000
+	}
+	type fired struct {
+		seq       uint64
+		end       event.Ticks
+		completed int
+	}
+	var slow []fired
+	a.OnSlow = func(o *Op) { slow = append(slow, fired{o.Seq, o.End, len(*ops)}) }
+	var b builder
+	c1, c2, c3 := b.id(), b.id(), b.id()
+	r1, r2, r3 := coll(c1, "AllReduce", 1, 1000, 1100), coll(c2, "AllReduce", 1, 1000, 1100), coll(c3, "Broadcast", 1, 1000, 1100)
+	r1.Seq, r2.Seq, r3.Seq = 1, 2, 3
+	a.Window(comm1, []event.Record{r1, r2, r3,
+		proxyOp(b.id(), c1, 1, true, 1200, 3500),  // 2500 ns so far: under 3000
+		proxyOp(b.id(), c1, 1, false, 1300, 4500), // 3500 ns: past it
+		proxyOp(b.id(), c1, 2, true, 1300, 5000),  // later still: reported once only
+		proxyOp(b.id(), c2, 1, true, 1200, 2000),
+		proxyOp(b.id(), c3, 1, true, 1200, 9000)})
+	if len(slow) != 1 || slow[0].seq != 1 || slow[0].end != 4500 || slow[0].completed != 0 {
+		t.Fatalf("slow reported %+v, want seq 1 once, at its end 4500, before any operation completed", slow)
+	}
+	a.Advance(comm1, 20000)
+	if len(*ops) != 3 {
+		t.Fatalf("%d operations completed", len(*ops))
+	}
+	for _, o := range *ops {
+		if o.Slow != (o.Seq == 1) {
+			t.Errorf("seq %d (%s, %.0f ns): Slow %v", o.Seq, o.Func, o.CompletionNs, o.Slow)
+		}
+	}
+}

@@ -372,10 +372,12 @@ func TestSampledRotationStaysUnderBound(t *testing.T) {
 
 // The trigger: an operation planted slow (each of its steps 50 ms longer) is kept though not
 // sampled — its completion span, marked as the trigger — and the next K operations of its
-// communicator after the plugin saw it are traced in full.
+// communicator after the plugin saw it are traced in full, starting a few windows after it.
 func TestSampledTriggerCapturesSlowOperation(t *testing.T) {
-	const k, slowSeq = 5, 250
-	r := Start(t, Options{Args: args(6, "--iters", "700", "--kernel", "--channels", "2", "--slow-op", strconv.Itoa(slowSeq),
+	// The slow operation comes after the warm-up has been seen complete when it is read
+	// (operations complete QuietNs = 200 ms after their last child: ~200 of them at this pace).
+	const k, slowSeq = 5, 450
+	r := Start(t, Options{Args: args(6, "--iters", "800", "--kernel", "--channels", "2", "--slow-op", strconv.Itoa(slowSeq),
 		"--slow-us", "50000", "--pace-us", "1000", "allreduce"),
 		Env: sampleEnv(1000, "NCCLPROF_EVENT_MASK=default,kernelch", "NCCLPROF_TRACE_TRIGGER=20,"+strconv.Itoa(k)+",100",
 			"NCCLPROF_WINDOW_MS=10")})
@@ -416,6 +418,19 @@ func TestSampledTriggerCapturesSlowOperation(t *testing.T) {
 	sort.Slice(trig, func(i, j int) bool { return trig[i] < trig[j] })
 	if len(trig) < k || trig[k-1]-trig[0] != k-1 {
 		t.Errorf("operations traced by the trigger: %v, want a run of %d in a row", trig, k)
+	}
+	// The trigger acts as soon as a child's stop carries the slow operation's span past the
+	// threshold (here its first ProxyOp's, while it still runs), not when it completes (QuietNs
+	// = 200 ms after its last child): the triggered run starts within a few windows (10 ms
+	// each) of that, before the slow operation even ended. Those operations queued behind it,
+	// their ProxyOps starting after their own windows were reused: they read the choice from
+	// their parent's handle.
+	if len(trig) > 0 && bySeq[trig[0]].completion != nil {
+		after := bySeq[trig[0]].completion.Ts - (slow.completion.Ts + slow.completion.Dur) // µs
+		if after > 150e3 {
+			t.Errorf("the first triggered operation starts %.1f ms after the slow one ended, want < 150 ms", after/1e3)
+		}
+		t.Logf("the first triggered operation starts %.1f ms after the slow one ended", after/1e3)
 	}
 	end := sampledEnd(t, st.files[len(st.files)-1])
 	if end["triggers"].(float64) < 1 || end["operations_triggered"].(float64) < k {
