@@ -377,21 +377,40 @@ func TestSampledTriggerCapturesSlowOperation(t *testing.T) {
 	// The slow operation comes after the warm-up has been seen complete when it is read
 	// (operations complete QuietNs = 200 ms after their last child: ~200 of them at this pace).
 	const k, slowSeq = 5, 450
-	r := Start(t, Options{Args: args(6, "--iters", "800", "--kernel", "--channels", "2", "--slow-op", strconv.Itoa(slowSeq),
-		"--slow-us", "50000", "--pace-us", "1000", "allreduce"),
-		Env: sampleEnv(1000, "NCCLPROF_EVENT_MASK=default,kernelch", "NCCLPROF_TRACE_TRIGGER=20,"+strconv.Itoa(k)+",100",
-			"NCCLPROF_WINDOW_MS=10")})
-	st := readSampled(t, r.Dir)
+	var st *sampledTrace
+	var bySeq map[int64]*sampledOp
+	var lost uint64
+	// 10 ms windows (for a prompt trigger) in 8: a drainer starved for 70 ms by a loaded machine
+	// leaves operations without records (exact counts, no times: lost_operations), and an
+	// untimed operation cannot fire the trigger. Such a run proves nothing either way and is
+	// run again, once.
+	for try := 1; ; try++ {
+		r := Start(t, Options{Args: args(6, "--iters", "800", "--kernel", "--channels", "2", "--slow-op", strconv.Itoa(slowSeq),
+			"--slow-us", "50000", "--pace-us", "1000", "allreduce"),
+			Env: sampleEnv(1000, "NCCLPROF_EVENT_MASK=default,kernelch", "NCCLPROF_TRACE_TRIGGER=20,"+strconv.Itoa(k)+",100",
+				"NCCLPROF_WINDOW_MS=10", "NCCLPROF_WINDOWS=8")})
+		st = readSampled(t, r.Dir)
+		bySeq = map[int64]*sampledOp{}
+		for _, o := range st.ops {
+			bySeq[o.seqOf()] = o
+		}
+		lost = r.Truth[0].Counter(t, "LOST_OPS")
+		if slow := bySeq[slowSeq]; (slow == nil || slow.completion == nil) && lost > 0 && try == 1 {
+			t.Logf("run %d: %d operations without records (a starved drainer), the slow one among them: again", try, lost)
+			continue
+		}
+		if lost > 0 {
+			t.Logf("run %d: %d operations without records", try, lost)
+		}
+		break
+	}
 	for _, s := range st.stray {
 		t.Error(s)
 	}
-	bySeq := map[int64]*sampledOp{}
-	for _, o := range st.ops {
-		bySeq[o.seqOf()] = o
-	}
 	slow := bySeq[slowSeq]
 	if slow == nil || slow.completion == nil {
-		t.Fatalf("the planted slow operation (seq %d) is not in the trace; seqs traced: %v", slowSeq, keys(bySeq))
+		t.Fatalf("the planted slow operation (seq %d) is not in the trace; seqs traced: %v; operations without records: %d; closing %v",
+			slowSeq, keys(bySeq), lost, sampledEnd(t, st.files[len(st.files)-1]))
 	}
 	if m := slow.mark(); m != "trigger" || slow.completion.Args["trigger"] != true {
 		t.Errorf("the slow operation is marked %q (trigger %v), want trigger", m, slow.completion.Args["trigger"])
