@@ -373,7 +373,7 @@ func (s *sampler) observe(o *aggregate.Op) bool {
 // running is the trigger's running quantile of o's key, made on first use (nil past
 // maxTriggerKeys keys: that operation is not watched, and counted).
 func (s *sampler) running(o *aggregate.Op) *quantile.Running {
-	k := triggerKey{o.Comm.Index, o.Comm.Incarnation, o.Func, o.Algo, o.Proto, o.NChannels}
+	k := triggerKeyOf(o)
 	q := s.trig[k]
 	if q == nil {
 		if len(s.trig) >= maxTriggerKeys {
@@ -391,11 +391,15 @@ func (s *sampler) running(o *aggregate.Op) *quantile.Running {
 // reports it (onSlow) as soon as a child's stop carries its span past it, QuietNs before it
 // completes: the K operations traced are the ones right after the slow moment.
 func (s *sampler) slowNs(o *aggregate.Op) float64 {
-	k := triggerKey{o.Comm.Index, o.Comm.Incarnation, o.Func, o.Algo, o.Proto, o.NChannels}
-	if q := s.trig[k]; q != nil && q.Seen() >= s.cfg.trigger.warmup {
+	if q := s.trig[triggerKeyOf(o)]; q != nil && q.Seen() >= s.cfg.trigger.warmup {
 		return s.cfg.trigger.factor * q.Quantile(0.99)
 	}
 	return 0
+}
+
+// triggerKeyOf is the kind of operation the trigger keeps a p99 for.
+func triggerKeyOf(o *aggregate.Op) triggerKey {
+	return triggerKey{o.Comm.Index, o.Comm.Incarnation, o.Func, o.Algo, o.Proto, o.NChannels}
 }
 
 // fire has the C side trace the communicator's next K operations in full.
