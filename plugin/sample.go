@@ -350,7 +350,7 @@ func (s *sampler) expire() {
 }
 
 // observe feeds a completed operation to the trigger and reports whether it was slow: reported
-// while pending (onSlow fired the trigger then), or slower than factor × its key's running p99
+// while pending (the aggregator's OnSlow, fire, acted then), or slower than factor × its key's running p99
 // now, once the key has seen warmup operations. Firing has the C side trace the communicator's
 // next K operations in full.
 func (s *sampler) observe(o *aggregate.Op) bool {
@@ -388,7 +388,7 @@ func (s *sampler) running(o *aggregate.Op) *quantile.Running {
 
 // slowNs is the aggregator's SlowNs hook: the threshold an operation is slow past, from its
 // key's p99 when it is read (0 until the key has seen warmup operations). The aggregator then
-// reports it (onSlow) as soon as a child's stop carries its span past it, QuietNs before it
+// reports it (OnSlow: fire) as soon as a child's stop carries its span past it, QuietNs before it
 // completes: the K operations traced are the ones right after the slow moment.
 func (s *sampler) slowNs(o *aggregate.Op) float64 {
 	if q := s.trig[triggerKeyOf(o)]; q != nil && q.Seen() >= s.cfg.trigger.warmup {
