@@ -349,10 +349,10 @@ func (s *sampler) expire() {
 	}
 }
 
-// observe feeds a completed operation to the trigger and reports whether it was slow: reported
-// while pending (the aggregator's OnSlow, fire, acted then), or slower than factor × its key's running p99
-// now, once the key has seen warmup operations. Firing has the C side trace the communicator's
-// next K operations in full.
+// observe feeds a completed operation to the trigger and reports whether it was slow: found
+// slow while pending (the aggregator's OnSlow hook, fire, acted then), or slower than factor ×
+// its key's running p99 now, once the key has seen warmup operations. Firing has the C side
+// trace the communicator's next K operations in full.
 func (s *sampler) observe(o *aggregate.Op) bool {
 	t := s.cfg.trigger
 	if !t.on || !o.HasCompletion || o.Untimed > 0 {
