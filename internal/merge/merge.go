@@ -146,6 +146,7 @@ func Run(kinetoPaths, ncclPaths []string, out string, opt Options) (*Summary, er
 		if err != nil {
 			return nil, err
 		}
+		releaseMemory() // what linking left, before writing allocates
 		r.idx = i
 		if !opt.Timeline {
 			target := out
