@@ -29,9 +29,10 @@
  *   - Sampled tracing (NCCLPROF_TRACE_SAMPLE=N): the Coll/P2p start decides whether the operation
  *     is traced in full (np_sample_flags: its seq, or for a P2P the ordinal the plugin counts per
  *     peer and direction, % N == 0; or the communicator's trigger countdown) and marks its record
- *     NP_F_SAMPLED / NP_F_TRIGGERED, in the record and in its handle. A ProxyOp copies the mark from
- *     its parent's handle into its own record and cell, a step from its ProxyOp's cell, and a marked step is recorded whole
- *     into the detail windows at its stop whether or not np_detail_on is set.
+ *     NP_F_SAMPLED / NP_F_TRIGGERED, in the record and in its handle. A ProxyOp copies the
+ *     mark from its parent's handle into its own record and cell, a step from its ProxyOp's
+ *     cell, and a marked step is recorded whole into the detail windows at its stop whether or
+ *     not np_detail_on is set.
  *   - A Coll or P2p that finds no slot (the operation windows full) is not lost: its count is
  *     folded into the communicator's lost-operation table (np_lost_read), so operation counts
  *     and bytes stay exact by construction; only its timings are missing (and counted).
@@ -48,8 +49,8 @@
  * A stale handle (its window recycled or its cell freed: CUDA-graph replay, stop after
  * finalize) is detected rather than corrupting another event. `sample` carries a record's
  * NP_F_SAMPLED / NP_F_TRIGGERED bits, so a ProxyOp reads its operation's choice from the
- * parent handle NCCL passes, however long after its operation's window was recycled. Handles with bit 0 clear are
- * sentinels (dropped, not recorded) that every callback accepts.
+ * parent handle NCCL passes, however long after its operation's window was recycled. Handles
+ * with bit 0 clear are sentinels (dropped, not recorded) that every callback accepts.
  *
  * Window life cycle (one 64-bit word holds epoch and state, so both are read at once):
  *   FREE → FILLING → CLOSING → SEALED → FREE (epoch + 1)

@@ -362,7 +362,8 @@ func (s *sampler) observe(o *aggregate.Op) bool {
 	if q == nil {
 		return false
 	}
-	slow := o.Slow || q.Seen() >= t.warmup && o.CompletionNs > t.factor*q.Quantile(0.99)
+	th, warm := s.threshold(q)
+	slow := o.Slow || warm && o.CompletionNs > th
 	q.Add(o.CompletionNs)
 	if slow && !o.Slow {
 		s.fire(o)
@@ -391,10 +392,22 @@ func (s *sampler) running(o *aggregate.Op) *quantile.Running {
 // reports it (OnSlow: fire) as soon as a child's stop carries its span past it, QuietNs before it
 // completes: the K operations traced are the ones right after the slow moment.
 func (s *sampler) slowNs(o *aggregate.Op) float64 {
-	if q := s.trig[triggerKeyOf(o)]; q != nil && q.Seen() >= s.cfg.trigger.warmup {
-		return s.cfg.trigger.factor * q.Quantile(0.99)
+	if q := s.trig[triggerKeyOf(o)]; q != nil {
+		if th, warm := s.threshold(q); warm {
+			return th
+		}
 	}
 	return 0
+}
+
+// threshold is the span past which an operation of q's key is slow, factor × its running p99,
+// once the key has seen warmup operations (warm false before): the one rule observe and slowNs
+// both apply.
+func (s *sampler) threshold(q *quantile.Running) (th float64, warm bool) {
+	if q.Seen() < s.cfg.trigger.warmup {
+		return 0, false
+	}
+	return s.cfg.trigger.factor * q.Quantile(0.99), true
 }
 
 // triggerKeyOf is the kind of operation the trigger keeps a p99 for.

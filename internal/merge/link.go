@@ -21,7 +21,7 @@ type link struct {
 	kernel *kernel
 	group  *opGroup
 	// gpuOffset is the GPU clock offset (%globaltimer − Kineto time) its channels are placed
-	// with: the local median around it (estimateGPUOffset), so placement follows drift.
+	// with: its block's fitted line (estimateGPUOffset), so placement follows drift.
 	gpuOffset int64
 }
 

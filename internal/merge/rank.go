@@ -8,6 +8,7 @@ import (
 
 	"github.com/ncclprof/ncclprof/internal/kineto"
 	"github.com/ncclprof/ncclprof/internal/ptrace"
+	"github.com/ncclprof/ncclprof/internal/quantile"
 )
 
 // rankState is one rank's inputs, indexes and links.
@@ -155,8 +156,7 @@ func (r *rankState) estimateGPUOffset() {
 	for i, d := range diffs {
 		diffs[i] = abs(d - med)
 	}
-	sort.Slice(diffs, func(i, j int) bool { return diffs[i] < diffs[j] })
-	r.gpu = gpuClock{offset: med, mad: diffs[len(diffs)/2], samples: len(s), from: "kernels"}
+	r.gpu = gpuClock{offset: med, mad: quantile.KthInPlace(diffs, len(diffs)/2), samples: len(s), from: "kernels"}
 	for _, l := range r.links { // no channel times: nothing to place; the run's figure
 		l.gpuOffset = med
 	}
@@ -221,19 +221,15 @@ func medianSlope(s []offsetSample) float64 {
 	if len(slopes) == 0 {
 		return 0
 	}
-	sort.Float64s(slopes)
-	if b := slopes[len(slopes)/2]; math.Abs(b) <= maxDrift {
+	if b := quantile.KthInPlace(slopes, len(slopes)/2); math.Abs(b) <= maxDrift {
 		return b
 	}
 	return 0
 }
 
-// lowerMedian sorts v and returns its lower median: with an even count the smaller middle
+// lowerMedian is v's lower median (v is reordered): with an even count the smaller middle
 // value, an offset that places no channel before the start of its kernel.
-func lowerMedian(v []int64) int64 {
-	sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
-	return v[(len(v)-1)/2]
-}
+func lowerMedian(v []int64) int64 { return quantile.KthInPlace(v, (len(v)-1)/2) }
 
 func firstChannel(g *opGroup) (int64, bool) {
 	first := int64(math.MaxInt64)

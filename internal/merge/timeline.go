@@ -1,13 +1,14 @@
 package merge
 
 import (
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/ncclprof/ncclprof/internal/align"
 	"github.com/ncclprof/ncclprof/internal/kineto"
 	"github.com/ncclprof/ncclprof/internal/ptrace"
+	"github.com/ncclprof/ncclprof/internal/quantile"
 )
 
 // maxTimelineRanks: pids are remapped to (index+1)·2^22 + pid, which must fit Perfetto's uint32.
@@ -139,8 +140,5 @@ func alignHosts(ranks []*rankState) *Alignment {
 	return a
 }
 
-func median(v []int64) int64 {
-	w := append([]int64(nil), v...)
-	sort.Slice(w, func(i, j int) bool { return w[i] < w[j] })
-	return w[len(w)/2]
-}
+// median is v's upper median (v is left as it is).
+func median(v []int64) int64 { return quantile.KthInPlace(slices.Clone(v), len(v)/2) }

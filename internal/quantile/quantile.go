@@ -52,6 +52,11 @@ func MedianInPlace[T Number](v []T) T {
 	return lo + (hi-lo)/2
 }
 
+// KthInPlace is the k-th smallest value of v (0-based), found by selection in linear expected
+// time: it reorders v. An order statistic other than the median (a lower median, say) without
+// sorting.
+func KthInPlace[T Number](v []T, k int) T { return selectK(v, k) }
+
 // selectK puts the k-th smallest value at v[k], smaller ones before it, and returns it
 // (Hoare's quickselect with a median-of-three pivot).
 func selectK[T Number](v []T, k int) T {

@@ -47,3 +47,22 @@ func TestMedianInPlace(t *testing.T) {
 		}
 	}
 }
+
+// Every order statistic KthInPlace selects is the one a sort puts at k, duplicates included.
+func TestKthInPlace(t *testing.T) {
+	x := uint64(11)
+	for n := 1; n < 100; n++ {
+		v := make([]int64, n)
+		for i := range v {
+			x = x*6364136223846793005 + 1442695040888963407
+			v[i] = int64(x>>40) % 30
+		}
+		sorted := Sorted(v)
+		for k := 0; k < n; k++ {
+			w := append([]int64(nil), v...)
+			if got := KthInPlace(w, k); got != sorted[k] {
+				t.Fatalf("n=%d k=%d: %d, want %d", n, k, got, sorted[k])
+			}
+		}
+	}
+}
