@@ -11,10 +11,12 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
 	"github.com/ncclprof/ncclprof/internal/aggregate"
+	"github.com/ncclprof/ncclprof/internal/envnum"
 	"github.com/ncclprof/ncclprof/internal/event"
 	"github.com/ncclprof/ncclprof/internal/hang"
 )
@@ -58,16 +60,17 @@ func newWatchdog(d *drain) *watchdog {
 	return w
 }
 
-// hangTimeout is NCCLPROF_HANG_TIMEOUT_S: seconds (fractions allowed), default 60, 0 off.
+// hangTimeout is NCCLPROF_HANG_TIMEOUT_S: seconds (fractions allowed) in [1, 86400], default
+// 60, 0 off. Below a second the watchdog (which looks four times a second) would rewrite dumps
+// continuously; NaN and infinities are refused like any other non-number.
 func hangTimeout() time.Duration {
 	v := os.Getenv("NCCLPROF_HANG_TIMEOUT_S")
-	if v == "" {
-		return 60 * time.Second
+	if s, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && s == 0 {
+		return 0
 	}
-	s, err := strconv.ParseFloat(v, 64)
-	if err != nil || s < 0 || s > 86400 {
-		warnf("NCCLPROF_HANG_TIMEOUT_S=%s is not a number of seconds in [0, 86400]; using 60", v)
-		return 60 * time.Second
+	s, msg := envnum.Float("NCCLPROF_HANG_TIMEOUT_S", v, 60, 1, 86400)
+	if msg != "" {
+		warnf("%s (0 turns the watchdog off)", msg)
 	}
 	return time.Duration(s * float64(time.Second))
 }
