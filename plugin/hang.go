@@ -40,6 +40,7 @@ type watchdog struct {
 	logged   bool      // the one line through NCCL's logger was written
 
 	cells []C.np_open_cell // arena scan buffer (C memory)
+	out   hang.Writer
 }
 
 // How often the watchdog looks: hangs are timed in seconds, so four times a second is plenty.
@@ -154,7 +155,8 @@ func (w *watchdog) write(reason string, now time.Time) (string, error) {
 	for _, c := range w.d.liveComms() {
 		d.Comms = append(d.Comms, w.comm(c))
 	}
-	return hang.Write(outputDir(), d)
+	w.out.Dir = outputDir()
+	return w.out.Write(d) // its own name, claimed by the first dump (never another process's)
 }
 
 // comm is one communicator's part of a dump: its progress, and each operation in flight with

@@ -3,10 +3,13 @@ package hang
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ncclprof/ncclprof/internal/outfile"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/dump.golden.json (then check it by hand)")
@@ -164,5 +167,60 @@ func TestStepStateNames(t *testing.T) {
 		if w, isStep := want[v]; ok != isStep || name != w {
 			t.Errorf("StepState(%d) = %q, %v; want %q, %v", v, name, ok, w, isStep)
 		}
+	}
+}
+
+// Issue 23, items 5 and 6 (the writing side). Containers with their own PID namespaces that
+// share a host name and a directory give their processes the same pid: each process's dumps
+// must land in a file of its own, never over another's. A name someone else created first (in
+// a shared sticky directory, another user's file the dump could not replace) must not stop the
+// dump either: not one name, not every numbered name.
+func TestWriterNeverWritesOverAnotherProcess(t *testing.T) {
+	dir := t.TempDir()
+	other := filepath.Join(dir, FileName("node7", 4242))
+	os.WriteFile(other, []byte("another container's dump"), 0o644)
+	d := sample()
+	var w Writer
+	w.Dir = dir
+	for i := 1; i <= 2; i++ { // the second rewrites the name the first claimed
+		d.DumpsWritten = i
+		p, err := w.Write(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if filepath.Base(p) != "ncclprof-hang-node7-4242.1.json" || !IsDumpName(p) {
+			t.Errorf("dump %d written as %s", i, p)
+		}
+	}
+	if b, _ := os.ReadFile(other); string(b) != "another container's dump" {
+		t.Errorf("the other process's dump was overwritten: %.40q", b)
+	}
+	got, err := ReadFile(filepath.Join(dir, "ncclprof-hang-node7-4242.1.json"))
+	if err != nil || got.DumpsWritten != 2 {
+		t.Errorf("read back: %+v, %v", got, err)
+	}
+	// A second process of the same name claims the next one.
+	w2 := Writer{Dir: dir}
+	if p, err := w2.Write(d); err != nil || filepath.Base(p) != "ncclprof-hang-node7-4242.2.json" {
+		t.Errorf("second process: %s, %v", p, err)
+	}
+}
+
+func TestWriterEveryNumberedNameTaken(t *testing.T) {
+	dir := t.TempDir()
+	for n := 0; n < outfile.MaxTries; n++ {
+		name := FileName("node7", 4242)
+		if n > 0 {
+			name = fmt.Sprintf("ncclprof-hang-node7-4242.%d.json", n)
+		}
+		os.WriteFile(filepath.Join(dir, name), nil, 0o644)
+	}
+	w := Writer{Dir: dir}
+	p, err := w.Write(sample())
+	if err != nil {
+		t.Fatalf("every numbered name taken: %v", err)
+	}
+	if got, err := ReadFile(p); err != nil || got.PID != 4242 || !IsDumpName(p) {
+		t.Errorf("%s: %v", p, err)
 	}
 }

@@ -37,7 +37,7 @@ type Input struct {
 }
 
 var (
-	dumpRE    = regexp.MustCompile(`^ncclprof-hang-.+-\d+\.json$`)
+	dumpRE    = regexp.MustCompile(`^ncclprof-hang-.+-\d+(\.\d+)?\.json$`) // .N: the name was taken
 	summaryRE = regexp.MustCompile(`^ncclprof-summary-.+\.json$`)
 	traceRE   = regexp.MustCompile(`\.trace\.json(\.gz)?$`)
 )

@@ -4,7 +4,11 @@ package hosttest
 // the real dynamic loader and checked against what the job must see.
 
 import (
+	"encoding/json"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -26,5 +30,53 @@ func TestHangTimeoutRejectsNonNumbers(t *testing.T) {
 			}
 			CheckExact(t, r, r.Truth[0])
 		})
+	}
+}
+
+// Items 5 and 6: ranks in containers with their own PID namespaces (here `unshare -p`: every
+// rank is pid 1) sharing a host name and an output directory each keep a dump of their own.
+// Before, all four wrote ncclprof-hang-<host>-1.json over each other and 3 of 4 were lost.
+func TestHangDumpsOfSamePIDInOneDirectory(t *testing.T) {
+	Build(t)
+	if err := exec.Command("unshare", "-p", "-f", "true").Run(); err != nil {
+		t.Skipf("cannot make a PID namespace here (unshare -p: %v): needs root", err)
+	}
+	dir := t.TempDir()
+	const nranks = 4
+	var cmds []*exec.Cmd
+	for r := 0; r < nranks; r++ {
+		cmd := exec.Command("unshare", "-p", "-f", Path(t, "ncclprof-testhost"), "--lib",
+			Path(t, "libnccl-profiler-ncclprof.so"), "--rank", strconv.Itoa(r), "--nranks", strconv.Itoa(nranks),
+			"--scenario", "link", "--culprit", "2", "--hold-s", "2", "--dump-after-s", "0.5", "hang")
+		cmd.Env = append(os.Environ(), "NCCLPROF_OUTPUT_DIR="+dir, "NCCLPROF_HANG_TIMEOUT_S=0",
+			"NCCLPROF_METRICS=none", "NCCLPROF_EVENT_MASK=default,kernelch")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	for r, c := range cmds {
+		if err := c.Wait(); err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	paths, _ := filepath.Glob(filepath.Join(dir, "ncclprof-hang-*.json"))
+	ranks := map[int]string{}
+	for _, p := range paths {
+		var d struct {
+			PID   int `json:"pid"`
+			Comms []struct {
+				Rank int `json:"rank"`
+			} `json:"comms"`
+		}
+		b, err := os.ReadFile(p)
+		if err != nil || json.Unmarshal(b, &d) != nil || len(d.Comms) != 1 || d.PID != 1 {
+			t.Errorf("%s: not one pid-1 process's dump of one communicator: %v %.200s", p, err, b)
+			continue
+		}
+		ranks[d.Comms[0].Rank] = filepath.Base(p)
+	}
+	if len(paths) != nranks || len(ranks) != nranks {
+		t.Errorf("want %d dumps, one per rank; got %d files for ranks %v", nranks, len(paths), ranks)
 	}
 }
