@@ -436,6 +436,8 @@ void np_chain_report(void);
 /* Hang-dump requests (ncclprof_dump_inflight): the one to serve, and its completion. */
 uint64_t np_dump_pending(void);
 void np_dump_done(uint64_t req, int failed);
+/* Why a dump request failed (a write error): kept for ncclprof_dump_error(). */
+void np_dump_failed(uint64_t req, const char* why);
 void np_set_tick_rate(double ticks_per_ns);
 /* Logs through NCCL's logger when one was given (warnings the drainer raises). */
 void np_log(int level, const char* msg);
