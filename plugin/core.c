@@ -379,7 +379,7 @@ static int np_map_comm(np_comm* c, uint32_t idx) {
   return 1;
 }
 
-static int np_quiesce(void);
+int np_quiesce(void);
 
 
 /* Starts a new incarnation of a communicator entry: fresh epochs and cell generations
@@ -969,7 +969,7 @@ static int np_has_open(np_window* w, uint32_t epoch, uint32_t nslots) {
 
 /* Waits until no thread is inside a callback that began before the windows were sealed.
  * Returns 0 if some thread stayed inside longer than the bound (try again next poll). */
-static int np_quiesce(void) {
+int np_quiesce(void) {
 #if !defined(NP_TSAN)
   if (!np_fence_mode) syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
   else __atomic_thread_fence(__ATOMIC_SEQ_CST);
