@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // Item 13: NCCLPROF_HANG_TIMEOUT_S=NaN was accepted (a timeout of about -292 years: a dump every
@@ -98,6 +100,54 @@ func TestChainedFinalizeWhileCallbacksArrive(t *testing.T) {
 				if strings.Contains(string(r.Stderr), "recorder:") {
 					t.Fatalf("run %d: the chained plugin was called after its finalize:\n%s", run, r.Stderr)
 				}
+			}
+		})
+	}
+}
+
+// Items 2 and 3: the drainer library beside the plugin is a half-copied install (cut at several
+// points: inside the ELF header, the program headers, the middle of its code, one byte short)
+// or a FIFO (what a stalled NFS mount does to open(), without ever returning). Before, the cut
+// files killed the process with SIGBUS inside dlopen, and the FIFO blocked the loader thread
+// inside dlopen holding glibc's loader lock, so every later dlopen and exit() hung. Now each is
+// refused before it is mapped: one message, mask 0, the job exits 0 without waiting.
+func TestDrainLibraryTruncatedOrNotAFile(t *testing.T) {
+	Build(t)
+	front, err := os.ReadFile(Path(t, "libnccl-profiler-ncclprof.so"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain, err := os.ReadFile(Path(t, "libncclprof-drain.so"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]int{"header": 40, "phdrs": 100, "quarter": len(drain) / 4, "half": len(drain) / 2,
+		"one_short": len(drain) - 1, "fifo": -1}
+	for name, cut := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			lib := filepath.Join(dir, "libnccl-profiler-ncclprof.so")
+			if err := os.WriteFile(lib, front, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			dpath := filepath.Join(dir, "libncclprof-drain.so")
+			want := "is cut short"
+			if cut < 0 {
+				want = "is not a regular file"
+				if err := syscall.Mkfifo(dpath, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.WriteFile(dpath, drain[:cut], 0o755); err != nil {
+				t.Fatal(err)
+			}
+			r := Start(t, Options{Lib: lib, Timeout: 60 * time.Second,
+				Args: args(6, "--logger", "--iters", "100", "--fast", "allreduce")})
+			checkOneMessage(t, r, "profiling is off in this process", "libncclprof-drain.so", want)
+			if r.Truth[0].Mask != 0 {
+				t.Errorf("activation mask %#x after the load was refused, want 0", r.Truth[0].Mask)
+			}
+			if r.Truth[0].FinalizeMaxNs > 1e9 {
+				t.Errorf("finalize waited %.2f s for a drainer that never came", r.Truth[0].FinalizeMaxNs/1e9)
 			}
 		})
 	}
