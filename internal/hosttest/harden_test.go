@@ -152,3 +152,37 @@ func TestDrainLibraryTruncatedOrNotAFile(t *testing.T) {
 		})
 	}
 }
+
+// Item 11: NCCLPROF_TRACE_MAX_MB=1 with over 700 communicators, whose metadata alone nearly
+// fills half the bound: the sampled trace was rotated on every record (5797 files written and
+// deleted in an 8 s run, finalize timeouts; with 1 in 100 sampled, 774 files and 2 finalize
+// timeouts in a 3 s run at 2e8d75e). Now a file holds a quarter of the bound in events before it
+// rotates (84 files, no timeout), and the user is told once to raise the bound.
+func TestSampledRotationWithManyCommunicators(t *testing.T) {
+	const bound = 1 << 20
+	r := Start(t, Options{Args: args(6, "--logger", "--comms", "720", "--iters", "100000000", "--seconds", "3", "soak"),
+		Env: sampleEnv(100, "NCCLPROF_TRACE_MAX_MB=1", "NCCLPROF_TRACE_TRIGGER=off", "NCCLPROF_WINDOW_MS=50",
+			"NCCLPROF_WINDOW_SLOTS=256", "NCCLPROF_INFLIGHT_CELLS=256", "NCCLPROF_SUMMARY=0")})
+	files, sizes := 0, map[int]int{}
+	for _, tr := range ReadTraces(t, r.Dir) {
+		if m := sampledName.FindStringSubmatch(filepath.Base(tr.Path)); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			files, sizes[n] = max(files, n+1), tr.RawSize
+		}
+	}
+	for n, size := range sizes { // the newest was completed by finalize, not rotated
+		if n != files-1 && size < bound/4 {
+			t.Errorf("sampled file %d holds %d bytes: rotated before a quarter of the bound", n, size)
+		}
+	}
+	if len(sizes) < 2 {
+		t.Errorf("sampled files kept %v: the run wrote too little to rotate", sizes)
+	}
+	if strings.Contains(string(r.Stderr), "did not finish processing") {
+		t.Errorf("finalize timed out:\n%.2000s", r.Stderr)
+	}
+	if n := strings.Count(string(r.Stderr), "Raise NCCLPROF_TRACE_MAX_MB to at least"); n != 1 {
+		t.Errorf("the advice to raise the bound appeared %d times, want once:\n%.2000s", n, r.Stderr)
+	}
+	t.Logf("%d sampled files written in %v", files, r.Elapsed)
+}
