@@ -186,3 +186,37 @@ func TestSampledRotationWithManyCommunicators(t *testing.T) {
 	}
 	t.Logf("%d sampled files written in %v", files, r.Elapsed)
 }
+
+// Item 10, the dump's side: every AllReduce stays in flight (KernelCh asked for, none ever
+// started), 30,000 of them, with a 1 s watchdog. Before, the dump listed every one pending (and
+// pinned each for ever); now it lists at most 8192, oldest first, and counts the rest in
+// health.ops_not_listed (the documented field, which the code never set), marked partial.
+func TestHangDumpListsABoundedNumber(t *testing.T) {
+	r := Start(t, Options{Args: args(6, "--iters", "30000", "--fast", "--logger", "allreduce"),
+		Env: []string{"NCCLPROF_HANG_TIMEOUT_S=1", "NCCLPROF_EVENT_MASK=default,kernelch", "NCCLPROF_METRICS=none"}})
+	paths, _ := filepath.Glob(filepath.Join(r.Dir, "ncclprof-hang-*.json"))
+	if len(paths) != 1 {
+		t.Fatalf("want one dump, got %v; stderr:\n%.2000s", paths, r.Stderr)
+	}
+	var d struct {
+		Comms []struct {
+			Open []struct {
+				StartUnixNs int64 `json:"start_unix_ns"`
+			} `json:"open_ops"`
+		} `json:"comms"`
+		Health struct {
+			Partial      bool   `json:"partial"`
+			OpsNotListed uint64 `json:"ops_not_listed"`
+		} `json:"health"`
+	}
+	b, err := os.ReadFile(paths[0])
+	if err != nil || json.Unmarshal(b, &d) != nil || len(d.Comms) != 1 {
+		t.Fatalf("%s: %v", paths[0], err)
+	}
+	listed := len(d.Comms[0].Open)
+	if listed != 8192 || d.Health.OpsNotListed == 0 || !d.Health.Partial {
+		t.Errorf("%d operations listed, %d not listed, partial %v: want 8192 listed, the rest counted",
+			listed, d.Health.OpsNotListed, d.Health.Partial)
+	}
+	t.Logf("%d listed, %d not listed, %d bytes", listed, d.Health.OpsNotListed, len(b))
+}
