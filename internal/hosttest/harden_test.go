@@ -220,3 +220,52 @@ func TestHangDumpListsABoundedNumber(t *testing.T) {
 	}
 	t.Logf("%d listed, %d not listed, %d bytes", listed, d.Health.OpsNotListed, len(b))
 }
+
+// Item 6, the writing side: in a shared sticky directory (NCCLPROF_OUTPUT_DIR=/tmp) another
+// user created the dump's name first (uid 4244 guessing the next pids: here pid 1, in a PID
+// namespace). The real process (uid 4243) could not rename over that file (the sticky bit), so
+// its dump failed; now it claims the next name, and the other user's file is left as it was.
+// Needs root (to be two users and make a PID namespace).
+func TestHangDumpInStickyDirectoryNameTaken(t *testing.T) {
+	Build(t)
+	if os.Geteuid() != 0 || exec.Command("unshare", "-p", "-f", "true").Run() != nil {
+		t.Skip("needs root: two users and a PID namespace")
+	}
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "shared")
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(parent, 0o755) // the other user must reach it (testing makes both 0700)
+	os.Chmod(filepath.Dir(parent), 0o755)
+	os.Chmod(dir, 0o1777)
+	host, _ := os.Hostname()
+	squat := filepath.Join(dir, "ncclprof-hang-"+host+"-1.json")
+	if err := os.WriteFile(squat, []byte(`{"forged":true}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(squat, 4244, 4244)
+	cmd := exec.Command("unshare", "-p", "-f", "setpriv", "--reuid=4243", "--regid=4243", "--clear-groups",
+		Path(t, "ncclprof-testhost"), "--lib", Path(t, "libnccl-profiler-ncclprof.so"), "--rank", "0", "--nranks", "4", "--scenario", "link", "--culprit", "2", "--hold-s", "1.5",
+		"--dump-after-s", "0.5", "hang")
+	cmd.Env = append(os.Environ(), "NCCLPROF_OUTPUT_DIR="+dir, "NCCLPROF_HANG_TIMEOUT_S=0", "NCCLPROF_METRICS=none",
+		"NCCLPROF_SUMMARY=0", "NCCLPROF_EVENT_MASK=default,kernelch")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(squat); string(b) != `{"forged":true}` {
+		t.Errorf("the other user's file changed: %.80q", b)
+	}
+	mine := filepath.Join(dir, "ncclprof-hang-"+host+"-1.1.json")
+	st, err := os.Stat(mine)
+	if err != nil {
+		t.Fatalf("no dump under the next name: %v\n%s", err, out)
+	}
+	if uid := st.Sys().(*syscall.Stat_t).Uid; uid != 4243 {
+		t.Errorf("%s owned by uid %d, want 4243", mine, uid)
+	}
+	if strings.Contains(string(out), "not written") {
+		t.Errorf("a dump failed:\n%s", out)
+	}
+}
