@@ -122,8 +122,10 @@ static uint64_t np_env_u64(const char* name, uint64_t def, uint64_t lo, uint64_t
   const char* s = getenv(name);
   if (s == NULL || *s == 0) return def;
   char* end;
+  errno = 0;
   unsigned long long v = strtoull(s, &end, 0);
-  if (end == s || *end != 0 || v < lo || v > hi) {
+  /* strtoull accepts a sign and wraps: "-18446744073709551612" would read as 4 */
+  if (end == s || *end != 0 || errno != 0 || strchr(s, '-') || v < lo || v > hi) {
     np_logf(NPABI_LOG_WARN, "%s=%s is not a number in [%llu, %llu]; using %llu", name, s,
             (unsigned long long)lo, (unsigned long long)hi, (unsigned long long)def);
     return def;

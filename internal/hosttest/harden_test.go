@@ -269,3 +269,15 @@ func TestHangDumpInStickyDirectoryNameTaken(t *testing.T) {
 		t.Errorf("a dump failed:\n%s", out)
 	}
 }
+
+// Item 13, the C side: strtoull takes a sign and wraps, so a negative number could land inside
+// the range ("-18446744073709551612" read as 4 windows) and be taken silently.
+func TestCSettingsRejectNegativeNumbers(t *testing.T) {
+	r := Start(t, Options{Args: args(6, "--iters", "20", "--logger", "allreduce"),
+		Env: []string{"NCCLPROF_WINDOWS=-18446744073709551612"}})
+	want := "NCCLPROF_WINDOWS=-18446744073709551612 is not a number in [2, "
+	if !strings.Contains(string(r.Stderr), want) {
+		t.Errorf("no message %q; stderr:\n%s", want, r.Stderr)
+	}
+	CheckExact(t, r, r.Truth[0])
+}
