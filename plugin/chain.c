@@ -561,7 +561,7 @@ void np_chain_init(int abi, void* own_ctx, uint64_t comm_id, const char* name, i
     return;
   }
   pthread_mutex_lock(&np_ch.mu);
-  np_ch.ctx[idx] = cctx;
+  __atomic_store_n(&np_ch.ctx[idx], cctx, __ATOMIC_RELAXED); /* published by has_ctx below */
   __atomic_store_n(&np_ch.has_ctx[idx], 1, __ATOMIC_RELEASE);
   if (mask) __atomic_store_n(&np_ch.nccl_mask, mask, __ATOMIC_RELEASE);
   np_chain_follow_mask();
@@ -579,7 +579,8 @@ void np_chain_init(int abi, void* own_ctx, uint64_t comm_id, const char* name, i
  * flight): its side entries, its chain handles and its pins. mu held. */
 static void np_chain_forget(uint32_t idx) {
   np_centry* s = np_ch.side[idx];
-  if (s) memset(s, 0, np_side_size() * sizeof *s);
+  for (size_t i = 0; s && i < np_side_size(); i++) /* atomic: forwards may have written them */
+    __atomic_store_n(&s[i].tag, 0, __ATOMIC_RELAXED);
   for (uint32_t i = 0; i < NP_CHAIN_CELLS; i++) {
     uint64_t tag = __atomic_load_n(&np_ch.cells[i].tag, __ATOMIC_ACQUIRE);
     if (np_is_tag(tag) && np_tag_comm(tag) == idx)
@@ -607,8 +608,7 @@ void np_chain_finalize(void* own_ctx) {
   uint32_t idx = (uint32_t)(c - np_comms);
   pthread_mutex_lock(&np_ch.mu);
   int had = __atomic_exchange_n(&np_ch.has_ctx[idx], 0, __ATOMIC_ACQ_REL);
-  void* cctx = np_ch.ctx[idx];
-  np_ch.ctx[idx] = NULL;
+  void* cctx = __atomic_exchange_n(&np_ch.ctx[idx], NULL, __ATOMIC_RELAXED);
   int settled = !had || np_chain_settle();
   if (had && settled) np_chain_forget(idx);
   pthread_mutex_unlock(&np_ch.mu);
@@ -865,7 +865,7 @@ static int np_chain_ctx(void* ctx, int pxn, void** out, uint32_t* idx) {
   if (c != NULL) {
     *idx = (uint32_t)(c - np_comms);
     if (!__atomic_load_n(&np_ch.has_ctx[*idx], __ATOMIC_ACQUIRE)) return 0;
-    *out = np_ch.ctx[*idx];
+    *out = __atomic_load_n(&np_ch.ctx[*idx], __ATOMIC_RELAXED);
     return 1;
   }
   *idx = NP_PXN_COMM;
