@@ -224,3 +224,24 @@ func TestWriterEveryNumberedNameTaken(t *testing.T) {
 		t.Errorf("%s: %v", p, err)
 	}
 }
+
+// A rewrite whose claimed name can no longer be replaced claims another rather than failing
+// (here the name became a directory; in a sticky directory, another user's file in its place
+// refuses the rename the same way).
+func TestWriterClaimsAnotherNameWhenItsOwnIsLost(t *testing.T) {
+	dir := t.TempDir()
+	w := Writer{Dir: dir}
+	p1, err := w.Write(sample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(p1)
+	os.MkdirAll(filepath.Join(p1, "x"), 0o755) // a non-empty directory: rename cannot replace it
+	p2, err := w.Write(sample())
+	if err != nil || p2 == p1 {
+		t.Fatalf("rewrite: %s, %v; want a new name", p2, err)
+	}
+	if got, err := ReadFile(p2); err != nil || got.PID != 4242 {
+		t.Errorf("%s: %v", p2, err)
+	}
+}

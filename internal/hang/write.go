@@ -113,8 +113,9 @@ func Write(dir string, d *Dump) (string, error) {
 // of containers with their own PID namespaces sharing a host name and a directory; a name
 // another user created first in a shared sticky directory such as /tmp, which this process
 // could neither replace nor should), and when all of those are taken a name with a random
-// number. Later dumps replace the claimed file atomically (as Write does); a rewrite that finds
-// every temporary name taken claims a new name instead of failing. The plugin calls it from its
+// number. Later dumps replace the claimed file atomically (as Write does); a rewrite that fails
+// (every temporary name taken, or the name taken over: a sticky directory then refuses the
+// rename) claims a new name instead. The plugin calls it from its
 // own goroutine, never from NCCL's threads.
 type Writer struct {
 	Dir  string
@@ -128,9 +129,8 @@ func (w *Writer) Write(d *Dump) (string, error) {
 		return "", err
 	}
 	if w.name != "" {
-		p, err := outfile.Replace(w.Dir, w.name, b)
-		if !errors.Is(err, outfile.ErrNamesTaken) {
-			return p, err
+		if p, err := outfile.Replace(w.Dir, w.name, b); err == nil {
+			return p, nil
 		}
 	}
 	base := strings.TrimSuffix(FileName(d.Host, d.PID), FileSuffix)
