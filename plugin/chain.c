@@ -20,7 +20,10 @@
  *   - graph-captured API events, which every replay names as parent for as long as the graph
  *     lives, are also kept in a small insert-only table.
  * Entries are written in a sequence-lock pattern: a reader racing the entry's reuse gets a
- * miss, never another event's handle. A chain handle carries its communicator's index.
+ * miss, never another event's handle. A miss (the mapping was overwritten) is counted and
+ * reported once; the chained plugin then gets a NULL parent, or no stop or state, as for an
+ * event it never saw. Nothing here allocates, locks or logs on NCCL's threads. A chain handle
+ * carries its communicator's index.
  *
  * Finalize. The chained plugin may free its context, and the handles it issued under it, in
  * finalize; NCCL may still be calling back on that communicator meanwhile (a finalize racing
@@ -28,19 +31,16 @@
  * what the drainer's grace period waits for), and a communicator's finalize first stops
  * forwarding (has_ctx), waits for the forwards in flight (np_quiesce), forgets every handle
  * of that communicator, and only then calls the chained plugin's finalize: no call reaches it
- * with a context it finalized, or a handle issued under one. A miss (the mapping was overwritten) is counted and
- * reported once; the chained plugin then gets a NULL parent, or no stop or state, as for an
- * event it never saw. Nothing here allocates, locks or logs on NCCL's threads.
+ * with a context it finalized, or a handle issued under one.
  *
  * Failures: a library that does not load, has no symbol, is a copy of ncclprof, or has a table
  * whose function pointers are not code of that library (each must lie in an executable mapping
  * of the very object that exports the table: /proc/self/maps, read once at load; a pointer into
  * its data, or into libc's _exit, is refused before anything is called); an init returning an
- * error; an error from any later call. Each is reported
- * once through NCCL's logger (from the drainer for callbacks, which must not log), the plugin is
- * detached (never called again) and ncclprof goes on. Its library stays mapped once its code has
- * run: it may have started threads. A plugin that crashes inside its own code is not caught:
- * leaving foreign code by siglongjmp from a signal handler leaves its locks (malloc's among
+ * error; an error from any later call. Each is reported once through NCCL's logger (from the
+ * drainer for callbacks, which must not log), the plugin is detached (never called again) and
+ * ncclprof goes on. Its library stays mapped once its code has run: it may have started threads.
+ * A plugin that crashes inside its own code is not caught: leaving foreign code by siglongjmp from a signal handler leaves its locks (malloc's among
  * them) held, turning a crash into a hang of the training job, and a process-wide handler would
  * compete with CUDA's and Go's own.
  */
@@ -66,7 +66,7 @@ int np_chain_on;
 #define NP_CHAIN_PINS (1u << 14)  /* graph-captured API events */
 #define NP_CHAIN_PROBES 32
 #define NP_CHAIN_TAG (1ull << 63)
-#define NP_CHAIN_SEQ_SHIFT 13      /* chain handles: bits 3–12 the communicator, the sequence above */
+#define NP_CHAIN_SEQ_SHIFT 13 /* chain handles: bits 3–12 the communicator, the sequence above */
 #define NP_PIN_GONE NP_H_SKIPPED   /* a pin of a finalized communicator: probes go on past it */
 
 typedef struct np_centry {
@@ -156,15 +156,17 @@ static const void* np_object_of(const void* p) {
   return lm;
 }
 
-/* The mappings of /proc/self/maps holding each of the n addresses: its end (0: none) and
- * whether it is executable. One pass over the file; at load, under mu, never on NCCL's
- * threads' hot path. Returns 0 when the file cannot be read. */
-static int np_maps_find(const uintptr_t* addr, int n, uintptr_t* end, int* exec) {
+enum { NP_MAP_R = 1, NP_MAP_X = 4 };
+
+/* The mappings of /proc/self/maps holding each of the n addresses: its end (0: none) and its
+ * permissions (NP_MAP_*). One pass over the file; at load, under mu, never on NCCL's threads'
+ * hot path. Returns 0 when the file cannot be read. */
+static int np_maps_find(const uintptr_t* addr, int n, uintptr_t* end, int* perm) {
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   char buf[8192];
   size_t have = 0;
-  for (int i = 0; i < n; i++) end[i] = 0, exec[i] = 0;
+  for (int i = 0; i < n; i++) end[i] = 0, perm[i] = 0;
   for (;;) {
     ssize_t got = read(fd, buf + have, sizeof buf - 1 - have);
     if (got <= 0) break;
@@ -177,7 +179,9 @@ static int np_maps_find(const uintptr_t* addr, int n, uintptr_t* end, int* exec)
       char perms[5];
       if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3)
         for (int i = 0; i < n; i++)
-          if (addr[i] >= lo && addr[i] < hi) end[i] = hi, exec[i] = perms[2] == 'x';
+          if (addr[i] >= lo && addr[i] < hi)
+            end[i] = hi,
+            perm[i] = (perms[0] == 'r' ? NP_MAP_R : 0) | (perms[2] == 'x' ? NP_MAP_X : 0);
       line = nl + 1;
     }
     have -= (size_t)(line - buf);
@@ -198,16 +202,16 @@ static int np_table_ok(void* lib, const npabi_profiler_v1_t* t, char* name, size
   void* lm = NULL;
   if (dlinfo(lib, RTLD_DI_LINKMAP, &lm) != 0 || lm == NULL) return 0;
   uintptr_t addr[6], end[6];
-  int exec[6];
+  int perm[6];
   for (int i = 0; i < 5; i++) {
     if (np_object_of(fns[i]) != lm) return 0;
     addr[i] = (uintptr_t)fns[i];
   }
   addr[5] = (uintptr_t)t->name;
-  if (!np_maps_find(addr, 6, end, exec)) return 1; /* no /proc: the object check alone */
+  if (!np_maps_find(addr, 6, end, perm)) return 1; /* no /proc: the object check alone */
   for (int i = 0; i < 5; i++)
-    if (!end[i] || !exec[i]) return 0;
-  if (t->name && end[5] && np_object_of(t->name) == lm) {
+    if (!end[i] || !(perm[i] & NP_MAP_X)) return 0;
+  if (t->name && end[5] && (perm[5] & NP_MAP_R) && np_object_of(t->name) == lm) {
     size_t n = strnlen(t->name, end[5] - addr[5] < cap ? end[5] - addr[5] : cap - 1);
     if (n < cap) memcpy(name, t->name, n), name[n] = 0;
   }
@@ -227,7 +231,9 @@ static np_centry* np_chain_map(size_t entries) {
 
 /* ------------------------------------------------------------------- communicators */
 
-static inline uint32_t np_tag_comm(uint64_t tag) { return (uint32_t)(tag >> 3) & (NP_MAX_COMMS - 1); }
+static inline uint32_t np_tag_comm(uint64_t tag) {
+  return (uint32_t)(tag >> 3) & (NP_MAX_COMMS - 1);
+}
 
 /* Whether the chained plugin holds a context for communicator idx (PXN events, of other
  * processes' communicators, always pass). */
@@ -584,7 +590,8 @@ static void np_chain_forget(uint32_t idx) {
   for (uint32_t i = 0; i < NP_CHAIN_CELLS; i++) {
     uint64_t tag = __atomic_load_n(&np_ch.cells[i].tag, __ATOMIC_ACQUIRE);
     if (np_is_tag(tag) && np_tag_comm(tag) == idx)
-      __atomic_compare_exchange_n(&np_ch.cells[i].tag, &tag, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+      __atomic_compare_exchange_n(&np_ch.cells[i].tag, &tag, 0, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_RELAXED);
   }
   for (uint32_t i = 0; i < NP_CHAIN_PINS; i++) {
     uint64_t tag = __atomic_load_n(&np_ch.pins[i].tag, __ATOMIC_ACQUIRE);

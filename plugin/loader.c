@@ -186,7 +186,9 @@ static int np_resources_ok(void) {
 /* ------------------------------------------------------------------- the drainer's file */
 
 /* Whether [off, off + len) lies inside a file of size bytes. */
-static int np_inside(uint64_t off, uint64_t len, uint64_t size) { return off <= size && len <= size - off; }
+static int np_inside(uint64_t off, uint64_t len, uint64_t size) {
+  return off <= size && len <= size - off;
+}
 
 /* The bytes path's headers say it needs: the end of its furthest header or loaded segment;
  * 0 when it is not an ELF object of this machine's class. */
@@ -249,8 +251,8 @@ static void* np_loader_main(void* arg) {
     }
     char why[PATH_MAX + 128];
     if (!np_drain_file_ok(np_drain_path, why, sizeof why)) {
-      np_turn_off("cannot load its drainer: %s. Install libnccl-profiler-ncclprof.so and " NP_DRAIN_LIB
-                  " of one build side by side", why);
+      np_turn_off("cannot load its drainer: %s. Install libnccl-profiler-ncclprof.so and "
+                  NP_DRAIN_LIB " of one build side by side", why);
       return NULL;
     }
     void* h = dlopen(np_drain_path, RTLD_NOW | RTLD_LOCAL);
