@@ -85,7 +85,10 @@ type OpStats struct {
 	Incomplete   uint64 `json:"incomplete"`    // ops given up with children still open
 	// Untimed operations are in Count and Bytes but have no times: their records found no
 	// room (the plugin counted them in its lost-operation table instead).
-	Untimed       uint64  `json:"untimed"`
+	Untimed uint64 `json:"untimed"`
+	// APIOnly operations are in Count and Bytes from their API events alone (NCCL started no
+	// Coll for them: symmetric kernels, CE collectives, …): they have API times only.
+	APIOnly       uint64  `json:"api_only"`
 	Transfers     uint64  `json:"transfers"`      // send transfers of these operations
 	TransferBytes uint64  `json:"transfer_bytes"` // their bytes
 	TransferNs    float64 `json:"transfer_ns"`    // Σ of their times (SendWait → stop)
@@ -147,6 +150,10 @@ type Health struct {
 	TraceDropped     map[string]uint64 `json:"trace_dropped,omitempty"`
 	TransfersUnkeyed uint64            `json:"transfers_unkeyed"` // counted in no pair or channel
 	UntimedOps       uint64            `json:"untimed_ops"`       // see OpStats.Untimed
+	// APIOnlyRecounted: operations counted from their API events alone whose Coll came later
+	// (more than QuietNs after their group ended): the summary took them back, the metrics
+	// already exported have them twice.
+	APIOnlyRecounted uint64 `json:"api_only_recounted"`
 }
 
 // Partial says, in words, which figures of the result are incomplete and why; empty when
@@ -166,6 +173,11 @@ func (r *Result) Partial() []string {
 	if h.TransfersUnkeyed > 0 {
 		out = append(out, fmt.Sprintf("%d transfers are in no rank pair or channel (the sum table "+
 			"was full)", h.TransfersUnkeyed))
+	}
+	if h.APIOnlyRecounted > 0 {
+		out = append(out, fmt.Sprintf("%d operations first counted from their API events alone "+
+			"got their Coll later: the summary counts them once, the metrics exported before "+
+			"count them twice", h.APIOnlyRecounted))
 	}
 	if h.Expired > 0 {
 		out = append(out, fmt.Sprintf("%d events were given up waiting for their stop: their "+
