@@ -65,8 +65,8 @@ type Op struct {
 	// APIOnly: NCCL reported this operation only through its API events (CollApi, no Coll:
 	// symmetric kernels, CE collectives, Broadcast's own path on 2.29+; apionly.go). It has
 	// Func, Count, Dtype, Root, Bytes and its API time; Start/End are the API call's interval.
-	APIOnly bool
-	AlgBWGBps, BusBWGBps     float64
+	APIOnly              bool
+	AlgBWGBps, BusBWGBps float64
 	// Untimed > 0: this Op stands for that many operations the plugin counted without records
 	// (no room for them): only Func, Algo, Proto, NChannels, Comm and Bytes (their total) are set.
 	Untimed uint64
@@ -146,8 +146,8 @@ type opEntry struct {
 	gpuMin, gpuMax uint64
 	group          *groupEntry // the group it is rebuilt in (AlltoAll, …; one per graph replay)
 	expired        bool        // a child was given up
-	pinned         bool    // shown in a hang dump: never given up by age (InFlight)
-	slowNs         float64 // SlowNs's threshold for it (0: none)
+	pinned         bool        // shown in a hang dump: never given up by age (InFlight)
+	slowNs         float64     // SlowNs's threshold for it (0: none)
 	// What a hang dump shows of it while it is in flight (inflight.go).
 	p2pSeq  int64        // P2P: the plugin's ordinal of this (communicator, peer, direction)
 	kernels []KernelSeen // its KernelCh channels
@@ -239,7 +239,7 @@ func (a *Aggregator) state(c Comm) *commState {
 			kernels: map[uint64]*proxyEntry{}, apis: map[uint64]*apiEntry{},
 			groups: map[uint64]*groupEntry{}, others: map[uint64]event.Ticks{},
 			replays: map[replayKey]*groupEntry{},
-			done: map[uint64]event.Ticks{}}
+			done:    map[uint64]event.Ticks{}}
 		a.comms[c.Index] = cs
 	}
 	cs.info = c // v1–v3 learn hash and rank after init
