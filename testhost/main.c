@@ -32,6 +32,10 @@ static void usage(void) {
           "  manycomms  --comms communicators (1100), more than the plugin's table holds\n"
           "  fork       allreduce with a fork() halfway; the child exits without NCCL\n"
           "  flood      AllReduces in 64-byte chunks: thousands of ProxySteps per operation\n"
+          "  apionly    ordinary collectives among ones NCCL reports only by API events (symmetric\n"
+          "             kernels, CE collectives, multi-root Broadcasts), --iters at --rate (2000)/s\n"
+          "  graphreplay  a CUDA graph of an all-to-all and an AllReduce, captured once and\n"
+          "             replayed --iters times at --rate (2000)/s on a host-callback thread\n"
           "  stalefin   a finalize of a context whose table entry another communicator took over\n"
           "  finwhile   finalize while another thread keeps calling into the communicator\n"
           "             (--slack-ms: the finalizing thread's timer slack)\n"
@@ -148,6 +152,8 @@ int main(int argc, char** argv) {
   else if (!strcmp(o.scenario, "manycomms")) scenario_manycomms(&o);
   else if (!strcmp(o.scenario, "fork")) scenario_fork(&o);
   else if (!strcmp(o.scenario, "flood")) scenario_flood(&o);
+  else if (!strcmp(o.scenario, "apionly")) scenario_apionly(&o);
+  else if (!strcmp(o.scenario, "graphreplay")) scenario_graphreplay(&o);
   else if (!strcmp(o.scenario, "job")) scenario_job(&o);
   else if (!strcmp(o.scenario, "stalefin")) scenario_stalefin(&o);
   else if (!strcmp(o.scenario, "finwhile")) scenario_finwhile(&o);

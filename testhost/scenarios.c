@@ -15,7 +15,7 @@
 
 #include "world.h"
 
-static size_t dtype_size(const char* d) {
+size_t dtype_size(const char* d) {
   if (!strcmp(d, "ncclFloat32") || !strcmp(d, "ncclInt32") || !strcmp(d, "ncclUint32")) return 4;
   if (!strcmp(d, "ncclFloat64") || !strcmp(d, "ncclInt64") || !strcmp(d, "ncclUint64")) return 8;
   if (!strcmp(d, "ncclFloat16") || !strcmp(d, "ncclBfloat16")) return 2;
@@ -43,6 +43,13 @@ static uint64_t op_bytes(const op_spec* o, int nranks) {
 static uint64_t wire_bytes(const op_spec* o, int nranks) {
   uint64_t b = (uint64_t)o->count * dtype_size(o->dtype);
   if (!strcmp(o->func, "AllGather") || !strcmp(o->func, "ReduceScatter")) b *= (uint64_t)nranks;
+  return b;
+}
+
+/* nccl-tests' size of a call from its API event (v5+, which passes the communicator size). */
+uint64_t api_bytes(const host_ev* api, int nranks) {
+  uint64_t b = (uint64_t)api->count * dtype_size(api->dtype);
+  if (!strcmp(api->func, "AllGather") || !strcmp(api->func, "ReduceScatter")) b *= (uint64_t)nranks;
   return b;
 }
 
@@ -103,25 +110,51 @@ static void* group_api_begin(hcomm* c, int depth) {
   return g;
 }
 
-/* One ncclGroupEnd's worth of work: the API calls, the launch, the Group and its tasks with
- * their proxy work queued, in NCCL's order (§3.2). `depth` is 1 for a lone call. */
-void launch_group(hcomm* c, op_spec* ops, int n, int depth) {
+/* The API side of one ncclGroupEnd's worth of work, in NCCL's order (§3.2): the GroupApi
+ * (`depth` 1 for a lone call; captured in a CUDA graph with `graph`), each call's API event
+ * (handles in api[]), and the kernel launch unless every call is a CE collective. Returns the
+ * GroupApi, still open. Calls NCCL runs without a Coll (op_spec.api_only) get their truth here
+ * and, for CE collectives, their CE events. */
+void* api_calls(hcomm* c, op_spec* ops, int n, int depth, int graph, void** api) {
   host_plugin* p = &W.plugin;
-  void* gapi = group_api_begin(c, depth);
-  void* api[64];
+  host_ev ga = {.type = NPABI_GROUP_API, .depth = depth, .graph = graph};
+  void* gapi = start_event(c->ctx, &ga, 0);
+  host_group_api_state(p, gapi, NPABI_GROUP_START_API_STOP);
+  int launch = 0;
   for (int i = 0; i < n; i++) {
     op_spec* o = &ops[i];
     host_ev e = {.type = o->is_p2p ? NPABI_P2P_API : NPABI_COLL_API, .parent = gapi,
                  .func = o->api_func ? o->api_func : o->func, .count = o->api_count ? o->api_count : o->count,
                  .dtype = o->api_dtype ? o->api_dtype : o->dtype, .root = o->root,
-                 .stream = (void*)0x5000};
+                 .stream = (void*)0x5000, .graph = graph};
     api[i] = start_event(c->ctx, &e, 0);
+    if (api[i] && o->api_only && !graph)
+      truth_op_add(c, e.func, "", "", 0, api_bytes(&e, c->nranks));
+    if (o->api_only == API_ONLY_CE) ce_events(c, api[i]);
     host_stop(p, api[i]);
+    launch |= o->api_only != API_ONLY_CE;
   }
   host_group_api_state(p, gapi, NPABI_GROUP_END_API_START);
-  host_ev kl = {.type = NPABI_KERNEL_LAUNCH, .parent = gapi, .stream = (void*)0x5000};
-  void* launch = start_event(c->ctx, &kl, 0);
-  host_stop(p, launch);
+  if (launch) {
+    host_ev kl = {.type = NPABI_KERNEL_LAUNCH, .parent = gapi, .stream = (void*)0x5000};
+    host_stop(p, start_event(c->ctx, &kl, 0));
+  }
+  return gapi;
+}
+
+/* One ncclGroupEnd's worth of work: the API calls, the launch, and the plan's tasks. */
+void launch_group(hcomm* c, op_spec* ops, int n, int depth) {
+  void* api[64];
+  void* gapi = api_calls(c, ops, n, depth, 0, api);
+  plan_tasks(c, ops, n, api);
+  host_stop(&W.plugin, gapi);
+}
+
+/* What hostStreamPlanTask does for a plan (enqueue.cc): the Group and each task NCCL plans (not
+ * the api_only ones), each with its API call as parent, their proxy work queued. A CUDA graph
+ * replay does this again with the capture's API handles. */
+void plan_tasks(hcomm* c, op_spec* ops, int n, void** api) {
+  host_plugin* p = &W.plugin;
   host_ev ge = {.type = NPABI_GROUP};
   void* grp = start_event(c->ctx, &ge, 0);
   double t0 = now_ns();
@@ -129,6 +162,7 @@ void launch_group(hcomm* c, op_spec* ops, int n, int depth) {
   int nj = 0;
   for (int i = 0; i < n; i++) {
     op_spec* o = &ops[i];
+    if (o->api_only) continue;
     host_ev e = {.type = o->is_p2p ? NPABI_P2P : NPABI_COLL, .parent = api[i],
                  .parent_group = grp, .rank = c->rank, .comm_name = c->name,
                  .comm_hash = c->hash, .func = o->func, .count = o->count, .dtype = o->dtype,
@@ -152,7 +186,6 @@ void launch_group(hcomm* c, op_spec* ops, int n, int depth) {
   }
   for (int k = 0; k < nj; k++) proxy_submit(&jobs[k]);
   host_stop(p, grp);
-  host_stop(p, gapi);
 }
 
 /* ------------------------------------------------------------------- scenarios */
@@ -356,7 +389,7 @@ static void* replay_main(void* a) {
   return NULL;
 }
 
-static void ce_events(hcomm* c, void* coll_api) {
+void ce_events(hcomm* c, void* coll_api) {
   host_plugin* p = &W.plugin;
   host_ev e = {.type = NPABI_CE_COLL, .parent = coll_api, .rank = c->rank, .func = "AllGather",
                .count = 1 << 20, .dtype = "ncclInt8", .sync = "UC", .ce_seq = 5, .seq = 5,

@@ -48,10 +48,20 @@ typedef struct op_spec {
   size_t api_count;
   const char* api_dtype;
   int no_truth; /* part of a rebuilt operation: the truth is the whole */
+  /* NCCL runs it without a Coll event (api_patterns.c): API_ONLY_KERNEL (symmetric kernels,
+   * Broadcasts of several roots on 2.29+) or API_ONLY_CE (CE collectives: no kernel launch). */
+  int api_only;
   double slow_ns; /* planted: each of its steps takes this much longer */
 } op_spec;
 
+enum { API_ONLY_KERNEL = 1, API_ONLY_CE = 2 };
+
 void launch_group(hcomm* c, op_spec* ops, int n, int depth);
+void* api_calls(hcomm* c, op_spec* ops, int n, int depth, int graph, void** api);
+void plan_tasks(hcomm* c, op_spec* ops, int n, void** api);
+void ce_events(hcomm* c, void* coll_api); /* CeColl, CeSync, CeBatch under a CollApi (v6) */
+size_t dtype_size(const char* d);
+uint64_t api_bytes(const host_ev* api, int nranks);
 
 /* The callback-cost bench's plugin handle and NCCL-shaped call sequence (bench.c), also used
  * by the drainer bench (drainbench.c). */
@@ -96,6 +106,8 @@ int scenario_soak(const opts* o);
 void scenario_manycomms(const opts* o);
 void scenario_fork(const opts* o);
 void scenario_flood(const opts* o);
+void scenario_apionly(const opts* o);     /* api_patterns.c */
+void scenario_graphreplay(const opts* o);
 void scenario_job(const opts* o); /* ranks that wait for each other, a straggler (job.c) */
 void scenario_stalefin(const opts* o); /* races.c */
 void scenario_finwhile(const opts* o);

@@ -1,0 +1,88 @@
+package hosttest
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+)
+
+// NCCL's call patterns in which API events are all or part of what it reports
+// (testhost/api_patterns.c, docs/nccl-api-patterns.md), each at 12,000 operations and 2,000 a
+// second with the hang watchdog at 2 s: every operation counted exactly once against the host's
+// truth, no hang dump while nothing hangs, and a summary that says complete.
+
+const patternOps = "12000"
+
+// runPattern runs one scenario and checks what every pattern must give.
+func runPattern(t *testing.T, abi int, scenario string, env ...string) (*Run, *Summary) {
+	t.Helper()
+	r := Start(t, Options{Args: args(abi, "--iters", patternOps, "--nranks", "4", scenario),
+		Env: append([]string{"NCCLPROF_HANG_TIMEOUT_S=2"}, env...)})
+	tr := r.Truth[0]
+	CheckExact(t, r, tr)
+	if dumps, _ := filepath.Glob(filepath.Join(r.Dir, "ncclprof-hang-*")); len(dumps) != 0 {
+		t.Errorf("hang dumps written while nothing hung: %v", dumps)
+	}
+	s := r.Summary(tr.Comms[0].Hash, tr.Comms[0].Rank)
+	if s == nil {
+		t.Fatal("no summary")
+	}
+	return r, s
+}
+
+// Symmetric kernels, CE collectives and multi-root Broadcasts (GroupApi + CollApi, no Coll)
+// among ordinary AllReduces, some in one user group: each counted once, the API-only ones
+// marked, with their API time and nccl-tests' bytes (the truth's keys without algorithm).
+// Below v5 NCCL reports them not at all, and nothing is made up for them.
+func TestAPIOnlyOperationsCountedOnce(t *testing.T) {
+	cases := []struct {
+		abi  int
+		mask string
+	}{{4, "default"}, {5, "default"}, {6, "default"}, {6, "default,cecoll,cesync,cebatch"}}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("v%d-%s", c.abi, c.mask), func(t *testing.T) {
+			r, s := runPattern(t, c.abi, "apionly", "NCCLPROF_EVENT_MASK="+c.mask)
+			var apiOnly, want uint64
+			for _, o := range r.Truth[0].Comms[0].Ops {
+				if o.Algo != "" {
+					continue
+				}
+				want += o.Count
+				got := s.Op(o.Func, "", "", 0)
+				if got == nil || got.APIOnly != o.Count || got.API.N != o.Count || got.NoCompletion != o.Count {
+					t.Errorf("%s known only from API events: %+v, want %d marked api_only with API times", o.Func, got, o.Count)
+				}
+			}
+			for _, o := range s.Ops {
+				apiOnly += o.APIOnly
+			}
+			if c.abi >= 5 && (want != 8000 || apiOnly != want) {
+				t.Errorf("API-only operations: plugin %d, truth %d, want 8000 of 12000 (4 of every 6)", apiOnly, want)
+			}
+			if c.abi < 5 && apiOnly != 0 {
+				t.Errorf("v%d has no API events, yet %d API-only operations", c.abi, apiOnly)
+			}
+		})
+	}
+}
+
+// A CUDA graph of an all-to-all and an AllReduce, captured once and replayed 12,000 times on a
+// host-callback thread: each replay is one operation (v5+: one AlltoAll rebuilt from its
+// tasks; v4: its sends and receives), and the capture's API time is nobody's.
+func TestGraphReplaysEachOneOperation(t *testing.T) {
+	for _, abi := range []int{4, 6} {
+		t.Run(fmt.Sprintf("v%d", abi), func(t *testing.T) {
+			_, s := runPattern(t, abi, "graphreplay")
+			if abi < 5 {
+				return
+			}
+			a2a := s.Op("AlltoAll", "", "", 1)
+			if a2a == nil || a2a.Count != 6000 || a2a.API.N != 0 {
+				t.Errorf("replayed all-to-all: %+v, want 6000 AlltoAll without API time", a2a)
+			}
+			if ar := s.Op("AllReduce", "RING", "LL", 1); ar == nil || ar.API.N != 0 {
+				t.Errorf("replayed AllReduce: %+v, want no API time", ar)
+			}
+		})
+	}
+}
