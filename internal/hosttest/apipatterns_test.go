@@ -86,3 +86,40 @@ func TestGraphReplaysEachOneOperation(t *testing.T) {
 		})
 	}
 }
+
+// A mask naming only a lower event type: NCCL starts the events above it anyway (and NCCL
+// 2.23–2.25 start P2p only under the Coll, ProxyOp or ProxyStep bit), so ncclprof asks for and
+// records the operations and ProxyOps above what was named. Before, `proxystep` alone recorded
+// 16,000 orphan steps and no operation, and `p2p` on 2.24 got nothing from NCCL; both said complete.
+func TestMaskAncestorsCounted(t *testing.T) {
+	cases := []struct {
+		abi      int
+		mask     string
+		scenario string
+		nccl     int // the mask NCCL is handed
+	}{
+		{6, "proxystep", "p2p", 0x1e},
+		{1, "proxystep", "allreduce", 0x1e},
+		{6, "kernelch", "allreduce", 0x46},
+		{2, "p2p", "p2p", 0x6},
+		{6, "p2p", "p2p", 0x4},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("v%d-%s", c.abi, c.mask), func(t *testing.T) {
+			r := Start(t, Options{Args: args(c.abi, "--iters", "200", "--kernel", "--fast", c.scenario),
+				Env: []string{"NCCLPROF_EVENT_MASK=" + c.mask}})
+			tr := r.Truth[0]
+			CheckExact(t, r, tr)
+			if tr.Mask != c.nccl {
+				t.Errorf("NCCL's mask %#x, want %#x", tr.Mask, c.nccl)
+			}
+			var ops uint64
+			for _, o := range tr.Comms[0].Ops {
+				ops += o.Count
+			}
+			if ops == 0 {
+				t.Error("the host started no operation: nothing was checked")
+			}
+		})
+	}
+}
