@@ -354,15 +354,18 @@ NP_START_V2_V3(3)
 /* v1–v3 state arguments: ProxyOp states carry cumulative bytes, ProxyCtrl the appended count.
  * A transfer's size reaches its ProxyStep through the op state NCCL records right before the
  * step state, on the same thread: the bytes that state adds to the op's running total are
- * remembered there and handed to that step as its own size. */
+ * remembered there and handed to that step as its own size.
+ * NCCL 2.23 (v1 only) starts a ProxyStep per raw step, sliceSteps per network transfer, and
+ * records the step states of all of them after one op state (transport/net.cc at v2.23.4-1):
+ * the first takes the size, the others are not transfers and do not count as ones. */
 static npabi_result_t np_own_record_v1(void* h, npabi_state_t s, npabi_args_v1_t* a) {
   if ((s == NPABI_PROXY_STEP_SEND_WAIT || s == NPABI_PROXY_STEP_RECV_FLUSH_WAIT) && a == NULL) {
     np_thread* t = np_tls;
     if (t && t->memo_valid) {
       t->memo_valid = 0;
       np_state(h, s, t->memo_size, 0, 1);
-      return NPABI_SUCCESS;
     }
+    return NPABI_SUCCESS; /* no op state before it: another raw step of 2.23's transfer */
   }
   if ((s == NPABI_PROXY_OP_SEND_TRANSMITTED || s == NPABI_PROXY_OP_RECV_RECEIVED) && a) {
     uint64_t added = np_op_running_total(h, s, a->proxyOp.transSize);

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "scenarios.h"
 #include "world.h"
@@ -141,4 +142,71 @@ void scenario_graphreplay(const opts* op) {
   pthread_create(&t, NULL, replay_thread, &r);
   pthread_join(t, NULL);
   proxy_stop();
+}
+
+/* ---- v1order: NCCL 2.23's sends (ABI v1; transport/net.cc sendProxyProgress at v2.23.4-1) */
+
+enum { V1_TRANSFERS = 4, V1_SLICE_STEPS = 2, V1_CHUNK = 65536 };
+
+static void v1_op_state(void* op, int state, size_t total, int steps) {
+  npabi_args_v1_t a;
+  memset(&a, 0, sizeof a);
+  a.proxyOp.transSize = total;
+  a.proxyOp.steps = steps;
+  host_raw_state(&W.plugin, op, state, &a);
+}
+
+/* One send ProxyOp as 2.23 runs it: a ProxyStep per raw step (sliceSteps of them per network
+ * transfer, numbered raw), and SendTransmitted recorded before the transfer's size is added
+ * to the op's total, so it carries the bytes of the transfers before it. */
+static void v1_send(hcomm* c, void* coll, int peer) {
+  host_plugin* p = &W.plugin;
+  host_ev e = {.type = NPABI_PROXY_OP, .parent = coll, .rank = c->rank, .pid = getpid(), .peer = peer,
+               .nsteps = V1_TRANSFERS * V1_SLICE_STEPS, .chunk = V1_CHUNK, .is_send = 1};
+  void* op = start_event(c->ctx, &e, 0);
+  size_t total = 0;
+  for (int k = 0; k < V1_TRANSFERS; k++) {
+    void* steps[V1_SLICE_STEPS];
+    for (int r = 0; r < V1_SLICE_STEPS; r++) {
+      host_ev se = {.type = NPABI_PROXY_STEP, .parent = op, .rank = c->rank, .step = k * V1_SLICE_STEPS + r};
+      steps[r] = start_event(c->ctx, &se, 0);
+    }
+    int posted = (k + 1) * V1_SLICE_STEPS;
+    v1_op_state(op, NPABI_PROXY_OP_SEND_POSTED, total, posted);
+    for (int r = 0; r < V1_SLICE_STEPS; r++) host_raw_state(p, steps[r], NPABI_PROXY_STEP_SEND_GPU_WAIT, NULL);
+    v1_op_state(op, NPABI_PROXY_OP_SEND_TRANSMITTED, total, posted); /* before the add, as 2.23 */
+    for (int r = 0; r < V1_SLICE_STEPS; r++) host_raw_state(p, steps[r], NPABI_PROXY_STEP_SEND_WAIT, NULL);
+    total += V1_CHUNK;
+    if (W.realtime) spin_until(now_ns() + 5000);
+    for (int r = 0; r < V1_SLICE_STEPS; r++) host_stop(p, steps[r]);
+    v1_op_state(op, NPABI_PROXY_OP_SEND_DONE, total, posted);
+  }
+  host_stop(p, op);
+  pthread_mutex_lock(&c->mu); /* what went on the wire */
+  c->pairs[peer].sent_bytes += total;
+  c->pairs[peer].send_transfers += V1_TRANSFERS;
+  c->ch_transfers[0] += V1_TRANSFERS;
+  c->ch_bytes[0] += total;
+  if (c->used_channels < 1) c->used_channels = 1;
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* --iters AllReduces of one send each, NCCL 2.23's way (use with --abi 1). */
+void scenario_v1order(const opts* op) {
+  hcomm* c = world_comm("v1order", 0x1230000000000000ull + (uint64_t)op->seed, op->nranks, op->rank, 1);
+  op_spec o = allreduce();
+  o.count = V1_TRANSFERS * V1_CHUNK / 4;
+  for (int i = 0; i < op->iters; i++) {
+    host_ev ge = {.type = NPABI_GROUP};
+    void* grp = start_event(c->ctx, &ge, 0);
+    host_ev ce = {.type = NPABI_COLL, .parent = grp, .parent_group = grp, .rank = c->rank,
+                  .comm_name = c->name, .comm_hash = c->hash, .seq = (uint64_t)i, .func = o.func,
+                  .count = o.count, .dtype = o.dtype, .algo = o.algo, .proto = o.proto,
+                  .nchannels = 1, .nwarps = 16};
+    void* coll = start_event(c->ctx, &ce, 0);
+    if (coll) truth_op_add(c, o.func, o.algo, o.proto, 1, (uint64_t)o.count * 4);
+    v1_send(c, coll, (c->rank + 1) % c->nranks);
+    host_stop(&W.plugin, coll);
+    host_stop(&W.plugin, grp);
+  }
 }

@@ -174,6 +174,11 @@ func (r *Result) Partial() []string {
 		out = append(out, fmt.Sprintf("%d transfers are in no rank pair or channel (the sum table "+
 			"was full)", h.TransfersUnkeyed))
 	}
+	if n := r.sizelessSends(); n > 0 {
+		out = append(out, fmt.Sprintf("%d send transfers have no size: NCCL 2.23 (ABI v1) records "+
+			"a send's size only after its step, so rank-pair and channel bytes and fits miss them "+
+			"(NCCL 2.24 and later pass it)", n))
+	}
 	if h.APIOnlyRecounted > 0 {
 		out = append(out, fmt.Sprintf("%d operations first counted from their API events alone "+
 			"got their Coll later: the summary counts them once, the metrics exported before "+
@@ -184,6 +189,19 @@ func (r *Result) Partial() []string {
 			"operations are marked incomplete", h.Expired))
 	}
 	return out
+}
+
+// sizelessSends counts the send transfers of rank pairs that moved no bytes: NCCL 2.23 records
+// SendTransmitted before adding the transfer's size (transport/net.cc at v2.23.4-1), so ABI v1
+// send steps come without one.
+func (r *Result) sizelessSends() uint64 {
+	var n uint64
+	for _, p := range r.Pairs {
+		if r.Comm.ABI == 1 && p.SendTransfers > 0 && p.SentBytes == 0 {
+			n += p.SendTransfers
+		}
+	}
+	return n
 }
 
 // untrackedEffect names the figures an untracked event of type t leaves out.

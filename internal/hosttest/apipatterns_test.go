@@ -3,6 +3,7 @@ package hosttest
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -121,5 +122,31 @@ func TestMaskAncestorsCounted(t *testing.T) {
 				t.Error("the host started no operation: nothing was checked")
 			}
 		})
+	}
+}
+
+// NCCL 2.23's sends (ABI v1): a ProxyStep per raw step, 2 per network transfer, and
+// SendTransmitted recorded before the transfer's size is added. Each transfer counts once (it
+// counted twice before), and since 2.23 gives a send step no size, the summary says so instead
+// of reporting 0 bytes as complete.
+func TestV1SendsOfNCCL223(t *testing.T) {
+	r := Start(t, Options{Args: args(1, "--iters", "1000", "v1order")})
+	tc := r.Truth[0].Comms[0]
+	s := r.Summary(tc.Hash, tc.Rank)
+	if s == nil {
+		t.Fatal("no summary")
+	}
+	checkOps(t, tc, s)
+	for _, p := range tc.Pairs {
+		if p.SendTransfers == 0 {
+			continue
+		}
+		got := s.Pair(tc.Rank, p.Peer)
+		if got == nil || got.SendTransfers != p.SendTransfers || got.SentBytes != 0 {
+			t.Errorf("pair %d→%d: %+v, want %d transfers (the truth's) without size", tc.Rank, p.Peer, got, p.SendTransfers)
+		}
+	}
+	if s.Complete || len(s.Partial) != 1 || !strings.Contains(s.Partial[0], "NCCL 2.23") {
+		t.Errorf("complete %v, partial %q: want the sizeless sends said", s.Complete, s.Partial)
 	}
 }
