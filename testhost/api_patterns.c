@@ -210,3 +210,27 @@ void scenario_v1order(const opts* op) {
     host_stop(&W.plugin, grp);
   }
 }
+
+/* ---- pxn: a rank whose sends go through another process's proxy (NCCL_PXN_DISABLE=0) */
+
+/* Rank 0 of two nodes of two ranks: each step it sends to and receives from rank 2 on the
+ * other node. Its send's network work runs in the proxy of the local rank on rank 2's rail, in
+ * another process (enqueue.cc ncclProfilerAddPidToProxyOp: that proxy reports it with our pid
+ * and parent), so no ProxyOp of the Send reaches this process; its receive runs here. This
+ * process's proxy in turn runs a send of the other local rank (pxn_ops: a ProxyOp whose pid and
+ * parent are that process's). */
+void scenario_pxn(const opts* op) {
+  hcomm* c = world_comm("pxnsender", 0x9C40000000000000ull + (uint64_t)op->seed, 4, 0, 2);
+  proxy_start();
+  double t0 = now_ns();
+  for (int i = 0; i < op->iters; i += 2) {
+    op_spec g[2] = {{.func = "Send", .count = 1 << 14, .dtype = "ncclFloat32", .nchannels = 1,
+                     .is_p2p = 1, .peer = 2, .chunk = 1 << 15, .pxn = 1},
+                    {.func = "Recv", .count = 1 << 14, .dtype = "ncclFloat32", .nchannels = 1,
+                     .is_p2p = 1, .peer = 2, .chunk = 1 << 15}};
+    launch_group(c, g, 2, 2);
+    pxn_ops(c);
+    pace(t0, i + 2, op->rate);
+  }
+  proxy_stop();
+}

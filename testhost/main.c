@@ -38,6 +38,8 @@ static void usage(void) {
           "             replayed --iters times at --rate (2000)/s on a host-callback thread\n"
           "  v1order    NCCL 2.23's sends (--abi 1): a ProxyStep per raw step, SendTransmitted\n"
           "             before the transfer's size is added\n"
+          "  pxn        rank 0 of 2x2: its sends' ProxyOps run in another process (PXN), its\n"
+          "             proxy runs another rank's; --iters operations at --rate (2000)/s\n"
           "  stalefin   a finalize of a context whose table entry another communicator took over\n"
           "  finwhile   finalize while another thread keeps calling into the communicator\n"
           "             (--slack-ms: the finalizing thread's timer slack)\n"
@@ -157,6 +159,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(o.scenario, "apionly")) scenario_apionly(&o);
   else if (!strcmp(o.scenario, "graphreplay")) scenario_graphreplay(&o);
   else if (!strcmp(o.scenario, "v1order")) scenario_v1order(&o);
+  else if (!strcmp(o.scenario, "pxn")) scenario_pxn(&o);
   else if (!strcmp(o.scenario, "job")) scenario_job(&o);
   else if (!strcmp(o.scenario, "stalefin")) scenario_stalefin(&o);
   else if (!strcmp(o.scenario, "finwhile")) scenario_finwhile(&o);

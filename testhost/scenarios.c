@@ -175,7 +175,7 @@ void plan_tasks(hcomm* c, op_spec* ops, int n, void** api) {
       truth = truth_op_add(c, o->func, o->is_p2p ? "" : o->algo, o->is_p2p ? "" : o->proto,
                            o->is_p2p && p->abi < 4 ? 0 : o->nchannels, op_bytes(o, c->nranks));
     int first = nj;
-    for (int ch = 0; ch < o->nchannels && nj < 120; ch++) nj += plan_jobs(c, o, h, truth, ch, &jobs[nj]);
+    for (int ch = 0; ch < o->nchannels && nj < 120 && !o->pxn; ch++) nj += plan_jobs(c, o, h, truth, ch, &jobs[nj]);
     for (int k = first; k < nj; k++) {
       jobs[k].t_op_start = t0;
       jobs[k].last_of_op = k == nj - 1;
@@ -339,7 +339,7 @@ static void net_events(hcomm* c, void* step) {
 
 /* PXN: another process's proxy runs our... no: we run *another process's* op. Its context and
  * parent are that process's pointers; the plugin must not dereference them. */
-static void pxn_ops(hcomm* c) {
+void pxn_ops(hcomm* c) {
   host_plugin* p = &W.plugin;
   static char foreign_ctx[64];
   host_ev e = {.type = NPABI_PROXY_OP, .parent = (void*)0x7f00deadbeef, .rank = (c->rank + 1) % c->nranks,

@@ -51,6 +51,7 @@ typedef struct op_spec {
   /* NCCL runs it without a Coll event (api_patterns.c): API_ONLY_KERNEL (symmetric kernels,
    * Broadcasts of several roots on 2.29+) or API_ONLY_CE (CE collectives: no kernel launch). */
   int api_only;
+  int pxn; /* its network work runs in another process's proxy (PXN): no ProxyOp here */
   double slow_ns; /* planted: each of its steps takes this much longer */
 } op_spec;
 
@@ -60,6 +61,7 @@ void launch_group(hcomm* c, op_spec* ops, int n, int depth);
 void* api_calls(hcomm* c, op_spec* ops, int n, int depth, int graph, void** api);
 void plan_tasks(hcomm* c, op_spec* ops, int n, void** api);
 void ce_events(hcomm* c, void* coll_api); /* CeColl, CeSync, CeBatch under a CollApi (v6) */
+void pxn_ops(hcomm* c); /* a ProxyOp this process's proxy runs for another process (PXN) */
 size_t dtype_size(const char* d);
 uint64_t api_bytes(const host_ev* api, int nranks);
 
@@ -109,6 +111,7 @@ void scenario_flood(const opts* o);
 void scenario_apionly(const opts* o);     /* api_patterns.c */
 void scenario_graphreplay(const opts* o);
 void scenario_v1order(const opts* o);
+void scenario_pxn(const opts* o);
 void scenario_job(const opts* o); /* ranks that wait for each other, a straggler (job.c) */
 void scenario_stalefin(const opts* o); /* races.c */
 void scenario_finwhile(const opts* o);

@@ -150,3 +150,28 @@ func TestV1SendsOfNCCL223(t *testing.T) {
 		t.Errorf("complete %v, partial %q: want the sizeless sends said", s.Complete, s.Partial)
 	}
 }
+
+// PXN, rank 0 of two nodes: its sends' ProxyOps run in another process's proxy, while its own
+// proxy runs another rank's send. Its Sends count exactly (count and bytes, none lost, none
+// hung), without completion time, and its pair to the remote rank shows only what this process
+// moved (the receives); the relayed send is counted as another process's (foreign_pxn_events)
+// and enters none of this rank's figures.
+func TestPXNSenderCountsOnce(t *testing.T) {
+	r, s := runPattern(t, 6, "pxn")
+	send := s.Op("Send", "", "", 1)
+	if send == nil || send.Count != 6000 || send.NoCompletion != 6000 || send.Transfers != 0 {
+		t.Errorf("PXN sends: %+v, want 6000 counted, none with completion or transfers", send)
+	}
+	var recvs uint64
+	for _, tp := range r.Truth[0].Comms[0].Pairs {
+		if tp.Peer == 2 {
+			recvs = tp.RecvTransfers
+		}
+	}
+	if p := s.Pair(0, 2); p == nil || p.SentBytes != 0 || p.RecvTransfers != recvs || recvs != 12000 {
+		t.Errorf("pair 0→2: %+v, want the receives only (%d)", p, recvs)
+	}
+	if got := s.Counters["foreign_pxn_events"]; got != 6000 {
+		t.Errorf("ProxyOps run for another process: %d, want 6000", got)
+	}
+}
