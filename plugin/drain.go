@@ -150,7 +150,7 @@ func (d *drain) run() {
 		pass := startPass()
 		req := uint64(C.np_flush_pending())
 		dumpReq := uint64(C.np_dump_pending())
-		d.agg.KernelRecorded = C.np_get_mask()&C.NPABI_KERNEL_CH != 0
+		d.agg.RecordingKernels(C.np_get_mask()&C.NPABI_KERNEL_CH != 0, event.Ticks(C.np_now()))
 		d.clock.Refresh()
 		C.np_set_tick_rate(C.double(d.clock.TicksPerNs()))
 		d.mu.Lock()

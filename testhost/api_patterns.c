@@ -15,6 +15,7 @@
  * 12,000 operations with the hang watchdog on and check every one is counted once.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -231,6 +232,34 @@ void scenario_pxn(const opts* op) {
     launch_group(c, g, 2, 2);
     pxn_ops(c);
     pace(t0, i + 2, op->rate);
+  }
+  proxy_stop();
+}
+
+/* ---- maskchange: the event mask changed at run time (ncclprof_set_event_mask) */
+
+/* AllReduces in three thirds: the mask in force; then p2p,p2papi, under which NCCL starts no
+ * CollApi but stops the thread's last one again at every collective (api_handle_kept,
+ * scenarios.c), and none of these collectives is asked for; then the first mask again. With
+ * --kernel the middle third adds KernelCh instead: operations enqueued before it get no kernel
+ * channels (NCCL fixed their mask at enqueue) and must not be taken for hung. The proxy's work
+ * is drained at each change, since the host's proxy reads the mask when it runs. */
+void scenario_maskchange(const opts* op) {
+  hcomm* c = world_comm("maskchange", 0x3A5C000000000000ull + (uint64_t)op->seed, op->nranks, op->rank, 1);
+  int (*set_mask)(int) = (int (*)(int))dlsym(W.plugin.lib, "ncclprof_set_event_mask");
+  int (*get_mask)(void) = (int (*)(void))dlsym(W.plugin.lib, "ncclprof_get_event_mask");
+  int first = get_mask ? get_mask() : W.plugin.mask;
+  proxy_start();
+  double t0 = now_ns();
+  for (int i = 0; i < op->iters; i++) {
+    if (set_mask && (i == op->iters / 3 || i == 2 * op->iters / 3)) {
+      proxy_drain();
+      set_mask(i != op->iters / 3 ? first : op->kernel ? first | NPABI_KERNEL_CH : NPABI_P2P | NPABI_P2P_API);
+    }
+    op_spec o = allreduce();
+    o.kernel = op->kernel;
+    launch_group(c, &o, 1, 1);
+    pace(t0, i + 1, op->rate);
   }
   proxy_stop();
 }

@@ -40,6 +40,8 @@ static void usage(void) {
           "             before the transfer's size is added\n"
           "  pxn        rank 0 of 2x2: its sends' ProxyOps run in another process (PXN), its\n"
           "             proxy runs another rank's; --iters operations at --rate (2000)/s\n"
+          "  maskchange AllReduces with the event mask changed at run time to p2p,p2papi for\n"
+          "             the middle third (NCCL stops its last CollApi handle again), --rate /s\n"
           "  stalefin   a finalize of a context whose table entry another communicator took over\n"
           "  finwhile   finalize while another thread keeps calling into the communicator\n"
           "             (--slack-ms: the finalizing thread's timer slack)\n"
@@ -160,6 +162,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(o.scenario, "graphreplay")) scenario_graphreplay(&o);
   else if (!strcmp(o.scenario, "v1order")) scenario_v1order(&o);
   else if (!strcmp(o.scenario, "pxn")) scenario_pxn(&o);
+  else if (!strcmp(o.scenario, "maskchange")) scenario_maskchange(&o);
   else if (!strcmp(o.scenario, "job")) scenario_job(&o);
   else if (!strcmp(o.scenario, "stalefin")) scenario_stalefin(&o);
   else if (!strcmp(o.scenario, "finwhile")) scenario_finwhile(&o);

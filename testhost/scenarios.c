@@ -110,6 +110,16 @@ static void* group_api_begin(hcomm* c, int depth) {
   return g;
 }
 
+/* NCCL keeps the CollApi handle in thread-local state and never clears it at the stop
+ * (plugin/profiler.cc ncclProfilerStopCollApiEvent, 2.28–2.30): a collective whose CollApi the
+ * mask no longer starts stops the last one started on the thread again. P2pApi's is cleared. */
+static void* api_handle_kept(int p2p, void* started) {
+  static __thread void* coll_api;
+  if (p2p) return started;
+  if (started) coll_api = started;
+  return coll_api;
+}
+
 /* The API side of one ncclGroupEnd's worth of work, in NCCL's order (§3.2): the GroupApi
  * (`depth` 1 for a lone call; captured in a CUDA graph with `graph`), each call's API event
  * (handles in api[]), and the kernel launch unless every call is a CE collective. Returns the
@@ -131,7 +141,7 @@ void* api_calls(hcomm* c, op_spec* ops, int n, int depth, int graph, void** api)
     if (api[i] && o->api_only && !graph)
       truth_op_add(c, e.func, "", "", 0, api_bytes(&e, c->nranks));
     if (o->api_only == API_ONLY_CE) ce_events(c, api[i]);
-    host_stop(p, api[i]);
+    host_stop(p, api_handle_kept(o->is_p2p, api[i]));
     launch |= o->api_only != API_ONLY_CE;
   }
   host_group_api_state(p, gapi, NPABI_GROUP_END_API_START);

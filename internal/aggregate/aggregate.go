@@ -111,7 +111,10 @@ type Aggregator struct {
 	// KernelRecorded: NCCL is asked for KernelCh events (ABI v3+), so every operation's kernel
 	// reports its channels; an operation none of whose channels has started is in flight (its
 	// kernel has not begun), not complete.
+	// Set through RecordingKernels, which also notes since when.
 	KernelRecorded bool
+	kernelSince    event.Ticks // when KernelCh was asked for after the first mask seen
+	maskSeen       bool
 	// HoldNs: while a hang watchdog is on, pending operations and their open children are not
 	// given up before this age (its timeout and a margin), so a hang stays visible to it.
 	HoldNs float64
@@ -567,8 +570,10 @@ func (a *Aggregator) late(cs *commState, r *event.Record) {
 			e.op.Enqueued = r.Start
 		}
 	case cs.apis[h] != nil:
-		if stop {
-			cs.apis[h].stop, cs.apis[h].open = r.Start, false
+		// Only its first stop: NCCL stops a CollApi handle again at every collective whose
+		// CollApi the mask no longer starts (docs/nccl-api-patterns.md).
+		if e := cs.apis[h]; stop && e.open {
+			e.stop, e.open = r.Start, false
 		}
 	case cs.groups[h] != nil:
 		if stop {

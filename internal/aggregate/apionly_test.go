@@ -135,3 +135,20 @@ func TestCapturedCallAloneIsNotAnOperation(t *testing.T) {
 		t.Errorf("a captured call alone became %v", res.Ops)
 	}
 }
+
+// KernelCh asked for at run time: an operation enqueued before gets no kernel channels (NCCL
+// fixed its mask then) and completes; one enqueued after waits for its kernel, as before.
+func TestKernelChAskedForMidRun(t *testing.T) {
+	a := newAgg()
+	ops := collect(a)
+	var b builder
+	a.RecordingKernels(false, 0)
+	before, after := b.id(), b.id()
+	a.Window(comm1, []event.Record{coll(before, "AllReduce", 8, 1000, 1100)})
+	a.RecordingKernels(true, 5000)
+	a.Window(comm1, []event.Record{coll(after, "AllReduce", 8, 6000, 6100)})
+	a.Advance(comm1, 20000)
+	if len(*ops) != 1 || (*ops)[0].Handle != before {
+		t.Fatalf("completed %+v, want only the operation enqueued before KernelCh was asked for", *ops)
+	}
+}

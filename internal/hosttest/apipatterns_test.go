@@ -14,10 +14,10 @@ import (
 
 const patternOps = "12000"
 
-// runPattern runs one scenario and checks what every pattern must give.
-func runPattern(t *testing.T, abi int, scenario string, env ...string) (*Run, *Summary) {
+// runPattern runs one scenario (its name last in host) and checks what every pattern must give.
+func runPattern(t *testing.T, abi int, host []string, env ...string) (*Run, *Summary) {
 	t.Helper()
-	r := Start(t, Options{Args: args(abi, "--iters", patternOps, "--nranks", "4", scenario),
+	r := Start(t, Options{Args: args(abi, append([]string{"--iters", patternOps, "--nranks", "4"}, host...)...),
 		Env: append([]string{"NCCLPROF_HANG_TIMEOUT_S=2"}, env...)})
 	tr := r.Truth[0]
 	CheckExact(t, r, tr)
@@ -42,7 +42,7 @@ func TestAPIOnlyOperationsCountedOnce(t *testing.T) {
 	}{{4, "default"}, {5, "default"}, {6, "default"}, {6, "default,cecoll,cesync,cebatch"}}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("v%d-%s", c.abi, c.mask), func(t *testing.T) {
-			r, s := runPattern(t, c.abi, "apionly", "NCCLPROF_EVENT_MASK="+c.mask)
+			r, s := runPattern(t, c.abi, []string{"apionly"}, "NCCLPROF_EVENT_MASK="+c.mask)
 			var apiOnly, want uint64
 			for _, o := range r.Truth[0].Comms[0].Ops {
 				if o.Algo != "" {
@@ -73,7 +73,7 @@ func TestAPIOnlyOperationsCountedOnce(t *testing.T) {
 func TestGraphReplaysEachOneOperation(t *testing.T) {
 	for _, abi := range []int{4, 6} {
 		t.Run(fmt.Sprintf("v%d", abi), func(t *testing.T) {
-			_, s := runPattern(t, abi, "graphreplay")
+			_, s := runPattern(t, abi, []string{"graphreplay"})
 			if abi < 5 {
 				return
 			}
@@ -157,7 +157,7 @@ func TestV1SendsOfNCCL223(t *testing.T) {
 // moved (the receives); the relayed send is counted as another process's (foreign_pxn_events)
 // and enters none of this rank's figures.
 func TestPXNSenderCountsOnce(t *testing.T) {
-	r, s := runPattern(t, 6, "pxn")
+	r, s := runPattern(t, 6, []string{"pxn"})
 	send := s.Op("Send", "", "", 1)
 	if send == nil || send.Count != 6000 || send.NoCompletion != 6000 || send.Transfers != 0 {
 		t.Errorf("PXN sends: %+v, want 6000 counted, none with completion or transfers", send)
@@ -174,4 +174,30 @@ func TestPXNSenderCountsOnce(t *testing.T) {
 	if got := s.Counters["foreign_pxn_events"]; got != 6000 {
 		t.Errorf("ProxyOps run for another process: %d, want 6000", got)
 	}
+}
+
+// The event mask changed at run time (ncclprof_set_event_mask) for the middle third of 12,000
+// AllReduces. To p2p,p2papi: NCCL starts no CollApi then but stops the thread's last one again at
+// every collective; those stops are recognised and counted, and move nothing.
+// Adding KernelCh: the operations enqueued before it get no kernel channels; they are not waited
+// for (before, a hang dump was written 2 s later while nothing hung).
+func TestMaskChangedAtRunTime(t *testing.T) {
+	t.Run("p2p", func(t *testing.T) {
+		_, s := runPattern(t, 6, []string{"maskchange"})
+		if ar := s.Op("AllReduce", "RING", "LL", 1); ar == nil || ar.Count != 8000 {
+			t.Errorf("AllReduce %+v, want the 8000 of the first and last thirds", ar)
+		}
+		// Recognised as a second stop while the handle's window is open, as a late stop after it
+		// was read (which moves nothing), as stale once its slot was reused.
+		twice, late, stale := s.Counters["stop_twice"], s.Counters["late_records"], s.Counters["stale_handle"]
+		if twice+late+stale != 4000 {
+			t.Errorf("stops of the stale CollApi handle: %d twice + %d late + %d stale, want 4000", twice, late, stale)
+		}
+	})
+	t.Run("kernelch", func(t *testing.T) {
+		_, s := runPattern(t, 6, []string{"--kernel", "maskchange"})
+		if ar := s.Op("AllReduce", "RING", "LL", 1); ar == nil || ar.Count != 12000 || ar.GPU.N != 4000 {
+			t.Errorf("AllReduce %+v, want 12000, 4000 with GPU times", ar)
+		}
+	})
 }
