@@ -263,3 +263,41 @@ void scenario_maskchange(const opts* op) {
   }
   proxy_stop();
 }
+
+/* ---- nonblocking: a communicator created with config.blocking = 0 */
+
+typedef struct plan_arg {
+  hcomm* c;
+  op_spec* ops;
+  int n;
+  void** api;
+} plan_arg;
+
+static void* plan_thread(void* arg) {
+  plan_arg* a = (plan_arg*)arg;
+  plan_tasks(a->c, a->ops, a->n, a->api);
+  return NULL;
+}
+
+/* ncclGroupEnd on a non-blocking communicator returns ncclInProgress and leaves the launch to a
+ * thread it starts for that group (group.cc: a new thread per ncclGroupEnd): the API events on
+ * the user's thread, the GroupApi stopped while the Group and Coll/P2p start on a thread that
+ * lives for one group, 12,000 of them. Every other operation is a symmetric-kernel AllReduce
+ * (no Coll), whose count must not be confused with the launched ones' late Coll. */
+void scenario_nonblocking(const opts* op) {
+  hcomm* c = world_comm("nonblocking", 0x90B1000000000000ull + (uint64_t)op->seed, op->nranks, op->rank, 1);
+  proxy_start();
+  double t0 = now_ns();
+  for (int i = 0; i < op->iters; i++) {
+    op_spec o = i % 2 ? symmetric() : allreduce();
+    void* api[1];
+    void* gapi = api_calls(c, &o, 1, 1, 0, api);
+    plan_arg a = {c, &o, 1, api};
+    pthread_t t;
+    pthread_create(&t, NULL, plan_thread, &a);
+    host_stop(&W.plugin, gapi); /* ncclGroupEnd has returned */
+    pthread_join(t, NULL);      /* ncclCommGetAsyncError until ncclSuccess */
+    pace(t0, i + 1, op->rate);
+  }
+  proxy_stop();
+}

@@ -42,6 +42,8 @@ static void usage(void) {
           "             proxy runs another rank's; --iters operations at --rate (2000)/s\n"
           "  maskchange AllReduces with the event mask changed at run time to p2p,p2papi for\n"
           "             the middle third (NCCL stops its last CollApi handle again), --rate /s\n"
+          "  nonblocking  a non-blocking communicator: each group launched on a thread of its\n"
+          "             own after ncclGroupEnd returned; every other one a symmetric kernel\n"
           "  stalefin   a finalize of a context whose table entry another communicator took over\n"
           "  finwhile   finalize while another thread keeps calling into the communicator\n"
           "             (--slack-ms: the finalizing thread's timer slack)\n"
@@ -163,6 +165,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(o.scenario, "v1order")) scenario_v1order(&o);
   else if (!strcmp(o.scenario, "pxn")) scenario_pxn(&o);
   else if (!strcmp(o.scenario, "maskchange")) scenario_maskchange(&o);
+  else if (!strcmp(o.scenario, "nonblocking")) scenario_nonblocking(&o);
   else if (!strcmp(o.scenario, "job")) scenario_job(&o);
   else if (!strcmp(o.scenario, "stalefin")) scenario_stalefin(&o);
   else if (!strcmp(o.scenario, "finwhile")) scenario_finwhile(&o);

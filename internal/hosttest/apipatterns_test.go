@@ -201,3 +201,18 @@ func TestMaskChangedAtRunTime(t *testing.T) {
 		}
 	})
 }
+
+// A non-blocking communicator: each of 12,000 groups launched on a thread of its own after
+// ncclGroupEnd returned (the GroupApi stopped before its Coll starts), every other one a
+// symmetric kernel. The per-thread state of 12,000 short-lived threads is reclaimed (nothing
+// dropped), and no launched collective is also counted from its API events.
+func TestNonBlockingCommunicator(t *testing.T) {
+	_, s := runPattern(t, 6, []string{"nonblocking"})
+	ring, api := s.Op("AllReduce", "RING", "LL", 1), s.Op("AllReduce", "", "", 0)
+	if ring == nil || api == nil || ring.Count != 6000 || ring.APIOnly != 0 || api.APIOnly != 6000 {
+		t.Errorf("launched %+v, API-only %+v: want 6000 each", ring, api)
+	}
+	if s.Health.APIOnlyRecounted != 0 {
+		t.Errorf("%d counted from API events before their Coll came", s.Health.APIOnlyRecounted)
+	}
+}
