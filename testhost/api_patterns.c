@@ -41,7 +41,7 @@ static op_spec allreduce(void) {
                    .proto = "LL", .nchannels = 1, .chunk = 16384};
 }
 
-/* An AllReduce NCCL runs with a symmetric kernel: GroupApi, CollApi, KernelLaunch, no Coll. */
+/* An AllReduce NCCL runs with a symmetric kernel: GroupApi and CollApi only. */
 static op_spec symmetric(void) {
   op_spec o = allreduce();
   o.count = 8192;

@@ -103,13 +103,6 @@ static int plan_jobs(hcomm* c, const op_spec* o, void* handle, int truth, int ch
   return n + 1;
 }
 
-static void* group_api_begin(hcomm* c, int depth) {
-  host_ev e = {.type = NPABI_GROUP_API, .depth = depth};
-  void* g = start_event(c->ctx, &e, 0);
-  host_group_api_state(&W.plugin, g, NPABI_GROUP_START_API_STOP);
-  return g;
-}
-
 /* NCCL keeps the CollApi handle in thread-local state and never clears it at the stop
  * (plugin/profiler.cc ncclProfilerStopCollApiEvent, 2.28–2.30): a collective whose CollApi the
  * mask no longer starts stops the last one started on the thread again. P2pApi's is cleared. */
@@ -122,7 +115,8 @@ static void* api_handle_kept(int p2p, void* started) {
 
 /* The API side of one ncclGroupEnd's worth of work, in NCCL's order (§3.2): the GroupApi
  * (`depth` 1 for a lone call; captured in a CUDA graph with `graph`), each call's API event
- * (handles in api[]), and the kernel launch unless every call is a CE collective. Returns the
+ * (handles in api[]), and the KernelLaunch when a call has a task on the plan's queues
+ * (ncclProfilerStartKernelLaunchEvent looks for its mask there; api_only ones have none). Returns the
  * GroupApi, still open. Calls NCCL runs without a Coll (op_spec.api_only) get their truth here
  * and, for CE collectives, their CE events. */
 void* api_calls(hcomm* c, op_spec* ops, int n, int depth, int graph, void** api) {
@@ -142,7 +136,7 @@ void* api_calls(hcomm* c, op_spec* ops, int n, int depth, int graph, void** api)
       truth_op_add(c, e.func, "", "", 0, api_bytes(&e, c->nranks));
     if (o->api_only == API_ONLY_CE) ce_events(c, api[i]);
     host_stop(p, api_handle_kept(o->is_p2p, api[i]));
-    launch |= o->api_only != API_ONLY_CE;
+    launch |= !o->api_only;
   }
   host_group_api_state(p, gapi, NPABI_GROUP_END_API_START);
   if (launch) {
@@ -425,12 +419,9 @@ void scenario_mixed(const opts* op) {
   }
   proxy_start();
   /* Capture: the CollApi handle of a captured AllReduce, replayed later. */
-  void* gapi = group_api_begin(cs[0], 1);
-  host_ev capi = {.type = NPABI_COLL_API, .parent = gapi, .func = "AllReduce", .count = 4096,
-                  .dtype = "ncclFloat32", .graph = 1, .stream = (void*)0x6000};
-  void* captured = start_event(cs[0]->ctx, &capi, 0);
-  host_stop(&W.plugin, captured);
-  host_stop(&W.plugin, gapi);
+  op_spec capture = {.func = "AllReduce", .count = 4096, .dtype = "ncclFloat32"};
+  void* captured;
+  host_stop(&W.plugin, api_calls(cs[0], &capture, 1, 1, 1, &captured));
 
   static const char* const funcs[] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce"};
   for (int i = 0; i < op->iters; i++) {

@@ -49,7 +49,7 @@ typedef struct op_spec {
   const char* api_dtype;
   int no_truth; /* part of a rebuilt operation: the truth is the whole */
   /* NCCL runs it without a Coll event (api_patterns.c): API_ONLY_KERNEL (symmetric kernels,
-   * Broadcasts of several roots on 2.29+) or API_ONLY_CE (CE collectives: no kernel launch). */
+   * Broadcasts of several roots on 2.29+) or API_ONLY_CE (CE collectives: CeColl events). */
   int api_only;
   int pxn; /* its network work runs in another process's proxy (PXN): no ProxyOp here */
   double slow_ns; /* planted: each of its steps takes this much longer */
