@@ -790,7 +790,9 @@ func (t *traceSink) op(o *aggregate.Op) {
 	e := t.w.Event('X', o.Func, cat, t.pid, tid).Ts("ts", start).Dur("dur", stop-start).Args()
 	e.Hex("id", o.Handle^0x8000000000000000).Hex("op", o.Handle).Hex("comm", o.Comm.Hash).Int("rank", int64(o.Comm.Rank))
 	e.Str("interval", interval).Str("func", o.Func).Str("algo", o.Algo).Str("proto", o.Proto)
-	opSeq(e, o.Peer >= 0, o.Seq)
+	if !o.APIOnly { // NCCL numbers only the collectives it starts a Coll for
+		opSeq(e, o.Peer >= 0, o.Seq)
+	}
 	e.Uint("count", o.Count).Uint("bytes", o.Bytes).Int("nchannels", int64(o.NChannels))
 	e.Float("enqueue_us", o.EnqueueNs/1000, 3).Uint("transfers", o.Transfers).Uint("transfer_bytes", o.TransferBytes)
 	if o.HasGPU {

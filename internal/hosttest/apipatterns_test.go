@@ -216,3 +216,35 @@ func TestNonBlockingCommunicator(t *testing.T) {
 		t.Errorf("%d counted from API events before their Coll came", s.Health.APIOnlyRecounted)
 	}
 }
+
+// Traced, an operation known only from its API events is an `nccl_op_api` slice over its API
+// call, marked api_only and with no seq; the trace stays valid.
+func TestAPIOnlyInTheTrace(t *testing.T) {
+	r := Start(t, Options{Args: args(6, "--iters", "600", "apionly"), Env: []string{"NCCLPROF_TRACE=1"}})
+	traces := ReadTraces(t, r.Dir)
+	if len(traces) != 1 {
+		t.Fatalf("%d trace files, want 1", len(traces))
+	}
+	var want uint64
+	for _, o := range r.Truth[0].Comms[0].Ops {
+		if o.Algo == "" {
+			want += o.Count
+		}
+	}
+	n := 0
+	for _, e := range traces[0].Events {
+		if e.Cat != "nccl_op_api" {
+			continue
+		}
+		n++
+		if e.Args["api_only"] != true || e.Args["interval"] != "api" || e.Args["seq"] != nil || e.Dur <= 0 {
+			t.Fatalf("API-only slice %+v", e)
+		}
+	}
+	if uint64(n) != want || want != 400 {
+		t.Errorf("%d nccl_op_api slices, want %d (400)", n, want)
+	}
+	for _, err := range traces[0].Check() {
+		t.Error(err)
+	}
+}
