@@ -419,6 +419,11 @@ static void* start_v6(host_plugin* p, void* ctx, const host_ev* e) {
 
 void* host_start(host_plugin* p, void* ctx, const host_ev* e) {
   if (!host_has_type(p, e->type) || !host_wants(p, e->type)) return NULL;
+  if (p->abi <= 3 && e->comm_name) { /* NCCL 2.23–2.26 never set comm->commName: always NULL */
+    host_ev unnamed = *e;
+    unnamed.comm_name = NULL;
+    return host_start_raw(p, ctx, &unnamed);
+  }
   return host_start_raw(p, ctx, e);
 }
 
