@@ -98,21 +98,26 @@ func TestMaskAncestorsCounted(t *testing.T) {
 		mask     string
 		scenario string
 		nccl     int // the mask NCCL is handed
+		said     int // times the plugin says it added types (-1: v1–v3 NCCL passes no logger)
 	}{
-		{6, "proxystep", "p2p", 0x1e},
-		{1, "proxystep", "allreduce", 0x1e},
-		{6, "kernelch", "allreduce", 0x46},
-		{2, "p2p", "p2p", 0x6},
-		{6, "p2p", "p2p", 0x4},
+		{6, "proxystep", "p2p", 0x1e, 1},
+		{1, "proxystep", "allreduce", 0x1e, -1},
+		{6, "kernelch", "allreduce", 0x46, 1},
+		{2, "p2p", "p2p", 0x6, -1},
+		{6, "p2p", "p2p", 0x4, 0},
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("v%d-%s", c.abi, c.mask), func(t *testing.T) {
-			r := Start(t, Options{Args: args(c.abi, "--iters", "200", "--kernel", "--fast", c.scenario),
+			r := Start(t, Options{Args: args(c.abi, "--iters", "200", "--kernel", "--fast", "--logger", c.scenario),
 				Env: []string{"NCCLPROF_EVENT_MASK=" + c.mask}})
 			tr := r.Truth[0]
 			CheckExact(t, r, tr)
 			if tr.Mask != c.nccl {
 				t.Errorf("NCCL's mask %#x, want %#x", tr.Mask, c.nccl)
+			}
+			said := strings.Count(string(r.Stderr), "NCCL also starts the events above the types asked for")
+			if c.said >= 0 && said != c.said {
+				t.Errorf("the added types said %d times through NCCL's logger, want %d; stderr:\n%s", said, c.said, r.Stderr)
 			}
 			var ops uint64
 			for _, o := range tr.Comms[0].Ops {
