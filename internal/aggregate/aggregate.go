@@ -216,6 +216,7 @@ type commState struct {
 	groups   map[uint64]*groupEntry
 	grOrder  []*groupEntry // the same, in the order they were read
 	apiOrder []*apiEntry   // CollApi calls not yet known to have a Coll (apionly.go)
+	lostAPIs map[string]*lostCalls
 	replays  map[replayKey]*groupEntry
 	// Progress, for hang dumps and for telling a hang from a ghost (inflight.go).
 	progress progress
@@ -241,8 +242,8 @@ func (a *Aggregator) state(c Comm) *commState {
 			proxies: map[uint64]*proxyEntry{},
 			kernels: map[uint64]*proxyEntry{}, apis: map[uint64]*apiEntry{},
 			groups: map[uint64]*groupEntry{}, others: map[uint64]event.Ticks{},
-			replays: map[replayKey]*groupEntry{},
-			done:    map[uint64]event.Ticks{}}
+			replays: map[replayKey]*groupEntry{}, lostAPIs: map[string]*lostCalls{},
+			done: map[uint64]event.Ticks{}}
 		a.comms[c.Index] = cs
 	}
 	cs.info = c // v1–v3 learn hash and rank after init
@@ -303,6 +304,7 @@ func (a *Aggregator) since(cs *commState, t event.Ticks, ns float64) bool {
 func (a *Aggregator) Finalize(c Comm) *Result {
 	cs := a.state(c)
 	a.sweep(cs, true)
+	a.countLostAPIOnly(cs)
 	delete(a.comms, c.Index)
 	return cs.res
 }
@@ -412,6 +414,8 @@ func (a *Aggregator) track(cs *commState, r *event.Record) {
 	}
 	if api := cs.apis[r.Parent]; api != nil {
 		a.linkTask(cs, e, api, r.Start)
+	} else if r.Type == event.Coll && r.Flags&event.ParentDropped != 0 {
+		a.tally(cs, o.Func).gone(1, o.Bytes) // its CollApi was lost: that call had a Coll
 	}
 	if a.SlowNs != nil {
 		e.slowNs = a.SlowNs(o)

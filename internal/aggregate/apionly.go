@@ -128,6 +128,10 @@ func (a *Aggregator) apiOnlyOp(cs *commState, e *apiEntry) Op {
 }
 
 func (a *Aggregator) countAPIOnly(cs *commState, e *apiEntry) {
+	if t := cs.lostAPIs[e.fn]; t != nil && t.claims > 0 {
+		t.claims-- // a Coll of this function lost with its CollApi kept: it is that call, counted
+		return
+	}
 	e.counted = true
 	o := a.apiOnlyOp(cs, e)
 	cs.progress.done(&o)
@@ -158,5 +162,64 @@ func (a *Aggregator) expireAPIs(cs *commState, old func(event.Ticks) bool) {
 			continue
 		}
 		delete(cs.apis, h)
+	}
+}
+
+// When windows are full, records are lost; the plugin's lost-operation table still counts them
+// (lost.go), and for API calls:
+//   - a lost CollApi (LostOp of type CollApi) may be an API-only operation: it is one unless a
+//     Coll came for it, recorded (its parent then reads dropped: ParentDropped) or lost too
+//     (LostAPIDropped); those are counted as Colls. What remains at finalize is counted as
+//     untimed API-only operations;
+//   - a lost Coll whose CollApi was recorded (LostAPIKept) is counted by the table: the next
+//     CollApi of its function found without a Coll is that call, and is not counted again.
+// Counts are exact; the bytes too when the calls of one function that met these fates have one
+// size.
+
+// lostCalls tallies, per function, CollApi calls whose records were lost.
+type lostCalls struct {
+	lost, lostBytes uint64 // CollApi calls lost
+	had, hadBytes   uint64 // of them, ones that had a Coll
+	claims          uint64 // Colls lost whose CollApi was recorded, not yet matched
+}
+
+func (t *lostCalls) gone(n, bytes uint64) { t.had, t.hadBytes = t.had+n, t.hadBytes+bytes }
+
+func (a *Aggregator) tally(cs *commState, fn string) *lostCalls {
+	t := cs.lostAPIs[fn]
+	if t == nil {
+		t = &lostCalls{}
+		cs.lostAPIs[fn] = t
+	}
+	return t
+}
+
+// lostCall takes what a lost-table entry says of API calls; true when the entry counts no
+// operation itself (a lost CollApi).
+func (a *Aggregator) lostCall(cs *commState, l LostOp, n, bytes uint64) bool {
+	switch {
+	case l.Type == event.CollAPI:
+		t := a.tally(cs, l.Func)
+		t.lost, t.lostBytes = t.lost+n, t.lostBytes+bytes
+		return true
+	case l.API == LostAPIKept:
+		a.tally(cs, l.Func).claims += n
+	case l.API == LostAPIDropped:
+		a.tally(cs, l.Func).gone(n, bytes)
+	}
+	return false
+}
+
+// countLostAPIOnly counts, at finalize, the lost CollApi calls that had no Coll.
+func (a *Aggregator) countLostAPIOnly(cs *commState) {
+	for fn, t := range cs.lostAPIs {
+		if t.lost <= t.had {
+			continue
+		}
+		o := &Op{Comm: cs.info, Func: fn, Peer: -1, Root: -1, APIOnly: true, Untimed: t.lost - t.had}
+		if t.lostBytes > t.hadBytes {
+			o.Bytes = t.lostBytes - t.hadBytes
+		}
+		a.emitUntimed(cs, o)
 	}
 }

@@ -152,3 +152,34 @@ func TestKernelChAskedForMidRun(t *testing.T) {
 		t.Fatalf("completed %+v, want only the operation enqueued before KernelCh was asked for", *ops)
 	}
 }
+
+// Records lost to full windows: 3 AllReduce CollApi calls lost, of which one had its Coll
+// recorded (its parent reads dropped) and one had its Coll lost too: 1 API-only operation,
+// untimed. A Coll lost whose CollApi was recorded: that call is not counted again.
+func TestAPIOnlyWhenRecordsAreLost(t *testing.T) {
+	a := newAgg()
+	var b builder
+	a.SetLost(comm1, []LostOp{
+		{Type: event.CollAPI, Func: "AllReduce", Dtype: "ncclFloat32", N: 3, SumCount: 3 * 64},
+		{Type: event.Coll, API: LostAPIDropped, Func: "AllReduce", Dtype: "ncclFloat32", Algo: "RING",
+			Proto: "LL", NChannels: 1, N: 1, SumCount: 64},
+		{Type: event.Coll, API: LostAPIKept, Func: "AllGather", Dtype: "ncclInt8", Algo: "RING",
+			Proto: "LL", NChannels: 1, N: 1, SumCount: 1024},
+	})
+	c := coll(b.id(), "AllReduce", 64, 10, 20)
+	c.Flags |= event.ParentDropped
+	recs, _ := apiCall(&b, "AllGather", 256, 100) // the call whose Coll was lost
+	a.Window(comm1, append([]event.Record{c}, recs...))
+	res := a.Finalize(comm1)
+	api := res.Ops[OpKey{CommHash: comm1.Hash, Func: "AllReduce"}]
+	if api == nil || api.Count != 1 || api.APIOnly != 1 || api.Untimed != 1 || api.Bytes != 256 {
+		t.Errorf("lost API-only AllReduce: %+v, want 1 untimed of 256 B", api)
+	}
+	if ag := res.Ops[OpKey{CommHash: comm1.Hash, Func: "AllGather"}]; ag != nil {
+		t.Errorf("an AllGather whose Coll was lost counted again from its CollApi: %+v", ag)
+	}
+	ring := res.Ops[OpKey{CommHash: comm1.Hash, Func: "AllGather", Algo: "RING", Proto: "LL", NChannels: 1}]
+	if ring == nil || ring.Count != 1 || ring.Bytes != 4096 {
+		t.Errorf("the lost AllGather Coll: %+v, want 1 of 4096 B", ring)
+	}
+}
