@@ -50,7 +50,9 @@ type Suspect struct {
 	Waiting  int    `json:"waiting"` // ranks in the operation that wait for it
 	// BusyIn: the operation an absent rank's own dump shows it in instead.
 	BusyIn *OpRef `json:"busy_in,omitempty"`
-	Why    string `json:"why"`
+	// Mismatch: what a rank of kind mismatch called, and what the others called.
+	Mismatch *Mismatch `json:"mismatch,omitempty"`
+	Why      string    `json:"why"`
 }
 
 // OpRef names an operation on a communicator.
@@ -97,6 +99,7 @@ type RankState struct {
 	stepLo, stepHi int
 	op             *Op
 	facts          opFacts
+	called         *Call // a mismatch: what it called at this point
 }
 
 // DumpsRead says what was read.
@@ -128,13 +131,18 @@ func Analyze(in *Input) *Result {
 		res.Suspects = append(res.Suspects, sus...)
 	}
 	x.busyElsewhere(res)
+	x.orderCycles(res)
 	// Suspects the dumps show directly first; an absent rank busy in another hang last.
 	slices.SortStableFunc(res.Suspects, func(a, b Suspect) int {
 		return cmp.Or(cmp.Compare(b2i(a.BusyIn != nil), b2i(b.BusyIn != nil)), cmp.Compare(basisRank(a.Basis), basisRank(b.Basis)))
 	})
 	var lines []string
+	seen := map[string]bool{}
 	for _, s := range res.Suspects {
-		lines = append(lines, s.Why)
+		if !seen[s.Why] { // ranks that called the same share a line
+			seen[s.Why] = true
+			lines = append(lines, s.Why)
+		}
 	}
 	switch {
 	case len(lines) > 0:
@@ -315,8 +323,10 @@ func (h *hangCtx) judgeColl() {
 			kernelOthers++
 		}
 	}
+	h.judgeMismatch()
 	for _, rs := range h.in() {
 		switch {
+		case rs.State == StateMismatch: // in the wrong operation: its states say nothing more
 		case rs.facts.gpuStuck():
 			h.suspect(rs, StateGPU, BasisOwnDump, h.gpuWhy(rs, false))
 		case rs.facts.kernelNeverStarted(kernelOthers):
@@ -337,7 +347,7 @@ func (h *hangCtx) judgeColl() {
 // them.
 func (h *hangCtx) judgeLinks() {
 	for _, rs := range h.in() {
-		if rs.State == StateGPU {
+		if rs.State == StateGPU || rs.State == StateMismatch {
 			continue
 		}
 		byPeer := map[int][]Head{}

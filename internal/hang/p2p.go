@@ -55,6 +55,7 @@ func (h *hangCtx) judgeP2p() {
 			}
 		case pv.comm.find(want) != nil:
 		case pv.comm.p2pDone(rs.Rank, dir) > uint64(rs.op.Seq):
+		case h.p2pOtherPeer(rs, pv.comm, want):
 		default:
 			busy := ""
 			if o := oldest(pv.comm); o != nil {
@@ -75,4 +76,30 @@ func (h *hangCtx) p2pAbsent(ps *RankState, want opKey, basis, detail string) {
 	why := fmt.Sprintf("%s never posted %s #%d with rank %d on %s: %s; %s waits for it", h.who(ps.Rank), want.fn, want.seq, want.peer, h.commText(), detail, h.who(want.peer))
 	s := h.suspect(ps, StateAbsent, basis, why)
 	s.Func, s.Seq, s.P2pPeer, s.Waiting = want.fn, want.seq, &want.peer, 1
+}
+
+// p2pOtherPeer names the peer of a waiting point-to-point operation when the peer, instead of the
+// matching operation, has the same function open with another rank: the two disagree on who
+// exchanges data with whom. It reports whether it named one.
+func (h *hangCtx) p2pOtherPeer(rs *RankState, pc *Comm, want opKey) bool {
+	o := oldest(pc)
+	if o == nil || o.Kind != KindP2p || o.Func != want.fn || *o.Peer == rs.Rank {
+		return false
+	}
+	peer := h.ranks[want.peer]
+	exp := Call{Kind: KindP2p, Func: want.fn, Seq: want.seq, Peer: &want.peer, Count: rs.op.Count, Datatype: rs.op.Datatype}
+	waiter := rs.op.Call()
+	called := o.Call()
+	m := &Mismatch{Differs: []string{DiffPeer}, Called: CommCall{h.v.hash, called}, Others: CommCall{h.v.hash, exp},
+		Ranks: Ranges([]int{want.peer}), OtherRanks: Ranges([]int{rs.Rank})}
+	m.LastAgreed = h.lastAgreed(want.peer, rs.Rank)
+	why := fmt.Sprintf("%s called %s where %s called %s on %s: the peer differs (%s waits for %s)",
+		h.who(want.peer), callText(&called), h.who(rs.Rank), callText(&waiter), h.commText(), h.who(rs.Rank), callName(&exp))
+	if m.LastAgreed != nil {
+		why += "; the last operation they agree on is " + callName(m.LastAgreed)
+	}
+	s := h.suspect(peer, StateMismatch, BasisOwnDump, why)
+	s.Func, s.Seq, s.P2pPeer, s.Waiting, s.Mismatch = want.fn, want.seq, &rs.Rank, 1, m
+	peer.called = &called
+	return true
 }

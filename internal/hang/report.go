@@ -8,7 +8,7 @@ import (
 )
 
 // stateOrder is the order groups are listed in: suspects first, then the evidence.
-var stateOrder = []string{StateAbsent, StateGPU, StateLinkSend, StateUnknown, StateLinkRecv, StateWaitData,
+var stateOrder = []string{StateMismatch, StateAbsent, StateGPU, StateLinkSend, StateUnknown, StateLinkRecv, StateWaitData,
 	StateWaitBuffers, StateWaitGPU, StateInKernel, StateEnqueued, StateTookPart, StateFinished, StateNoDump}
 
 var waitPrefix = map[string]string{
@@ -59,6 +59,8 @@ func (h *hangCtx) rankText(rs *RankState, isSus func(int) bool) string {
 		return t
 	}
 	switch rs.State {
+	case StateMismatch:
+		return "called " + callText(rs.called) + " instead"
 	case StateAbsent:
 		if rv := h.v.ranks[rs.Rank]; rv != nil {
 			t := "never started it"

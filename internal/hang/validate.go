@@ -45,6 +45,14 @@ func (c *Comm) validate() error {
 			return fmt.Errorf("p2p_completed[%d]: peer %d of nranks %d", i, p.Peer, c.NRanks)
 		}
 	}
+	if len(c.Recent) > FlightRecord {
+		return fmt.Errorf("recent_ops: %d operations, at most %d are written", len(c.Recent), FlightRecord)
+	}
+	for i := range c.Recent {
+		if err := c.Recent[i].validate(c.NRanks); err != nil {
+			return fmt.Errorf("recent_ops[%d]: %w", i, err)
+		}
+	}
 	for i := range c.Open {
 		if err := c.Open[i].validate(c.NRanks); err != nil {
 			return fmt.Errorf("open_ops[%d]: %w", i, err)
@@ -53,7 +61,9 @@ func (c *Comm) validate() error {
 	return nil
 }
 
-func (o *Op) validate(nranks int) error {
+// validate checks what every operation must carry: a kind, a function, a seq, a peer for P2P
+// only, a root below nranks for rooted collectives only.
+func (o *Call) validate(nranks int) error {
 	switch o.Kind {
 	case KindColl:
 		if o.Peer != nil {
@@ -68,6 +78,17 @@ func (o *Op) validate(nranks int) error {
 	}
 	if o.Func == "" || o.Seq < 0 {
 		return fmt.Errorf("func %q, seq %d", o.Func, o.Seq)
+	}
+	if o.Root != nil && (!Rooted(o.Func) || !rankIn(*o.Root, nranks)) {
+		return fmt.Errorf("root %d of %s on nranks %d (only Broadcast and Reduce have one)", *o.Root, o.Func, nranks)
+	}
+	return nil
+}
+
+func (o *Op) validate(nranks int) error {
+	c := o.Call()
+	if err := c.validate(nranks); err != nil {
+		return err
 	}
 	for i, k := range o.Kernel {
 		if k.Channel < 0 || k.Channel >= MaxChannels {
