@@ -220,3 +220,66 @@ func TestUnknownSize(t *testing.T) {
 		t.Errorf("suspect %+v of %d ranks", s, r.Hangs[0].NRanks)
 	}
 }
+
+// P2P peer mismatch: rank 0's Send #0 to rank 1 waits for a buffer; rank 1 posted its Recv #0
+// from rank 2 instead. Rank 1 is named for the peer, not as absent.
+func TestP2pOtherPeer(t *testing.T) {
+	const h = "0x00000000000000bc"
+	r := run(t, []*Dump{
+		proc("a", 1, comm(h, 0, 3, p2p("Send", 0, 1, pop(Send, 1, 0, SendPeerWait)))),
+		proc("b", 2, comm(h, 1, 3, p2p("Recv", 0, 2, pop(Recv, 2, 0, RecvWait)))),
+		proc("c", 3, comm(h, 2, 3)),
+	}, nil)
+	s := one(t, r)
+	if s.Rank != 1 || s.Kind != StateMismatch || s.Func != "Recv" || s.Seq != 0 || s.P2pPeer == nil || *s.P2pPeer != 0 ||
+		s.Mismatch == nil || s.Mismatch.Differs[0] != DiffPeer || *s.Mismatch.Called.Peer != 2 || *s.Mismatch.Others.Peer != 0 {
+		t.Fatalf("suspect %+v", s)
+	}
+	if want := "rank 1 (b, pid 2) called Recv #0 with rank 2 (count 0) where rank 0 (a, pid 1) called Send #0 with rank 1"; !strings.Contains(s.Why, want) {
+		t.Errorf("verdict %q, want %q", s.Why, want)
+	}
+}
+
+// No mismatch where the ranks agree, or where a rank is merely behind: rank 2 of 3 is still in
+// AllGather seq 4, which the others completed; it is absent from AllReduce seq 9, not in a
+// different collective at the same point.
+func TestBehindIsNotMismatch(t *testing.T) {
+	const h = "0x00000000000000bd"
+	done := []Completed{{Func: "AllReduce", Ops: 9, LastSeq: 8}, {Func: "AllGather", Ops: 5, LastSeq: 4}}
+	c := func(rank int, open ...Op) Comm {
+		x := comm(h, rank, 3, open...)
+		x.Completed = done
+		return x
+	}
+	behind := comm(h, 2, 3, coll("AllGather", 4, pop(Recv, 1, 0, RecvWait)))
+	behind.Completed = []Completed{{Func: "AllReduce", Ops: 9, LastSeq: 8}, {Func: "AllGather", Ops: 4, LastSeq: 3}}
+	r := run(t, []*Dump{
+		proc("a", 1, c(0, coll("AllReduce", 9, pop(Recv, 2, 0, RecvWait)))),
+		proc("b", 2, c(1, coll("AllReduce", 9, pop(Recv, 0, 0, RecvWait)))),
+		proc("c", 3, behind),
+	}, nil)
+	s := one(t, r)
+	if s.Rank != 2 || s.Kind != StateAbsent || s.Mismatch != nil {
+		t.Errorf("suspect %+v", s)
+	}
+}
+
+// An even split names both sides and says the dumps cannot tell which is wrong.
+func TestMismatchEvenSplit(t *testing.T) {
+	const h = "0x00000000000000be"
+	op := func(count uint64) Op {
+		o := coll("AllReduce", 3, pop(Recv, 0, 0, RecvWait))
+		o.Count, o.Datatype = count, "ncclFloat32"
+		return o
+	}
+	r := run(t, []*Dump{
+		proc("a", 1, comm(h, 0, 2, op(100))),
+		proc("b", 2, comm(h, 1, 2, op(400))),
+	}, nil)
+	if len(r.Suspects) != 2 || r.Suspects[0].Kind != StateMismatch || r.Suspects[1].Kind != StateMismatch {
+		t.Fatalf("suspects %+v", r.Suspects)
+	}
+	if !strings.Contains(r.Verdict, "split evenly") || strings.Count(r.Verdict, "\n") != 1 {
+		t.Errorf("verdict %q", r.Verdict)
+	}
+}

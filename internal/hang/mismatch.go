@@ -191,7 +191,10 @@ func (h *hangCtx) lastAgreed(a, b int) *Call {
 // callText writes a call with what ranks must agree on: "AllReduce seq 20 (count 4096
 // ncclFloat32)", "Reduce seq 7 (count 16 ncclInt8, root 3)", "Recv #2 with rank 5 (...)".
 func callText(c *Call) string {
-	s := fmt.Sprintf(" (count %d %s", c.Count, c.Datatype)
+	s := fmt.Sprintf(" (count %d", c.Count)
+	if c.Datatype != "" {
+		s += " " + c.Datatype
+	}
 	if c.Root != nil {
 		s += fmt.Sprintf(", root %d", *c.Root)
 	}
