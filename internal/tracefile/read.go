@@ -21,18 +21,11 @@ var gzipMagic = []byte{0x1f, 0x8b}
 // up front (the file size, or gzip's recorded length) so a large trace is held once, without
 // the doubling copies of a growing buffer.
 func ReadFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, st, err := OpenRegular(path, "a trace file")
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if st.IsDir() {
-		return nil, fmt.Errorf("%s is a directory, not a trace file", path)
-	}
 	size := st.Size()
 	var head [2]byte
 	n, _ := io.ReadFull(f, head[:])
@@ -42,11 +35,42 @@ func ReadFile(path string) ([]byte, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
+	if limit := decompressLimit(); MaxDecompressed <= 0 && size > limit {
+		return nil, fmt.Errorf("%s: %s, more than this machine can merge (a trace needs about 1.5× its size in memory; %s available to this process)", path, fmtGB(size), fmtGB(availableMemory()))
+	}
 	buf := make([]byte, size)
 	if _, err := io.ReadFull(f, buf); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return buf, nil
+}
+
+// OpenRegular opens path (symlinks followed) for reading if it is a regular file, and says what it
+// is otherwise (what names what was expected, "a trace file"). It never blocks: a FIFO or a
+// device among the inputs (a named pipe, a link to /dev/zero) is refused, not read forever.
+func OpenRegular(path, what string) (*os.File, os.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		kind := "not a regular file"
+		switch {
+		case st.IsDir():
+			kind = "a directory"
+		case st.Mode()&os.ModeNamedPipe != 0:
+			kind = "a named pipe (FIFO)"
+		case st.Mode()&os.ModeDevice != 0:
+			kind = "a device"
+		}
+		err = fmt.Errorf("%s is %s, not %s: only regular files are read", path, kind, what)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
 }
 
 func readGzip(f *os.File, path string, compressed int64) ([]byte, error) {

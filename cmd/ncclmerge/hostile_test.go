@@ -1,0 +1,89 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ncclprof/ncclprof/internal/hang/hangtest"
+	"github.com/ncclprof/ncclprof/internal/hang/hangtruth"
+)
+
+// runWithin runs the command and fails the test if it has not returned within the limit (the
+// command is left running: a test binary ends with the test).
+func runWithin(t *testing.T, limit time.Duration, args ...string) (string, error) {
+	t.Helper()
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := run(t, args...)
+		done <- result{out, err}
+	}()
+	select {
+	case r := <-done:
+		return r.out, r.err
+	case <-time.After(limit):
+		t.Fatalf("ncclmerge %s did not return within %v", strings.Join(args, " "), limit)
+		return "", nil
+	}
+}
+
+// A named pipe or a link to /dev/zero among the inputs is refused at once with what it is, by
+// hang, report, stats and check alike; before, each blocked forever on the pipe and read the
+// device until memory ran out (issue 23, item 9).
+func TestInputsThatAreNotFiles(t *testing.T) {
+	truths := hangtest.Plan(t, "--scenario", "link", "--culprit", "2")
+	dir, _ := hangtest.Synthesize(t, truths, hangtruth.Watchdog)
+	fifo := filepath.Join(dir, "ncclprof-hang-evil-1.json")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(dir, "ncclprof-hang-evil-2.json")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runWithin(t, 20*time.Second, "hang", dir)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.HasPrefix(out, "the link from rank 2") || !strings.Contains(out, "a named pipe (FIFO)") || !strings.Contains(out, "is a device") {
+		t.Errorf("the verdict should stand and both files be named as refused:\n%s", out)
+	}
+	trace := filepath.Join(t.TempDir(), "rank0.trace.json")
+	if err := syscall.Mkfifo(trace, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"stats", trace}, {"check", trace}, {"report", trace, "-o", filepath.Join(t.TempDir(), "r.html")}} {
+		out, err := runWithin(t, 20*time.Second, args...)
+		if err == nil && !strings.Contains(out, "named pipe") {
+			t.Errorf("%s of a FIFO: no error\n%s", args[0], out)
+		}
+	}
+}
+
+// A dump another user owns is not read: in a sticky shared directory (NCCLPROF_OUTPUT_DIR=/tmp)
+// anyone can create a file under an upcoming process's dump name and steer the verdict. It is
+// named among the files not used, with how to use it anyway (issue 23, item 6, reading side).
+func TestDumpOfAnotherUserRefused(t *testing.T) {
+	truths := hangtest.Plan(t, "--scenario", "link", "--culprit", "2")
+	dir, paths := hangtest.Synthesize(t, truths, hangtruth.Watchdog)
+	if err := os.Chown(paths[2], 54321, 54321); err != nil {
+		t.Skipf("cannot give a file to another user here (%v): needs root", err)
+	}
+	out, err := run(t, "hang", dir)
+	if err != nil && err != exitStatus(hangNoSuspect) {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "owned by uid 54321, not by you") || !strings.Contains(out, "copy it") {
+		t.Errorf("the other user's dump is not refused loudly:\n%s", out)
+	}
+	if strings.HasPrefix(out, "the link from rank 2") {
+		t.Errorf("the verdict still rests on the refused dump of rank 2:\n%s", out)
+	}
+}
