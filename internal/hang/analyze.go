@@ -239,14 +239,26 @@ type hangCtx struct {
 	v      *commView
 	key    opKey
 	ranks  []*RankState // by rank
+	inOp   []*RankState // the ranks with the operation open, by rank
 	sus    []Suspect
 	direct bool // a suspect the dumps show directly (own dump, summary)
+	// unseen counts the ranks not in the operation that may still wait for it (no dump, or
+	// took part by their peers' evidence), kept by setState so each verdict's text costs no pass.
+	unseen int
+	byPeer map[int][]rankProxy // proxiesWith
 }
 
 func (x *index) analyzeOp(v *commView, k opKey) (Hung, []Suspect) {
 	h := &hangCtx{x: x, v: v, key: k, ranks: make([]*RankState, v.nranks)}
 	for r := range h.ranks {
-		h.ranks[r] = h.evalRank(r)
+		rs := h.evalRank(r)
+		h.ranks[r] = rs
+		if rs.op != nil {
+			h.inOp = append(h.inOp, rs)
+		}
+		if unseen(rs) {
+			h.unseen++
+		}
 	}
 	if k.kind == KindP2p {
 		h.judgeP2p()
@@ -303,14 +315,22 @@ func p2pOldest(c *Comm) *Op {
 }
 
 // in lists the ranks that have the operation open.
-func (h *hangCtx) in() []*RankState {
-	var out []*RankState
-	for _, rs := range h.ranks {
-		if rs.op != nil {
-			out = append(out, rs)
-		}
+func (h *hangCtx) in() []*RankState { return h.inOp }
+
+// unseen: a rank not in the operation that may still wait for it, for all the dumps show.
+func unseen(rs *RankState) bool {
+	return rs.op == nil && (rs.State == StateNoDump || rs.State == StateTookPart)
+}
+
+// setState changes a rank's state, keeping the count of unseen ranks.
+func (h *hangCtx) setState(rs *RankState, st string) {
+	if unseen(rs) {
+		h.unseen--
 	}
-	return out
+	rs.State = st
+	if unseen(rs) {
+		h.unseen++
+	}
 }
 
 // judgeColl finds the suspects of a hung collective, the strongest evidence first: ranks whose own
@@ -432,19 +452,19 @@ func (h *hangCtx) suspect(rs *RankState, kind, basis, why string) *Suspect {
 	if kind == "link" {
 		state = StateLinkSend
 	}
-	rs.State = state
+	h.setState(rs, state)
 	h.direct = h.direct || basis == BasisOwnDump || basis == BasisSummary
 	h.sus = append(h.sus, Suspect{Rank: rs.Rank, Kind: kind, Comm: h.v.hash, CommName: h.v.name, Seq: h.key.seq, Func: h.key.fn,
 		Host: rs.Host, PID: rs.PID, Basis: basis, Waiting: h.waiting(rs.Rank), Why: why})
 	return &h.sus[len(h.sus)-1]
 }
 
-// waiting counts the ranks with the operation open, other than the given ones.
+// waiting counts the ranks with the operation open, other than the given ones (distinct ranks).
 func (h *hangCtx) waiting(except ...int) int {
-	n := 0
-	for _, rs := range h.in() {
-		if !slices.Contains(except, rs.Rank) {
-			n++
+	n := len(h.inOp)
+	for _, r := range except {
+		if h.ranks[r].op != nil {
+			n--
 		}
 	}
 	return n
@@ -452,10 +472,10 @@ func (h *hangCtx) waiting(except ...int) int {
 
 func (h *hangCtx) waitText(except ...int) string {
 	n := h.waiting(except...)
-	missing := 0
-	for _, rs := range h.ranks {
-		if rs.op == nil && (rs.State == StateNoDump || rs.State == StateTookPart) && !slices.Contains(except, rs.Rank) {
-			missing++
+	missing := h.unseen
+	for _, r := range except {
+		if unseen(h.ranks[r]) {
+			missing--
 		}
 	}
 	s := plural(n, "rank") + " wait for it"

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const t0 = 1_800_000_000_000_000_000
@@ -281,5 +282,41 @@ func TestMismatchEvenSplit(t *testing.T) {
 	}
 	if !strings.Contains(r.Verdict, "split evenly") || strings.Count(r.Verdict, "\n") != 1 {
 		t.Errorf("verdict %q", r.Verdict)
+	}
+}
+
+// The work follows what the dumps hold, not the ranks one dump claims: a communicator of 2^31
+// or 2^63-1 ranks is refused (it was a 16 GB allocation and a makeslice panic), and one of 2^17
+// ranks of which one dumped, or a dump listing 100,000 peers, is analyzed in seconds (it was
+// quadratic: 2^16 ranks took 14 s, 2^20 more than 30 s). Issue 23, item 9.
+func TestClaimedRanksBounded(t *testing.T) {
+	const h = "0x00000000000000bf"
+	for _, n := range []int{1 << 31, 1<<63 - 1} {
+		d := proc("a", 1, comm(h, 0, 4, coll("AllReduce", 1, pop(Recv, 1, 0, RecvWait))))
+		d.Comms[0].NRanks, d.FormatVersion = n, Version
+		if err := d.Validate(); err == nil || !strings.Contains(err.Error(), "ranks") {
+			t.Errorf("nranks %d accepted: %v", n, err)
+		}
+	}
+	big := func(nranks int, peers int) time.Duration {
+		c := comm(h, 0, nranks, coll("AllReduce", 1, pop(Recv, 1, 0, RecvWait)))
+		for p := 1; p <= peers; p++ {
+			c.P2pCompleted = append(c.P2pCompleted, P2pCompleted{Peer: p, Sends: 1, Recvs: 1})
+		}
+		start := time.Now()
+		r := run(t, []*Dump{proc("a", 1, c)}, nil)
+		took := time.Since(start)
+		if len(r.Hangs) != 1 || r.Hangs[0].NRanks != max(nranks, peers+1) {
+			t.Errorf("nranks %d, %d peers: %+v", nranks, peers, r.Hangs)
+		}
+		t.Logf("nranks %d, %d peers: %v", nranks, peers, took)
+		return took
+	}
+	// Quadratic, these took minutes; linear, about 3 s each on a loaded 2-core VM.
+	if took := big(1<<17, 0); took > 30*time.Second {
+		t.Errorf("2^17 ranks, one dump: %v", took)
+	}
+	if took := big(0, 100_000); took > 30*time.Second {
+		t.Errorf("100,000 peers: %v", took)
 	}
 }

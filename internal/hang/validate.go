@@ -37,7 +37,10 @@ func (c *Comm) validate() error {
 		return fmt.Errorf("comm_hash %q: want 0x and 16 lower-case hex digits", c.Hash)
 	}
 	// nranks 0: not known (NCCL 2.23-2.26, profiler ABI v1-v3, do not tell the plugin).
-	if c.NRanks < 0 || c.Rank < 0 || c.NRanks > 0 && c.Rank >= c.NRanks {
+	if c.NRanks > MaxRanks {
+		return fmt.Errorf("nranks %d: more ranks than the %d this reader accepts", c.NRanks, MaxRanks)
+	}
+	if c.NRanks < 0 || !rankIn(c.Rank, c.NRanks) {
 		return fmt.Errorf("rank %d of nranks %d", c.Rank, c.NRanks)
 	}
 	for i, p := range c.P2pCompleted {
@@ -131,5 +134,9 @@ func (p *ProxyOp) validate(nranks int) error {
 	return nil
 }
 
-// rankIn: a rank of a communicator of nranks (0: of unknown size).
-func rankIn(r, nranks int) bool { return r >= 0 && (nranks == 0 || r < nranks) }
+// rankIn: a rank of a communicator of nranks (0: of unknown size, at most MaxRanks).
+func rankIn(r, nranks int) bool { return r >= 0 && r < MaxRanks && (nranks == 0 || r < nranks) }
+
+// MaxRanks bounds the communicators a reader accepts: ten times the largest jobs run today, and
+// few enough that the analysis, which keeps a state per rank, stays within memory.
+const MaxRanks = 1 << 20
