@@ -10,6 +10,7 @@ import (
 
 	"github.com/ncclprof/ncclprof/internal/hang/hangtest"
 	"github.com/ncclprof/ncclprof/internal/hang/hangtruth"
+	"github.com/ncclprof/ncclprof/internal/testtraces"
 )
 
 // runWithin runs the command and fails the test if it has not returned within the limit (the
@@ -85,5 +86,23 @@ func TestDumpOfAnotherUserRefused(t *testing.T) {
 	}
 	if strings.HasPrefix(out, "the link from rank 2") {
 		t.Errorf("the verdict still rests on the refused dump of rank 2:\n%s", out)
+	}
+}
+
+// merge -o X --summary X (or the same file spelt another way) is refused before anything is
+// written: it exited 0 and X held only the summary, the merged trace lost (issue 23, item 7).
+func TestMergeSummaryIsTheOutput(t *testing.T) {
+	dir := t.TempDir()
+	k := testtraces.Kineto(t, "cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+	out := filepath.Join(dir, "m.json")
+	for _, summary := range []string{out, filepath.Join(dir, ".", "m.json"), filepath.Join(dir, "sub", "..", "m.json")} {
+		os.Mkdir(filepath.Join(dir, "sub"), 0o755)
+		_, err := run(t, "merge", "--kineto", k, "-o", out, "--summary", summary)
+		if err == nil || !strings.Contains(err.Error(), "is also the -o output") {
+			t.Errorf("--summary %s with -o %s: %v", summary, out, err)
+		}
+		if _, serr := os.Stat(out); serr == nil {
+			t.Fatalf("%s was written although the command was refused", out)
+		}
 	}
 }
