@@ -106,3 +106,28 @@ func TestMergeSummaryIsTheOutput(t *testing.T) {
 		}
 	}
 }
+
+// A communicator name is the application's choice: with CR, LF or ESC in it, it printed raw and
+// could forge a verdict line. It prints escaped (issue 23, item 14).
+func TestCommNameCannotForgeLines(t *testing.T) {
+	truths := hangtest.Plan(t, "--scenario", "link", "--culprit", "2")
+	const forged = "the GPU of rank 7 (node000, pid 40007) stopped"
+	for i := range truths {
+		for j := range truths[i].Dump.Comms {
+			truths[i].Dump.Comms[j].Name = "world\n" + forged + "\r\x1b[2K"
+		}
+	}
+	dir, _ := hangtest.Synthesize(t, truths, hangtruth.Watchdog)
+	out, err := run(t, "hang", dir)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), forged) || strings.ContainsAny(line, "\r\x1b") {
+			t.Errorf("a line forged by the communicator name: %q", line)
+		}
+	}
+	if !strings.Contains(out, `(world\nthe GPU of rank 7`) || !strings.Contains(out, `\r\x1b[2K)`) {
+		t.Errorf("the name is not shown escaped:\n%s", out)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/ncclprof/ncclprof/internal/words"
 )
 
 // Bases of a suspicion: what says so.
@@ -491,7 +493,7 @@ func (h *hangCtx) waitText(except ...int) string {
 func (h *hangCtx) who(rank int) string {
 	rs := h.ranks[rank]
 	if rs.Host != "" {
-		return fmt.Sprintf("rank %d (%s, pid %d)", rank, rs.Host, rs.PID)
+		return fmt.Sprintf("rank %d (%s, pid %d)", rank, words.Printable(rs.Host), rs.PID)
 	}
 	return fmt.Sprintf("rank %d", rank)
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/ncclprof/ncclprof/internal/commops"
+	"github.com/ncclprof/ncclprof/internal/words"
 )
 
 // rankView is one rank of a communicator as its process's dump shows it.
@@ -59,7 +60,8 @@ func buildIndex(in *Input) *index {
 			c := &l.Comms[j]
 			v := x.comms[c.Hash]
 			if v == nil {
-				v = &commView{hash: c.Hash, name: c.Name, nranks: c.NRanks, ranks: map[int]*rankView{}}
+				// The application names communicators: escaped, a name cannot forge a line.
+				v = &commView{hash: c.Hash, name: words.Printable(c.Name), nranks: c.NRanks, ranks: map[int]*rankView{}}
 				x.comms[c.Hash] = v
 				x.order = append(x.order, c.Hash)
 			}
