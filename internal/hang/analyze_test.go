@@ -226,9 +226,13 @@ func TestUnknownSize(t *testing.T) {
 // from rank 2 instead. Rank 1 is named for the peer, not as absent.
 func TestP2pOtherPeer(t *testing.T) {
 	const h = "0x00000000000000bc"
+	sized := func(o Op) Op {
+		o.Count, o.Datatype = 4096, "ncclBfloat16"
+		return o
+	}
 	r := run(t, []*Dump{
-		proc("a", 1, comm(h, 0, 3, p2p("Send", 0, 1, pop(Send, 1, 0, SendPeerWait)))),
-		proc("b", 2, comm(h, 1, 3, p2p("Recv", 0, 2, pop(Recv, 2, 0, RecvWait)))),
+		proc("a", 1, comm(h, 0, 3, sized(p2p("Send", 0, 1, pop(Send, 1, 0, SendPeerWait))))),
+		proc("b", 2, comm(h, 1, 3, sized(p2p("Recv", 0, 2, pop(Recv, 2, 0, RecvWait))))),
 		proc("c", 3, comm(h, 2, 3)),
 	}, nil)
 	s := one(t, r)
@@ -236,7 +240,8 @@ func TestP2pOtherPeer(t *testing.T) {
 		s.Mismatch == nil || s.Mismatch.Differs[0] != DiffPeer || *s.Mismatch.Called.Peer != 2 || *s.Mismatch.Others.Peer != 0 {
 		t.Fatalf("suspect %+v", s)
 	}
-	if want := "rank 1 (b, pid 2) called Recv #0 with rank 2 (count 0) where rank 0 (a, pid 1) called Send #0 with rank 1"; !strings.Contains(s.Why, want) {
+	t.Log(s.Why)
+	if want := "rank 1 (b, pid 2) called Recv #0 with rank 2 (count 4096 ncclBfloat16) where rank 0 (a, pid 1) called Send #0 with rank 1 (count 4096 ncclBfloat16)"; !strings.Contains(s.Why, want) {
 		t.Errorf("verdict %q, want %q", s.Why, want)
 	}
 }
