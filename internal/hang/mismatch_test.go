@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/ncclprof/ncclprof/internal/hang"
-	"github.com/ncclprof/ncclprof/internal/hang/hangtest"
 	"github.com/ncclprof/ncclprof/internal/hang/hangtruth"
 )
 
@@ -25,22 +24,9 @@ func TestMismatchNamesPlantedRank(t *testing.T) {
 		}
 		cases = append(cases, []string{"--scenario", "order", "--culprit", culprit, "--nranks", fmt.Sprint(n), "--channels", "2"})
 	}
-	for _, args := range cases {
-		for _, mode := range []hangtruth.Mode{hangtruth.Watchdog, hangtruth.Requested} {
-			t.Run(fmt.Sprintf("%s/mode%d", strings.Join(args, " "), mode), func(t *testing.T) {
-				truths := hangtest.Plan(t, args...)
-				dir, _ := hangtest.Synthesize(t, truths, mode)
-				res := analyze(t, dir)
-				hangtest.AssertPlanted(t, res, truths)
-				checkMismatchText(t, res, truths[0].Planted[0])
-				if t.Failed() || testing.Verbose() {
-					var b strings.Builder
-					res.Write(&b, "text")
-					t.Log(b.String())
-				}
-			})
-		}
-	}
+	eachPlanted(t, cases, func(t *testing.T, res *hang.Result, truths []hangtruth.Truth) {
+		checkMismatchText(t, res, truths[0].Planted[0])
+	})
 }
 
 // checkMismatchText: the verdict's first line names the rank, what it called and what differs,
