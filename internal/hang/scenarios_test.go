@@ -133,8 +133,11 @@ func TestThousandRanks(t *testing.T) {
 		{"--scenario", "absent", "--culprit", "517"},
 		{"--scenario", "gpu", "--culprit", "1000"},
 		{"--scenario", "link", "--culprit", "77", "--channel", "5", "--step", "40"},
+		{"--scenario", "mismatch", "--what", "count", "--culprit", "300"},
+		{"--scenario", "mismatch", "--what", "function", "--culprit", "1023"},
+		{"--scenario", "order", "--culprit", "0"},
 	} {
-		t.Run(args[1], func(t *testing.T) {
+		t.Run(strings.Join(args[1:4], " "), func(t *testing.T) {
 			truths := hangtest.Plan(t, append(args, "--nranks", "1024", "--channels", "8")...)
 			dir, _ := hangtest.Synthesize(t, truths, hangtruth.Watchdog)
 			start := time.Now()
