@@ -113,7 +113,7 @@ func (x *index) readTraces() {
 	x.tracesRead = true
 	dumped := map[string]bool{}
 	for _, l := range x.in.Dumps {
-		dumped[fmt.Sprintf("%s/%d", l.Host, l.PID)] = true
+		dumped[procKey(l.Host, l.PID)] = true
 	}
 	var paths []string
 	for _, p := range x.in.Traces {

@@ -127,7 +127,7 @@ func (f *Found) Load() *Input {
 			in.Problems = append(in.Problems, Problem{dumps[i], errs[i].Error()})
 			continue
 		}
-		key := fmt.Sprintf("%s/%d", d.Host, d.PID)
+		key := procKey(d.Host, d.PID)
 		if j, ok := seen[key]; ok {
 			if in.Dumps[j].WrittenUnixNs < d.WrittenUnixNs {
 				in.Dumps[j] = Loaded{dumps[i], d}
@@ -274,3 +274,6 @@ func parallel(n int, f func(i int)) {
 	close(next)
 	wg.Wait()
 }
+
+// procKey names a process across dumps, summaries and traces: its host and pid.
+func procKey(host string, pid int) string { return fmt.Sprintf("%s/%d", host, pid) }

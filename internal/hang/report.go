@@ -156,6 +156,11 @@ func span(lo, hi string) string {
 // shows it instead: an older operation of the same communicator or one of another (often the
 // real hang, of which this absence is a consequence).
 func (x *index) busyElsewhere(res *Result) {
+	byProc := map[string]*Loaded{} // Load keeps one dump per process
+	for i := range x.in.Dumps {
+		l := &x.in.Dumps[i]
+		byProc[procKey(l.Host, l.PID)] = l
+	}
 	for i := range res.Suspects {
 		s := &res.Suspects[i]
 		if s.Kind != StateAbsent || s.Basis != BasisOwnDump || s.P2pPeer != nil {
@@ -163,10 +168,7 @@ func (x *index) busyElsewhere(res *Result) {
 		}
 		var best *Op
 		var bestComm string
-		for _, l := range x.in.Dumps {
-			if l.Host != s.Host || l.PID != s.PID {
-				continue
-			}
+		if l := byProc[procKey(s.Host, s.PID)]; l != nil {
 			for j := range l.Comms {
 				if o := oldest(&l.Comms[j]); o != nil && (best == nil || cmpOpStart(o, best) < 0) {
 					best, bestComm = o, l.Comms[j].Hash
