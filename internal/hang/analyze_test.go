@@ -325,3 +325,24 @@ func TestClaimedRanksBounded(t *testing.T) {
 		t.Errorf("100,000 peers: %v", took)
 	}
 }
+
+// A rank that, where the others call AllReduce seq 5, sends to a peer instead is named with
+// the function that differs, not as absent.
+func TestMismatchP2pInsteadOfCollective(t *testing.T) {
+	const h = "0x00000000000000c1"
+	c := func(rank int, open ...Op) Comm {
+		x := comm(h, rank, 3, open...)
+		x.Completed = []Completed{{Func: "AllReduce", Ops: 5, LastSeq: 4}}
+		return x
+	}
+	r := run(t, []*Dump{
+		proc("a", 1, c(0, coll("AllReduce", 5, pop(Recv, 2, 0, RecvWait)))),
+		proc("b", 2, c(1, coll("AllReduce", 5, pop(Recv, 0, 0, RecvWait)))),
+		proc("c", 3, c(2, p2p("Send", 0, 1, pop(Send, 1, 0, SendPeerWait)))),
+	}, nil)
+	s := one(t, r)
+	if s.Rank != 2 || s.Kind != StateMismatch || s.Mismatch.Differs[0] != DiffFunction || s.Mismatch.Called.Func != "Send" ||
+		!strings.Contains(s.Why, "rank 2 (c, pid 3) called Send #0 with rank 1 (count 0) where ranks 0 and 1 called AllReduce seq 5") {
+		t.Errorf("suspect %+v\n%s", s, s.Why)
+	}
+}

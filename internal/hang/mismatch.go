@@ -104,7 +104,8 @@ func (h *hangCtx) variants() []variant {
 
 // pointCall is what the rank called at the point of the hung collective: the operation itself
 // (with its count, datatype, root), or, for a rank absent from it that completed every earlier
-// one of its function, the collective of this communicator it is in instead.
+// one of its function, the operation of this communicator it is in instead (a collective, or a
+// point-to-point operation the others never call at this point).
 func (h *hangCtx) pointCall(rs *RankState) (Call, bool) {
 	if rs.op != nil {
 		return rs.op.Call(), true
@@ -113,19 +114,23 @@ func (h *hangCtx) pointCall(rs *RankState) (Call, bool) {
 	if rs.State != StateAbsent || rv == nil || rv.comm.completedSeq(h.key.fn) != h.key.seq-1 {
 		return Call{}, false
 	}
-	if o := oldest(rv.comm); o != nil && o.Kind == KindColl {
+	if o := oldest(rv.comm); o != nil {
 		return o.Call(), true
 	}
 	return Call{}, false
 }
 
 func sigKey(c *Call) string {
-	return fmt.Sprintf("%s\x00%d\x00%d\x00%s\x00%d", c.Func, c.Seq, c.Count, c.Datatype, derefOr(c.Root, -1))
+	return fmt.Sprintf("%s\x00%d\x00%d\x00%s\x00%d\x00%d", c.Func, c.Seq, c.Count, c.Datatype, derefOr(c.Root, -1), derefOr(c.Peer, -1))
 }
 
-// startedBy: the rank's dump shows it started the call (open or completed).
+// startedBy: the rank's dump shows it started the collective (open or completed); a
+// point-to-point operation is the rank's own with its peer, which the others do not share.
 func (h *hangCtx) startedBy(rs *RankState, c *Call) bool {
 	rv := h.v.ranks[rs.Rank]
+	if c.Kind == KindP2p {
+		return false
+	}
 	return rv.comm.find(opKey{kind: KindColl, fn: c.Func, seq: c.Seq, peer: -1}) != nil || rv.comm.completedSeq(c.Func) >= c.Seq
 }
 
