@@ -54,7 +54,7 @@ type variant struct {
 
 // judgeMismatch names the ranks whose call at the point of the hung collective differs from the
 // others': ranks in the operation with another count, datatype or root, and ranks that, having
-// completed everything before it, are in another collective of the communicator instead.
+// completed everything before it, are in another operation of the communicator instead.
 func (h *hangCtx) judgeMismatch() {
 	vars := h.variants()
 	if len(vars) < 2 {
@@ -79,8 +79,8 @@ func (h *hangCtx) judgeMismatch() {
 }
 
 // variants groups the ranks by what they called at the point of the hung collective, the
-// largest group first. Ranks that are not at that point (behind, finished, without a dump,
-// in a point-to-point operation) are in none.
+// largest group first. Ranks that are not at that point (behind, finished, without a dump) are
+// in none.
 func (h *hangCtx) variants() []variant {
 	byCall := map[string]int{}
 	var out []variant
