@@ -25,7 +25,7 @@ func hangCmd() *cobra.Command {
 	var format string
 	c := &cobra.Command{
 		Use:   "hang DIR...",
-		Short: "Name the rank, the operation and the link a hung job waits for, from the plugin's in-flight dumps",
+		Short: "Name the rank, the operation and the link a hung job waits for (or the ranks that disagree about it), from the plugin's in-flight dumps",
 		Long: `When an NCCL operation has been in flight for NCCLPROF_HANG_TIMEOUT_S seconds (60 by default), each
 rank's plugin writes ncclprof-hang-<host>-<pid>.json: every operation still open, per channel its
 kernel, per ProxyOp how far it got and the state of its open steps. ncclprof_dump_inflight()
