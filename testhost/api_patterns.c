@@ -301,3 +301,25 @@ void scenario_nonblocking(const opts* op) {
   }
   proxy_stop();
 }
+
+/* ---- netstops: NetPlugin stops of events never started */
+
+/* NCCL's net plugins stop each request's NetPlugin events through ncclProfilerCallback, which
+ * calls stopEvent(*eHandle) whether or not the start was made (plugin/profiler.cc at 2.30.7: the
+ * start is gated by the mask, the stop is not). Under a mask without NetPlugin, the request's
+ * handle slot holds NULL (or what an earlier request left): two such stops per AllReduce, one
+ * per direction. */
+void scenario_netstops(const opts* op) {
+  hcomm* c = world_comm("netstops", 0x3E75000000000000ull + (uint64_t)op->seed, op->nranks, op->rank, 1);
+  npabi_result_t (*stop)(void*) = ((const npabi_profiler_v1_t*)W.plugin.table)->stopEvent;
+  proxy_start();
+  double t0 = now_ns();
+  for (int i = 0; i < op->iters; i++) {
+    op_spec o = allreduce();
+    launch_group(c, &o, 1, 1);
+    stop(NULL);
+    stop(NULL);
+    pace(t0, i + 1, op->rate);
+  }
+  proxy_stop();
+}

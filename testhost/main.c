@@ -44,6 +44,7 @@ static void usage(void) {
           "             the middle third (NCCL stops its last CollApi handle again), --rate /s\n"
           "  nonblocking  a non-blocking communicator: each group launched on a thread of its\n"
           "             own after ncclGroupEnd returned; every other one a symmetric kernel\n"
+          "  netstops   AllReduces with NCCL's NetPlugin stops of events never started (NULL)\n"
           "  stalefin   a finalize of a context whose table entry another communicator took over\n"
           "  finwhile   finalize while another thread keeps calling into the communicator\n"
           "             (--slack-ms: the finalizing thread's timer slack)\n"
@@ -166,6 +167,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(o.scenario, "pxn")) scenario_pxn(&o);
   else if (!strcmp(o.scenario, "maskchange")) scenario_maskchange(&o);
   else if (!strcmp(o.scenario, "nonblocking")) scenario_nonblocking(&o);
+  else if (!strcmp(o.scenario, "netstops")) scenario_netstops(&o);
   else if (!strcmp(o.scenario, "job")) scenario_job(&o);
   else if (!strcmp(o.scenario, "stalefin")) scenario_stalefin(&o);
   else if (!strcmp(o.scenario, "finwhile")) scenario_finwhile(&o);

@@ -114,6 +114,7 @@ void scenario_v1order(const opts* o);
 void scenario_pxn(const opts* o);
 void scenario_maskchange(const opts* o);
 void scenario_nonblocking(const opts* o);
+void scenario_netstops(const opts* o);
 void scenario_job(const opts* o); /* ranks that wait for each other, a straggler (job.c) */
 void scenario_stalefin(const opts* o); /* races.c */
 void scenario_finwhile(const opts* o);

@@ -279,3 +279,13 @@ func TestAPIOnlyExactWhenRecordsAreLost(t *testing.T) {
 			s.Health.UntimedOps, s.Complete)
 	}
 }
+
+// NCCL stops each network request's NetPlugin events whether or not it started them (the start
+// is gated by the mask, the stop is not): 24,000 stops of NULL beside 12,000 AllReduces are
+// counted and move nothing.
+func TestNetPluginStopsOfEventsNeverStarted(t *testing.T) {
+	_, s := runPattern(t, 6, []string{"netstops"})
+	if got := s.Counters["null_handle"]; got != 24000 {
+		t.Errorf("NULL stops counted %d, want 24000", got)
+	}
+}
