@@ -52,6 +52,7 @@ type reader struct {
 	arrive []bool           // p.ops[i].Arrive was set from its Coll/P2p or completion
 	legs   map[opKey][]Leg
 	kerns  []kernelLink
+	gpu    gpuArrivals
 	strs   map[string]string // interned: nothing kept may point into the file's buffer
 	ev     ptrace.Event
 	last   time.Time
@@ -120,13 +121,24 @@ func (r *reader) visit(t *ptrace.Trace, e *traceevent.Event) error {
 		}
 		r.op(&r.ev)
 	case ptrace.KernelCh, ptrace.ProxyOp:
-		if !r.opt.Legs {
-			return nil
-		}
 		if err := t.Decode(e, &r.ev); err != nil {
 			return err
 		}
-		r.leg(&r.ev)
+		r.gpu.see(&r.ev)
+		if r.opt.Legs {
+			r.leg(&r.ev)
+		}
+	case ptrace.ProxyStep:
+		if e.Name == "Step 0" { // the first step: its SendGPUWait release is the GPU's arrival
+			if err := t.Decode(e, &r.ev); err != nil {
+				return err
+			}
+			r.gpu.see(&r.ev)
+		}
+	case ptrace.StepState:
+		if e.Name == "SendGPUWait" {
+			r.gpu.release(e.Pid.Num>>timelineShift, e.Ts, e.Ts+e.Dur)
+		}
 	case ptrace.KindOther:
 		if strings.EqualFold(e.Cat, "kernel") {
 			r.kernel(e)

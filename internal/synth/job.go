@@ -39,6 +39,12 @@ type JobOptions struct {
 	// after a slow one: "triggered"), with the header's sampling.every.
 	Sample    int
 	Triggered []int
+	// GPUSlowRank's GPU starts the collectives in GPUSlowOps GPUSlowNs late while its CPU calls
+	// NCCL on time (its KernelCh and proxy work move, its Coll does not); the others wait for it.
+	// Only with Detail (the plugin's GPU-side events).
+	GPUSlowRank int
+	GPUSlowNs   int64
+	GPUSlowOps  []int
 }
 
 // traced is why a sampled trace holds collective i ("" in a full trace, or when it does not).
@@ -77,6 +83,18 @@ func (o *JobOptions) arrival(i, r int) int64 {
 	}
 	return t
 }
+
+// gpuDelay is how long after its arrival rank r's GPU starts collective i.
+func (o *JobOptions) gpuDelay(i, r int) int64 {
+	d := int64(gpuStartNs)
+	if o.Detail && o.GPUSlowNs > 0 && r == o.GPUSlowRank && slices.Contains(o.GPUSlowOps, i) {
+		d += o.GPUSlowNs
+	}
+	return d
+}
+
+// gpuStartNs: a kernel starts this long after its Coll start on a rank whose GPU keeps up.
+const gpuStartNs = 1500
 
 // duration of a collective: nccl-tests' size × 2(n−1)/n / busbw.
 func (o *JobOptions) duration() int64 {
@@ -159,7 +177,7 @@ func (o *JobOptions) writeRank(path string, r int, last *[]int64) error {
 func (o *JobOptions) lastArrival(i int) int64 {
 	var m int64
 	for r := 0; r < o.Ranks; r++ {
-		m = max(m, o.arrival(i, r))
+		m = max(m, o.arrival(i, r)+o.gpuDelay(i, r)-gpuStartNs)
 	}
 	return m
 }
@@ -201,13 +219,14 @@ func (rw *rankWriter) op(i int, comm uint64, last int64, mark string) {
 	}
 	args(rw.slice("nccl_coll", "AllReduce", tid, at, at+8000, coll, api, comm)).Int("nwarps", 16).Str("interval", "enqueue").End()
 	if o.Detail {
-		rw.detail(at, done, coll, comm)
+		rw.detail(at+o.gpuDelay(i, rw.rank)-gpuStartNs, done, coll, comm)
 	}
 	args(rw.slice("nccl_op", "AllReduce", 2_100_000_000+int64(rw.rank%64), at, done, 1<<63|coll, 0, comm)).Hex("op", coll).
 		Str("interval", "completion").End()
 }
 
-// detail writes an operation's proxy work and GPU channels.
+// detail writes an operation's proxy work and GPU channels (at: the arrival, moved by how late its
+// GPU is).
 func (rw *rankWriter) detail(at, done int64, coll, comm uint64) {
 	o := rw.o
 	proxyTid := int64(2_000_000_000) + rw.pid%1_000_000*100
