@@ -698,3 +698,6 @@ func binomTail(k, n int, p float64) float64 {
 	}
 	return math.Min(sum, 1)
 }
+
+// Op is the index in the analysed commops.Set of the operation the row is about.
+func (e *EachRow) Op() int32 { return e.op }

@@ -163,16 +163,7 @@ func clipList(v []string, n int) string {
 	return strings.Join(v[:n], ", ") + fmt.Sprintf(", … (%d in all)", len(v))
 }
 
-func fmtNs(ns int64) string {
-	a := max(ns, -ns)
-	switch {
-	case a >= 10_000_000:
-		return fmt.Sprintf("%.2f ms", float64(ns)/1e6)
-	case a >= 10_000:
-		return fmt.Sprintf("%.1f µs", float64(ns)/1e3)
-	}
-	return fmt.Sprintf("%d ns", ns)
-}
+func fmtNs(ns int64) string { return words.Ns(ns) }
 
 // arrivalsLine says which arrival the collectives were compared on: "GPU side (the NCCL kernel's
 // start; from kernel) on 20 collectives, CPU (Coll start) on 4".

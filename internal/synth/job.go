@@ -45,6 +45,11 @@ type JobOptions struct {
 	GPUSlowRank int
 	GPUSlowNs   int64
 	GPUSlowOps  []int
+	// NetSlowRank's transfers of the collectives in NetSlowOps take NetSlowNs longer (its
+	// send steps run slower, and it completes later). Only with Detail.
+	NetSlowRank int
+	NetSlowNs   int64
+	NetSlowOps  []int
 }
 
 // traced is why a sampled trace holds collective i ("" in a full trace, or when it does not).
@@ -171,7 +176,11 @@ func (o *JobOptions) writeRank(path string, r int, last *[]int64) error {
 			rw.op(i, comm, (*last)[i], mark)
 		}
 	}
-	return w.Close([]byte(`"ncclprofEnd":{"complete":true}`))
+	end := `"ncclprofEnd":{"complete":true}`
+	if o.Detail { // KernelCh's GPU times are Unix ns: the GPU clock's offset is 0
+		end = `"ncclprofEnd":{"complete":true,"gpu_clock":{"method":"synth","offset_ns":0}}`
+	}
+	return w.Close([]byte(end))
 }
 
 func (o *JobOptions) lastArrival(i int) int64 {
@@ -198,6 +207,10 @@ func (rw *rankWriter) slice(cat, name string, tid, start, end int64, id, parent,
 func (rw *rankWriter) op(i int, comm uint64, last int64, mark string) {
 	o := rw.o
 	at, done := o.arrival(i, rw.rank), last+o.duration()
+	var slowNet int64 // its steps take this much longer in all
+	if o.NetSlowNs > 0 && rw.rank == o.NetSlowRank && slices.Contains(o.NetSlowOps, i) {
+		slowNet = o.NetSlowNs
+	}
 	tid := rw.pid
 	var api uint64
 	if o.Detail {
@@ -219,20 +232,22 @@ func (rw *rankWriter) op(i int, comm uint64, last int64, mark string) {
 	}
 	args(rw.slice("nccl_coll", "AllReduce", tid, at, at+8000, coll, api, comm)).Int("nwarps", 16).Str("interval", "enqueue").End()
 	if o.Detail {
-		rw.detail(at+o.gpuDelay(i, rw.rank)-gpuStartNs, done, coll, comm)
+		rw.detail(at+o.gpuDelay(i, rw.rank)-gpuStartNs, done, slowNet, coll, comm)
 	}
+	done += slowNet
 	args(rw.slice("nccl_op", "AllReduce", 2_100_000_000+int64(rw.rank%64), at, done, 1<<63|coll, 0, comm)).Hex("op", coll).
 		Str("interval", "completion").End()
 }
 
 // detail writes an operation's proxy work and GPU channels (at: the arrival, moved by how late its
 // GPU is).
-func (rw *rankWriter) detail(at, done int64, coll, comm uint64) {
+func (rw *rankWriter) detail(at, done, slowNet int64, coll, comm uint64) {
 	o := rw.o
 	proxyTid := int64(2_000_000_000) + rw.pid%1_000_000*100
 	per := o.Bytes * 2 / uint64(max(o.Channels, 1))
 	const steps = 4
-	span := (done - at) / (steps + 1)
+	span := (done-at)/(steps+1) + slowNet/steps
+	done += slowNet
 	for ch := 0; ch < o.Channels; ch++ {
 		for send := 1; send >= 0; send-- {
 			peer := (rw.rank + 1) % o.Ranks
