@@ -50,7 +50,7 @@ plugin traces alone answer network and say unknown for the rest.
 Output: a table (rank, collective, step, lateness, cause, evidence), each cause in a sentence with
 where the operation is in its trace, and --json for tools.
 
-`+traceArgsHelp,
+` + traceArgsHelp,
 		Example: `  ncclmerge demo && ncclmerge why ncclmerge-demo
   ncclmerge merge --kineto 'traces/*.pt.trace.json.gz' --nccl ncclprof-out/ -o merged/
   ncclmerge why merged/

@@ -39,17 +39,17 @@ type send struct {
 type activity struct {
 	names   []string
 	nameID  map[string]int32
-	kernels []span // by start
-	calls   []span // runtime calls, by start
-	cpu     []span // cpu_op, python_function, user_annotation: by start
+	kernels []span          // by start
+	calls   []span          // runtime calls, by start
+	cpu     []span          // cpu_op, python_function, user_annotation: by start
 	byCorr  map[int64]int32 // correlation → index in calls
 	// the longest kernel and CPU operator: how far before a window a span may start
 	longestKernel, longestCPU int64
-	sends   []send
+	sends                     []send
 	// while reading: plugin handles → what they stand for
-	colls  map[uint64]send // Coll id → (comm, fn, seq)
-	proxy  map[uint64]int  // send ProxyOp id → index in sends
-	steps  []stepOf
+	colls map[uint64]send // Coll id → (comm, fn, seq)
+	proxy map[uint64]int  // send ProxyOp id → index in sends
+	steps []stepOf
 }
 
 type stepOf struct {

@@ -55,7 +55,9 @@ func (a *analyzer) slowCollectives() {
 	for k := range colls {
 		keys = append(keys, k)
 	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].seq < keys[j].seq || keys[i].seq == keys[j].seq && keys[i].comm < keys[j].comm })
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].seq < keys[j].seq || keys[i].seq == keys[j].seq && keys[i].comm < keys[j].comm
+	})
 	for _, k := range keys {
 		ls := colls[k]
 		if a.hadLate[k] {
