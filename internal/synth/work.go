@@ -152,12 +152,14 @@ func (k *kgen) work(w *Work, l *ptrace.Event, seq, gpuStart int64) {
 	if planted && p.Cause == PlantGPUCompute {
 		durs[0] += gpuStart - 5_000 - (l.Start - 20_000)
 	}
+	gpuAt = max(gpuAt, k.streamEnd[computeStream]) // after the previous collective's compute
 	for i, wk := range w.Kernels {
 		call := k.cpuWithCall(wk.Op, "cudaLaunchKernel", tid, cpuAt)
 		cpuAt += 80_000
-		gpuAt = max(gpuAt, call+5_000)
+		gpuAt = max(gpuAt, call+5_000) // a kernel runs after its launch
 		k.gpuEvent("kernel", wk.Kernel, computeStream, gpuAt, durs[i])
 		gpuAt += durs[i]
+		k.streamEnd[computeStream] = gpuAt
 	}
 	if !planted {
 		return

@@ -80,7 +80,8 @@ func (a *activity) blocker(t, from int64, skip int) int {
 	return best
 }
 
-// computeStream is the stream where the rank's non-NCCL kernels ran longest.
+// computeStream is the stream where most of the rank's non-NCCL kernels ran (counted, not
+// timed: one long copy on a side stream must not make it the compute stream).
 func (a *analyzer) computeStream(act *activity) int64 {
 	if s, ok := a.comp[act]; ok {
 		return s
@@ -88,7 +89,7 @@ func (a *analyzer) computeStream(act *activity) int64 {
 	busy := map[int64]int64{}
 	for _, k := range act.kernels {
 		if !k.nccl {
-			busy[k.tid] += k.end - k.start
+			busy[k.tid]++
 		}
 	}
 	best, most := int64(-1), int64(-1)

@@ -66,7 +66,8 @@ func (a *analyzer) slowCollectives() {
 			continue
 		}
 		m, mad := med(usualColl[linkKey{k.comm, k.fn, ls[0].bytes, -1, -1}])
-		if len(usualColl[linkKey{k.comm, k.fn, ls[0].bytes, -1, -1}]) < 3 || float64(slowest[k]) <= a.opt.SlowFactor*float64(m) || float64(slowest[k]-m) <= a.opt.SlowK*float64(mad) {
+		if len(usualColl[linkKey{k.comm, k.fn, ls[0].bytes, -1, -1}]) < 3 || float64(slowest[k]) <= a.opt.SlowFactor*float64(m) || float64(slowest[k]-m) <= a.opt.SlowK*float64(mad) ||
+			slowest[k]-m < a.opt.Skew.MinLateNs {
 			continue
 		}
 		a.res.SlowCollectives++

@@ -41,12 +41,7 @@ func (r *Result) WriteText(w io.Writer) {
 		fmt.Fprintln(w, "nothing to explain: no late arrival, no collective whose transfers were slow")
 	}
 	if len(r.Rows) > 0 {
-		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "rank\tcollective\tstep\tlate\tcause\tevidence")
-		for _, x := range r.Rows {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", x.Rank, x.Collective(), dash(x.Step), x.Lateness(), x.Cause, x.Short())
-		}
-		tw.Flush()
+		r.WriteTable(w)
 		fmt.Fprintln(w)
 		for _, x := range r.Rows {
 			fmt.Fprintf(w, "rank %d, %s, %s: %s\n  in %s pid %d tid %d at %.3f µs\n", x.Rank, x.Collective(), dash(x.Step), x.Summary, x.File, x.Pid, x.Tid, x.TsUs)
@@ -55,6 +50,16 @@ func (r *Result) WriteText(w io.Writer) {
 	for _, n := range r.Notes {
 		fmt.Fprintln(w, "note:", n)
 	}
+}
+
+// WriteTable prints the table alone: rank, collective, step, lateness, cause, evidence.
+func (r *Result) WriteTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "rank\tcollective\tstep\tlate\tcause\tevidence")
+	for _, x := range r.Rows {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", x.Rank, x.Collective(), dash(x.Step), x.Lateness(), x.Cause, x.Short())
+	}
+	tw.Flush()
 }
 
 // Collective names the collective: "world AllReduce #12".
@@ -75,6 +80,9 @@ func (x *Row) Short() string {
 		return clip(x.Summary, 110)
 	}
 	var parts []string
+	if x.CarriedFrom != nil {
+		parts = append(parts, fmt.Sprintf("carried over from #%d", *x.CarriedFrom))
+	}
 	for _, e := range x.Evidence[:min(len(x.Evidence), 2)] {
 		s := fmt.Sprintf("%s %s vs %s", shortName(e.What), fmtNs(e.Ns), fmtNs(e.MedianNs))
 		if e.Detail != "" {

@@ -66,6 +66,9 @@ type Row struct {
 	LateNs  int64  `json:"late_ns"`
 	Arrival string `json:"arrival,omitempty"`
 	Cause   string `json:"cause"`
+	// CarriedFrom: the seq of the rank's previous operation, when the lateness was already there
+	// and the cause is that one's.
+	CarriedFrom *int64 `json:"carried_from_seq,omitempty"`
 	// Summary says the cause in a sentence with its numbers; Evidence gives them one by one.
 	Summary  string     `json:"summary"`
 	Evidence []Evidence `json:"evidence,omitempty"`
@@ -196,9 +199,13 @@ func (a *analyzer) carried(r *Row, e *skew.EachRow) bool {
 	po := &a.s.Ops[p]
 	if j, ok := a.rowOf[p]; ok {
 		pr := a.res.Rows[j]
-		r.Cause, r.Evidence = pr.Cause, pr.Evidence
-		r.Summary = fmt.Sprintf("carried over: already %s late at its previous operation (%s #%d, cause %s); the interval since took only %s longer than on the median rank",
-			fmtNs(before), pr.Func, pr.Seq, pr.Cause, fmtNs(e.ArriveNs-before))
+		from := pr.Seq // the operation where the lateness began
+		if pr.CarriedFrom != nil {
+			from = *pr.CarriedFrom
+		}
+		r.Cause, r.Evidence, r.CarriedFrom = pr.Cause, pr.Evidence, &from
+		r.Summary = fmt.Sprintf("carried over: already %s late at its previous operation (%s #%d; late since #%d, cause %s); the interval since took only %s longer than on the median rank",
+			fmtNs(before), pr.Func, pr.Seq, from, pr.Cause, fmtNs(e.ArriveNs-before))
 		return true
 	}
 	*r = unknown(*r, fmt.Sprintf("already %s late at its previous operation (%s #%d), which was not called late; the interval since took only %s longer than on the median rank",
