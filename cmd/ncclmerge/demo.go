@@ -15,6 +15,7 @@ import (
 	"github.com/ncclprof/ncclprof/internal/skew"
 	"github.com/ncclprof/ncclprof/internal/stats"
 	"github.com/ncclprof/ncclprof/internal/synth"
+	"github.com/ncclprof/ncclprof/internal/why"
 	"github.com/ncclprof/ncclprof/internal/words"
 	"github.com/spf13/cobra"
 )
@@ -119,10 +120,11 @@ func runDemo(o demoOptions) error {
 		}
 	}
 	page := filepath.Join(o.dir, "report.html")
-	if err := o.analyse(traces, page); err != nil {
+	causes, err := o.explain(out)
+	if err != nil {
 		return err
 	}
-	if err := o.explain(out); err != nil {
+	if err := o.analyse(traces, page, causes); err != nil {
 		return err
 	}
 	fmt.Printf("\nOpen %s in https://ui.perfetto.dev and %s in a browser (the inputs are SIMULATED: the C test host stands in for NCCL and the Kineto traces are synthesized).\n", out, page)
@@ -186,8 +188,9 @@ func (o demoOptions) synthesizeKineto(traces []string, kinDir string) ([]string,
 	return kinPaths, nil
 }
 
-// analyse says which ranks ncclmerge skew finds slow and writes the report.
-func (o demoOptions) analyse(traces []string, page string) error {
+// analyse says which ranks ncclmerge skew finds slow and why (causes: nil when nothing was
+// planted) and writes the report.
+func (o demoOptions) analyse(traces []string, page string, causes *why.Result) error {
 	set, err := commops.Read(traces, commops.Options{})
 	if err != nil {
 		return err
@@ -201,7 +204,12 @@ func (o demoOptions) analyse(traces []string, page string) error {
 		fmt.Printf("ncclmerge skew: rank %d of %s is slow: late on %d of %d collectives, by %.2f ms (median), in %s\n",
 			r.Rank, r.Comm, r.Late, r.Matched, float64(r.LateMedianNs)/1e6, stepNames(r.Steps))
 	}
+	if causes != nil {
+		fmt.Printf("\nncclmerge why %s (late by %.2g ms or more):\n", o.dir, o.slowMs/3)
+		causes.WriteTable(os.Stdout)
+	}
 	rep := report.Build(set, stats.Compute(set), res, fmt.Sprintf("ncclmerge demo: %s, SIMULATED", words.Count(o.ranks, "rank")))
+	rep.Why = causes
 	if err := writeAtomic(page, rep.Write); err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 
 	"github.com/ncclprof/ncclprof/internal/commops"
@@ -73,25 +72,22 @@ func (o demoOptions) work(r int) *synth.Work {
 	return w
 }
 
-// explain runs ncclmerge why on the timeline and prints its table.
-func (o demoOptions) explain(timeline string) error {
+// explain runs ncclmerge why on the timeline (nil when nothing was planted).
+func (o demoOptions) explain(timeline string) (*why.Result, error) {
 	if len(o.plants()) == 0 {
-		return nil
+		return nil, nil
 	}
 	set, err := commops.Read([]string{timeline}, commops.Options{})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	acts, err := why.ReadAll(set)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	opt := why.Defaults
 	// The test host runs on a shared machine: its arrivals are off their plan by up to a few
 	// hundred µs now and then. Causes are asked of what is late by a third of the plants or more.
 	opt.Skew.MinLateNs = max(opt.Skew.MinLateNs, int64(o.slowMs*1e6/3))
-	res := why.Analyze(set, acts, opt)
-	fmt.Printf("\nncclmerge why %s (late by %.2g ms or more):\n", o.dir, o.slowMs/3)
-	res.WriteTable(os.Stdout)
-	return nil
+	return why.Analyze(set, acts, opt), nil
 }

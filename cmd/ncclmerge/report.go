@@ -8,6 +8,7 @@ import (
 	"github.com/ncclprof/ncclprof/internal/hang"
 	"github.com/ncclprof/ncclprof/internal/report"
 	"github.com/ncclprof/ncclprof/internal/skew"
+	"github.com/ncclprof/ncclprof/internal/why"
 	"github.com/ncclprof/ncclprof/internal/stats"
 	"github.com/ncclprof/ncclprof/internal/words"
 	"github.com/spf13/cobra"
@@ -108,5 +109,11 @@ func reportOfTraces(cmd *cobra.Command, args []string, title string, quiet bool,
 	if err != nil {
 		return nil, err
 	}
-	return report.Build(set, stats.Compute(set), skew.Analyze(set, skew.Defaults), title), nil
+	page := report.Build(set, stats.Compute(set), skew.Analyze(set, skew.Defaults), title)
+	acts, err := why.ReadAll(set)
+	if err != nil {
+		return nil, err
+	}
+	page.Why = why.Analyze(set, acts, why.Defaults)
+	return page, nil
 }

@@ -35,21 +35,18 @@ func (a *analyzer) gpuSide(r Row, e *skew.EachRow, all []skew.EachRow) Row {
 	return a.compute(r, i, act, others(e, all))
 }
 
-// gpuFrom is where operation i's GPU interval starts: its previous operation's kernel end (or
-// GPU arrival), else its own Coll start.
+// gpuFrom is where operation i's GPU interval starts: its previous operation's GPU arrival (the
+// compute before a collective overlaps the previous one's communication), else that one's Coll
+// start, else its own.
 func (a *analyzer) gpuFrom(i int32) int64 {
 	p := a.prev(i)
 	if p < 0 {
 		return a.s.Ops[i].Arrive
 	}
-	po := &a.s.Ops[p]
-	switch {
-	case po.Source == commops.Kernel:
-		return po.Done
-	case po.GPUFrom != commops.NoGPU:
+	if po := &a.s.Ops[p]; po.GPUFrom != commops.NoGPU {
 		return po.GPUArrive
 	}
-	return po.Arrive
+	return a.s.Ops[p].Arrive
 }
 
 // kernelAt is the index of the NCCL kernel that starts at t (-1: none).
@@ -262,10 +259,15 @@ func (a *analyzer) dependency(r Row, i int32, act *activity, nk int, b span, pee
 	return r
 }
 
-// shortName cuts a kernel's template arguments: "ncclDevKernel_AllReduce(…)".
+// shortName cuts a long C++ kernel name before its arguments: "void at::native::{anon}::
+// CatArrayBatchedCopy…"; other names (operators, Python) stay whole.
 func shortName(s string) string {
-	if i := strings.IndexAny(s, "(<"); i > 0 && len(s) > 48 {
-		return s[:i] + "(…)"
+	if len(s) <= 48 || !strings.Contains(s, "::") && !strings.HasPrefix(s, "void ") {
+		return s
 	}
-	return s
+	t := strings.ReplaceAll(s, "(anonymous namespace)", "{anon}")
+	if i := strings.IndexAny(t, "(<"); i > 0 {
+		return t[:i] + "…"
+	}
+	return t[:48] + "…"
 }

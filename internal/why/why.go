@@ -144,7 +144,14 @@ func Analyze(s *commops.Set, acts []Activity, opt Options) *Result {
 	for _, r := range a.res.Rows {
 		a.res.Causes[r.Cause]++
 	}
-	sort.SliceStable(a.res.Rows, func(i, j int) bool { return a.res.Rows[i].LateNs > a.res.Rows[j].LateNs })
+	// Where lateness began first, most late first; then what carried it over.
+	sort.SliceStable(a.res.Rows, func(i, j int) bool {
+		x, y := a.res.Rows[i], a.res.Rows[j]
+		if (x.CarriedFrom == nil) != (y.CarriedFrom == nil) {
+			return x.CarriedFrom == nil
+		}
+		return x.LateNs > y.LateNs
+	})
 	return a.res
 }
 
