@@ -19,8 +19,11 @@
 package why
 
 import (
+	"errors"
 	"fmt"
+	"runtime"
 	"sort"
+	"sync"
 
 	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/quantile"
@@ -292,15 +295,25 @@ func medianOf(ops []int32, f func(int32) int64) int64 {
 	return quantile.MedianInPlace(v)
 }
 
-// ReadAll reads the activity of every file of s, in order.
+// ReadAll reads the activity of every file of s, in order, several files at once.
 func ReadAll(s *commops.Set) ([]Activity, error) {
 	acts := make([]Activity, len(s.Files))
-	for i, p := range s.Files {
-		a, err := ReadActivity(p)
-		if err != nil {
-			return nil, err
-		}
-		acts[i] = a
+	errs := make([]error, len(s.Files))
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < min(runtime.GOMAXPROCS(0), len(s.Files)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				acts[i], errs[i] = ReadActivity(s.Files[i])
+			}
+		}()
 	}
-	return acts, nil
+	for i := range s.Files {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	return acts, errors.Join(errs...)
 }
