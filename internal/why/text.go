@@ -52,6 +52,17 @@ func (r *Result) WriteText(w io.Writer) {
 	}
 }
 
+// Named are the rows whose cause is known.
+func (r *Result) Named() []Row {
+	var out []Row
+	for _, x := range r.Rows {
+		if x.Cause != Unknown {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
 // WriteTable prints the table alone: rank, collective, step, lateness, cause, evidence.
 func (r *Result) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)

@@ -99,6 +99,9 @@ type Result struct {
 	LateArrivals    int            `json:"late_arrivals"`
 	SlowCollectives int            `json:"slow_collectives"`
 	Causes          map[string]int `json:"causes"`
+	// KinetoRanks: how many ranks' torch.profiler activity was read (0: plugin traces alone, which
+	// can name network causes only).
+	KinetoRanks int `json:"kineto_ranks"`
 	Arrivals        map[string]int `json:"arrivals"`
 	Notes           []string       `json:"notes,omitempty"`
 }
@@ -137,6 +140,9 @@ func Analyze(s *commops.Set, acts []Activity, opt Options) *Result {
 	for f, m := range acts {
 		for g, act := range m.groups {
 			a.acts[ranksKey{int32(f), g}] = act
+			if act.Kineto() {
+				a.res.KinetoRanks++
+			}
 		}
 	}
 	if al := sk.Alignment; al != nil {
