@@ -101,9 +101,9 @@ type Result struct {
 	Causes          map[string]int `json:"causes"`
 	// KinetoRanks: how many ranks' torch.profiler activity was read (0: plugin traces alone, which
 	// can name network causes only).
-	KinetoRanks int `json:"kineto_ranks"`
-	Arrivals        map[string]int `json:"arrivals"`
-	Notes           []string       `json:"notes,omitempty"`
+	KinetoRanks int            `json:"kineto_ranks"`
+	Arrivals    map[string]int `json:"arrivals"`
+	Notes       []string       `json:"notes,omitempty"`
 }
 
 // ranksKey names a rank's activity: a file and a process group in it.
