@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/hang"
 	"github.com/ncclprof/ncclprof/internal/report"
 	"github.com/ncclprof/ncclprof/internal/skew"
@@ -105,15 +106,12 @@ func buildReport(cmd *cobra.Command, args []string, title string, quiet bool, ou
 }
 
 func reportOfTraces(cmd *cobra.Command, args []string, title string, quiet bool, out output) (*report.Page, error) {
-	set, err := readOps(cmd, args, quiet, false, out)
+	col := why.NewCollector() // the why table's inputs, read in the same pass
+	set, err := readOpsWith(cmd, args, quiet, commops.Options{Also: col.Hook}, out)
 	if err != nil {
 		return nil, err
 	}
 	page := report.Build(set, stats.Compute(set), skew.Analyze(set, skew.Defaults), title)
-	acts, err := why.ReadAll(set)
-	if err != nil {
-		return nil, err
-	}
-	page.Why = why.Analyze(set, acts, why.Defaults)
+	page.Why = why.Analyze(set, col.Activities(set), why.Defaults)
 	return page, nil
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/skew"
 	"github.com/ncclprof/ncclprof/internal/why"
 	"github.com/spf13/cobra"
@@ -69,15 +70,12 @@ where the operation is in its trace, and --json for tools.
 				return fmt.Errorf("--arrival %q: want auto, gpu or cpu", opt.Skew.Arrival)
 			}
 			opt.Skew.MinLateNs = int64(minLate)
-			set, err := readOps(cmd, args, quiet, false)
+			col := why.NewCollector() // what why needs beside the operations, read in the same pass
+			set, err := readOpsWith(cmd, args, quiet, commops.Options{Also: col.Hook})
 			if err != nil {
 				return err
 			}
-			acts, err := why.ReadAll(set)
-			if err != nil {
-				return err
-			}
-			return why.Analyze(set, acts, opt).Write(cmd.OutOrStdout(), format)
+			return why.Analyze(set, col.Activities(set), opt).Write(cmd.OutOrStdout(), format)
 		},
 	}
 	f := c.Flags()

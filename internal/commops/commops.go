@@ -11,6 +11,9 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/ncclprof/ncclprof/internal/ptrace"
+	"github.com/ncclprof/ncclprof/internal/traceevent"
 )
 
 // Source says where an operation's time comes from.
@@ -193,6 +196,17 @@ type Options struct {
 	// Log receives progress: a line per file read when there are many, and every few seconds
 	// inside a large one (nil: silent).
 	Log io.Writer
+	// Also, when set, sees every event of file i (in Files order) as it is read, and the file's
+	// trace (its base, header) once it is read: so that another analysis reads the files in the
+	// same pass (ncclmerge why). Files are read several at once; calls for one file come from
+	// one goroutine.
+	Also func(file int32) EventVisitor
+}
+
+// EventVisitor sees the events of one file: Visit each, then Done with the trace read.
+type EventVisitor interface {
+	Visit(t *ptrace.Trace, e *traceevent.Event) error
+	Done(t *ptrace.Trace)
 }
 
 // Read reads the operations of every trace in paths (several at once, in file order).

@@ -75,9 +75,23 @@ func readFile(fi int32, path string, opt Options) (*part, error) {
 	}
 	r := &reader{file: fi, path: path, opt: opt, groups: map[int64]int32{}, comms: map[uint64]int32{},
 		keys: map[opKey]int32{}, legs: map[opKey][]Leg{}, strs: map[string]string{}, last: time.Now()}
-	t, err := ptrace.Stream(path, data, traceevent.Options{Progress: r.progress}, r.visit)
+	visit := r.visit
+	var also EventVisitor
+	if opt.Also != nil {
+		also = opt.Also(fi)
+		visit = func(t *ptrace.Trace, e *traceevent.Event) error {
+			if err := r.visit(t, e); err != nil {
+				return err
+			}
+			return also.Visit(t, e)
+		}
+	}
+	t, err := ptrace.Stream(path, data, traceevent.Options{Progress: r.progress}, visit)
 	if err != nil {
 		return nil, err
+	}
+	if also != nil {
+		also.Done(t)
 	}
 	if err := r.finish(t); err != nil {
 		return nil, err

@@ -90,41 +90,47 @@ type Activity struct{ groups fileActivity }
 // ReadActivity reads one trace: a merged rank, a timeline, or a plugin trace alone (then only its
 // transfers).
 func ReadActivity(path string) (Activity, error) {
-	f, err := readActivity(path)
-	return Activity{f}, err
-}
-
-func readActivity(path string) (fileActivity, error) {
 	data, err := tracefile.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return Activity{}, err
 	}
-	f := fileActivity{}
-	var ev ptrace.Event
-	t, err := ptrace.Stream(path, data, traceevent.Options{}, func(t *ptrace.Trace, e *traceevent.Event) error {
-		if e.Ph != "X" {
-			return nil
-		}
-		a := f.group(e.Pid.Num)
-		sp := span{start: e.Ts, end: e.Ts + e.Dur, tid: e.Tid.Num}
-		switch k := ptrace.KindOf(e.Cat, e.Name); k {
-		case ptrace.Coll, ptrace.ProxyOp, ptrace.ProxyStep:
-			if err := t.Decode(e, &ev); err != nil {
-				return err
-			}
-			a.plugin(&ev)
-		case ptrace.KindOther:
-			a.kineto(e, sp)
-		}
-		return nil
-	})
+	r := &fileReader{a: &Activity{fileActivity{}}}
+	t, err := ptrace.Stream(path, data, traceevent.Options{}, r.Visit)
 	if err != nil {
-		return nil, err
+		return Activity{}, err
 	}
-	for _, a := range f {
+	r.Done(t)
+	return *r.a, nil
+}
+
+// fileReader gathers a file's activity as its events go by (commops.EventVisitor).
+type fileReader struct {
+	a  *Activity
+	ev ptrace.Event
+}
+
+func (r *fileReader) Visit(t *ptrace.Trace, e *traceevent.Event) error {
+	if e.Ph != "X" {
+		return nil
+	}
+	a := r.a.groups.group(e.Pid.Num)
+	switch k := ptrace.KindOf(e.Cat, e.Name); k {
+	case ptrace.Coll, ptrace.ProxyOp, ptrace.ProxyStep:
+		if err := t.Decode(e, &r.ev); err != nil {
+			return err
+		}
+		a.plugin(&r.ev)
+	case ptrace.KindOther:
+		a.kineto(e, span{start: e.Ts, end: e.Ts + e.Dur, tid: e.Tid.Num})
+	}
+	return nil
+}
+
+// Done puts the file's activity on the Unix clock once its base is known.
+func (r *fileReader) Done(t *ptrace.Trace) {
+	for _, a := range r.a.groups {
 		a.finish(t.Base)
 	}
-	return f, nil
 }
 
 // kineto keeps a torch.profiler slice.
