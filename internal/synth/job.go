@@ -45,11 +45,11 @@ type JobOptions struct {
 	GPUSlowRank int
 	GPUSlowNs   int64
 	GPUSlowOps  []int
-	// NetSlowRank's transfers of the collectives in NetSlowOps take NetSlowNs longer (its
-	// send steps run slower, and it completes later). Only with Detail.
-	NetSlowRank int
-	NetSlowNs   int64
-	NetSlowOps  []int
+	// The transfers of NetSlowRanks in the collectives NetSlowOps take NetSlowNs longer (their
+	// steps run slower, and they complete later). Only with Detail.
+	NetSlowRanks []int
+	NetSlowNs    int64
+	NetSlowOps   []int
 }
 
 // traced is why a sampled trace holds collective i ("" in a full trace, or when it does not).
@@ -208,7 +208,7 @@ func (rw *rankWriter) op(i int, comm uint64, last int64, mark string) {
 	o := rw.o
 	at, done := o.arrival(i, rw.rank), last+o.duration()
 	var slowNet int64 // its steps take this much longer in all
-	if o.NetSlowNs > 0 && rw.rank == o.NetSlowRank && slices.Contains(o.NetSlowOps, i) {
+	if o.NetSlowNs > 0 && slices.Contains(o.NetSlowRanks, rw.rank) && slices.Contains(o.NetSlowOps, i) {
 		slowNet = o.NetSlowNs
 	}
 	tid := rw.pid

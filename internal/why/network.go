@@ -77,7 +77,8 @@ func (a *analyzer) slowCollectives() {
 
 func lkey(k collKey, l link) linkKey { return linkKey{k.comm, k.fn, l.bytes, l.rank, l.peer} }
 
-// slowLink names the link of a slow collective that ran furthest below its usual bandwidth.
+// slowLink names the link of a slow collective that ran furthest below its usual bandwidth, at
+// most 1/SlowFactor of it, and slower than the collective's other links by SlowFactor too.
 func (a *analyzer) slowLink(k collKey, ls []link, usual map[linkKey][]int64, ranks map[collKey]map[int32]int32, extra int64) {
 	worst, ratio := -1, 0.0
 	var usualNs int64
@@ -97,6 +98,10 @@ func (a *analyzer) slowLink(k collKey, ls []link, usual map[linkKey][]int64, ran
 			rest = append(rest, o.ns)
 		}
 	}
+	restNs := quantile.Median(rest)
+	if len(rest) > 0 && float64(l.ns) < a.opt.SlowFactor*float64(restNs) {
+		return // the collective's other links were as slow: not this link's doing (a busy host, a slow kernel)
+	}
 	op, ok := ranks[k][l.proc]
 	if !ok {
 		return
@@ -104,7 +109,6 @@ func (a *analyzer) slowLink(k collKey, ls []link, usual map[linkKey][]int64, ran
 	gbps := func(ns int64) float64 { return float64(l.bytes) / float64(max(ns, 1)) }
 	r := a.row(op, extra, "")
 	r.Cause = Network
-	restNs := quantile.Median(rest)
 	r.Evidence = []Evidence{
 		{What: fmt.Sprintf("send to peer %d", l.peer), Ns: l.ns, MedianNs: usualNs,
 			Detail: fmt.Sprintf("%.2f GB/s against %.2f GB/s usual on this link", gbps(l.ns), gbps(usualNs))},
