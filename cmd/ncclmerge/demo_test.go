@@ -113,6 +113,11 @@ func TestDemo(t *testing.T) {
 	}
 	whyNamesThePlants(t, demoOptions{dir: dir, scenario: "job", ranks: nranks, iters: iters, slowRank: slow, slowMs: slowMs}, out)
 	html := string(mustRead(t, filepath.Join(dir, "report.html")))
+	for _, cause := range []string{why.Host, why.GPUCompute, why.Dependency, why.Network} {
+		if !strings.Contains(html, `<td class="l">`+cause+`</td>`) {
+			t.Errorf("the demo's report names no %s cause", cause)
+		}
+	}
 	if !strings.Contains(html, fmt.Sprintf(`<tr class="slow"><td class="l">world</td><td>%d</td>`, slow)) {
 		t.Errorf("the demo's report does not name rank %d as slow", slow)
 	}

@@ -52,8 +52,12 @@ func (r *Result) WriteText(w io.Writer) {
 	}
 }
 
-// Named are the rows whose cause is known.
-func (r *Result) Named() []Row {
+// Shown are the rows a page lists: all of them, or without any rank's torch.profiler trace only
+// those whose cause is known (the others would each say that the trace is missing).
+func (r *Result) Shown() []Row {
+	if r.KinetoRanks > 0 {
+		return r.Rows
+	}
 	var out []Row
 	for _, x := range r.Rows {
 		if x.Cause != Unknown {
