@@ -26,6 +26,7 @@ type span struct {
 // send is one send ProxyOp of a collective: its peer, the bytes of its steps, and the span from
 // its first step's start to its last step's end (the transfers, not the wait for peers before).
 type send struct {
+	coll      uint64 // the Coll's handle, until finish names the collective
 	comm      uint64
 	fn        string
 	seq       int64
@@ -160,7 +161,7 @@ func (a *activity) plugin(e *ptrace.Event) {
 	case ptrace.ProxyOp:
 		if e.Arg("is_send").Bool() {
 			a.proxy[e.ID] = len(a.sends)
-			a.sends = append(a.sends, send{peer: int32(e.Peer), seq: int64(e.Parent)}) // seq: the Coll handle until finish
+			a.sends = append(a.sends, send{coll: e.Parent, peer: int32(e.Peer)})
 		}
 	case ptrace.ProxyStep:
 		a.steps = append(a.steps, stepOf{e.Parent, e.Arg("trans_size").Int(), e.Start, e.End})
@@ -206,7 +207,7 @@ func (a *activity) finish(base int64) {
 	}
 	kept := a.sends[:0]
 	for i, s := range a.sends {
-		c, ok := a.colls[uint64(s.seq)]
+		c, ok := a.colls[s.coll]
 		if !ok || !first[i] || s.bytes <= 0 {
 			continue
 		}

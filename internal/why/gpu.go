@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ncclprof/ncclprof/internal/commops"
+	"github.com/ncclprof/ncclprof/internal/quantile"
 	"github.com/ncclprof/ncclprof/internal/skew"
 )
 
@@ -147,18 +148,12 @@ func (a *analyzer) compute(r Row, i int32, act *activity, peers []int32) Row {
 
 // medianPadded is the median of v with zeros for the n − len(v) ranks that had none.
 func medianPadded(v []int64, n int) int64 {
-	for len(v) < n {
-		v = append(v, 0)
+	padded := make([]int64, max(n, len(v)))
+	copy(padded, v)
+	if len(padded) == 0 {
+		return 0
 	}
-	return medianOf(seq(len(v)), func(j int32) int64 { return v[j] })
-}
-
-func seq(n int) []int32 {
-	out := make([]int32, n)
-	for i := range out {
-		out[i] = int32(i)
-	}
-	return out
+	return quantile.MedianInPlace(padded)
 }
 
 // kernelTime is the time each non-NCCL kernel name ran on the compute stream of operation i's
