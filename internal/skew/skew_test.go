@@ -422,4 +422,32 @@ func TestGPULateWhileCPUOnTime(t *testing.T) {
 			t.Errorf("judged on Coll starts: %+v", e)
 		}
 	}
+	// Without KernelCh (not in the event mask), the first send step's release from SendGPUWait
+	// stands for the GPU's arrival: the same three are late.
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kept []string
+		for _, l := range strings.SplitAfter(string(b), "\n") {
+			if !strings.Contains(l, `"nccl_gpu"`) {
+				kept = append(kept, l)
+			}
+		}
+		if err := os.WriteFile(p, []byte(strings.Join(kept, "")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opt.Arrival = "auto"
+	r = analyze(t, paths, opt)
+	late = late[:0]
+	for _, e := range r.Each {
+		if e.Late {
+			late = append(late, fmt.Sprintf("rank %d seq %d", e.Rank, e.Seq))
+		}
+	}
+	if r.Arrivals["gpu (send_gpu_wait)"] != 100 || strings.Join(late, ", ") != "rank 3 seq 25, rank 3 seq 50, rank 3 seq 75" {
+		t.Errorf("without KernelCh: arrivals %v, late %v", r.Arrivals, late)
+	}
 }
