@@ -3,6 +3,7 @@ package why
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -182,5 +183,30 @@ func TestAllLinksSlowNoLinkBlamed(t *testing.T) {
 		var buf bytes.Buffer
 		res.WriteText(&buf)
 		t.Errorf("%d slow collectives, want 1 and no cause named:\n%s", res.SlowCollectives, buf.String())
+	}
+}
+
+// Ranks on hosts of their own whose collectives' ends scatter by up to ±0.8 ms (clocks that align
+// badly): a 1 ms lateness is within the alignment's error, so the cause is not named.
+func TestLooseClocksSayUnknown(t *testing.T) {
+	s, acts := plantedJob(t, func(o *synth.JobOptions) string {
+		o.SlowRank, o.SlowNs, o.SlowEvery = plantRank, plantNs, plantSeq+1
+		return synth.PlantHost
+	})
+	for i := range s.Procs {
+		s.Procs[i].Host = fmt.Sprintf("host%d", i)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range s.Ops {
+		s.Ops[i].Done += int64(rng.IntN(1601)-800) * 1000 // ±0.8 ms, a different error on each end
+	}
+	res := Analyze(s, acts, Defaults)
+	for _, r := range res.Rows {
+		if r.Cause != Unknown || !strings.Contains(r.Summary, "clocks aligned within") {
+			t.Errorf("rank %d seq %d: %s (%s), want unknown: clocks too loose", r.Rank, r.Seq, r.Cause, r.Summary)
+		}
+	}
+	if len(res.Rows) == 0 {
+		t.Error("no late arrival found")
 	}
 }
