@@ -41,7 +41,7 @@ func benchCmd() *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure merge, stats, skew or hang throughput and memory on large synthesized inputs",
+		Short: "Measure merge, stats, skew, why or hang throughput and memory on large synthesized inputs",
 		Long: `--what merge (the default): for each --source (one trace shape each), synthesize a Kineto trace
 of --size bytes by repeating the real one (each copy later in time, with its own correlation ids) and
 its plugin trace, then measure:

@@ -129,8 +129,8 @@ type analyzer struct {
 	hadLate map[collKey]bool
 }
 
-// Analyze names the causes. acts holds the activity read from each file of s, in order
-// (ReadActivity).
+// Analyze names the causes. acts holds what was read from each file of s beside its operations,
+// in order (a Collector's Activities, or ReadAll).
 func Analyze(s *commops.Set, acts []Activity, opt Options) *Result {
 	so := opt.Skew
 	so.Each = true
