@@ -6,7 +6,6 @@ import (
 
 	"github.com/ncclprof/ncclprof/internal/ptrace"
 	"github.com/ncclprof/ncclprof/internal/traceevent"
-	"github.com/ncclprof/ncclprof/internal/tracefile"
 )
 
 // timelineShift: ncclmerge's timeline numbers rank i's processes (i+1)·2^22 + pid, as commops
@@ -83,55 +82,6 @@ func (f fileActivity) group(pid int64) *activity {
 		f[g] = a
 	}
 	return a
-}
-
-// Activity is what one trace file holds for Analyze, rank by rank.
-type Activity struct{ groups fileActivity }
-
-// ReadActivity reads one trace: a merged rank, a timeline, or a plugin trace alone (then only its
-// transfers).
-func ReadActivity(path string) (Activity, error) {
-	data, err := tracefile.ReadFile(path)
-	if err != nil {
-		return Activity{}, err
-	}
-	r := &fileReader{a: &Activity{fileActivity{}}}
-	t, err := ptrace.Stream(path, data, traceevent.Options{}, r.Visit)
-	if err != nil {
-		return Activity{}, err
-	}
-	r.Done(t)
-	return *r.a, nil
-}
-
-// fileReader gathers a file's activity as its events go by (commops.EventVisitor).
-type fileReader struct {
-	a  *Activity
-	ev ptrace.Event
-}
-
-func (r *fileReader) Visit(t *ptrace.Trace, e *traceevent.Event) error {
-	if e.Ph != "X" {
-		return nil
-	}
-	a := r.a.groups.group(e.Pid.Num)
-	switch k := ptrace.KindOf(e.Cat, e.Name); k {
-	case ptrace.Coll, ptrace.ProxyOp, ptrace.ProxyStep:
-		if err := t.Decode(e, &r.ev); err != nil {
-			return err
-		}
-		a.plugin(&r.ev)
-	case ptrace.KindOther:
-		a.kineto(e, span{start: e.Ts, end: e.Ts + e.Dur, tid: e.Tid.Num})
-	}
-	return nil
-}
-
-// Done puts the file's activity on the Unix clock once its base is known.
-func (r *fileReader) Done(t *ptrace.Trace) {
-	for _, a := range r.a.groups {
-		a.finish(t.Base)
-	}
 }
 
 // kineto keeps a torch.profiler slice.

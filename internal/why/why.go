@@ -19,11 +19,8 @@
 package why
 
 import (
-	"errors"
 	"fmt"
-	"runtime"
 	"sort"
-	"sync"
 
 	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/quantile"
@@ -299,58 +296,4 @@ func medianOf(ops []int32, f func(int32) int64) int64 {
 		return 0
 	}
 	return quantile.MedianInPlace(v)
-}
-
-// Collector gathers what Analyze needs while commops reads the traces, in the same pass: set
-// commops.Options.Also to its Hook, then take Activities.
-type Collector struct {
-	mu    sync.Mutex
-	files map[int32]*Activity
-}
-
-// NewCollector is an empty Collector.
-func NewCollector() *Collector { return &Collector{files: map[int32]*Activity{}} }
-
-// Hook is commops.Options.Also.
-func (c *Collector) Hook(file int32) commops.EventVisitor {
-	a := &Activity{fileActivity{}}
-	c.mu.Lock()
-	c.files[file] = a
-	c.mu.Unlock()
-	return &fileReader{a: a}
-}
-
-// Activities is what was gathered from the files of s, in order.
-func (c *Collector) Activities(s *commops.Set) []Activity {
-	out := make([]Activity, len(s.Files))
-	for i := range out {
-		if a := c.files[int32(i)]; a != nil {
-			out[i] = *a
-		}
-	}
-	return out
-}
-
-// ReadAll reads the activity of every file of s, in order, several files at once (for a Set read
-// without it).
-func ReadAll(s *commops.Set) ([]Activity, error) {
-	acts := make([]Activity, len(s.Files))
-	errs := make([]error, len(s.Files))
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for w := 0; w < min(runtime.GOMAXPROCS(0), len(s.Files)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				acts[i], errs[i] = ReadActivity(s.Files[i])
-			}
-		}()
-	}
-	for i := range s.Files {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	return acts, errors.Join(errs...)
 }
