@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -112,6 +113,7 @@ func TestDemo(t *testing.T) {
 		t.Errorf("rank %d late by about %d ms in %v, planted in step 1, step 3 (%+v)", slow, slowMs, planted, res.Slow[0].Steps)
 	}
 	whyNamesThePlants(t, demoOptions{dir: dir, scenario: "job", ranks: nranks, iters: iters, slowRank: slow, slowMs: slowMs}, out)
+	whyMergesFirst(t, dir, out)
 	html := string(mustRead(t, filepath.Join(dir, "report.html")))
 	for _, cause := range []string{why.Host, why.GPUCompute, why.Dependency, why.Network} {
 		if !strings.Contains(html, `<td class="l">`+cause+`</td>`) {
@@ -323,5 +325,29 @@ func whyNamesThePlants(t *testing.T, o demoOptions, timeline string) {
 				t.Errorf("skew on the GPU-late rank %d, collective %d: %+v; want late on the GPU, on time on the CPU", e.Rank, e.Seq, e)
 			}
 		}
+	}
+}
+
+// whyMergesFirst: ncclmerge why given the plugin traces and --kineto merges them first and names
+// the same causes on the same ranks and collectives as over the demo's timeline.
+func whyMergesFirst(t *testing.T, dir, timeline string) {
+	t.Helper()
+	t.Setenv("TMPDIR", t.TempDir()) // where it keeps what it merged
+	causes := func(args ...string) string {
+		out, err := run(t, append([]string{"why", "-q", "--json", "--min-late", demoSlack.String()}, args...)...)
+		var res why.Result
+		if err != nil || json.Unmarshal([]byte(out), &res) != nil {
+			t.Fatalf("why %v: %v\n%s", args, err, out)
+		}
+		var got []string
+		for _, r := range res.Rows {
+			got = append(got, fmt.Sprintf("%s rank %d #%d", r.Cause, r.Rank, r.Seq))
+		}
+		slices.Sort(got)
+		return strings.Join(got, "; ")
+	}
+	merged, direct := causes("--kineto", filepath.Join(dir, "kineto"), filepath.Join(dir, "nccl")), causes(timeline)
+	if merged != direct || merged == "" {
+		t.Errorf("why --kineto: %s\nover the timeline: %s", merged, direct)
 	}
 }

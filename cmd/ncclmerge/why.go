@@ -2,10 +2,13 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"slices"
 	"time"
 
 	"github.com/ncclprof/ncclprof/internal/commops"
+	"github.com/ncclprof/ncclprof/internal/merge"
 	"github.com/ncclprof/ncclprof/internal/skew"
 	"github.com/ncclprof/ncclprof/internal/why"
 	"github.com/spf13/cobra"
@@ -18,6 +21,7 @@ func whyCmd() *cobra.Command {
 		format  string
 		jsonOut bool
 		quiet   bool
+		kineto  []string
 	)
 	c := &cobra.Command{
 		Use:   "why TRACE...",
@@ -46,7 +50,10 @@ trace; network needs the plugin's ProxyOp steps (NCCLPROF_EVENT_MASK with proxyo
 the default).
 
 Give ncclmerge merge's per-rank outputs (-o DIR/), its --timeline, or a directory holding them;
-plugin traces alone answer network and say unknown for the rest.
+or the plugin traces with --kineto and the torch.profiler traces, which are merged first, one
+file per rank as ncclmerge merge -o DIR/ would, into a new directory that is kept (the answer
+points into it) and named on stderr. Plugin traces alone answer network and say unknown for the
+rest.
 
 Output: a table (rank, collective, step, lateness, cause, evidence), each cause in a sentence with
 where the operation is in its trace, and --json for tools.
@@ -55,6 +62,7 @@ where the operation is in its trace, and --json for tools.
 		Example: `  ncclmerge demo && ncclmerge why ncclmerge-demo
   ncclmerge merge --kineto 'traces/*.pt.trace.json.gz' --nccl ncclprof-out/ -o merged/
   ncclmerge why merged/
+  ncclmerge why --kineto 'traces/*.pt.trace.json.gz' ncclprof-out/
   ncclmerge why --json merged/ > why.json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if jsonOut {
@@ -70,6 +78,14 @@ where the operation is in its trace, and --json for tools.
 				return fmt.Errorf("--arrival %q: want auto, gpu or cpu", opt.Skew.Arrival)
 			}
 			opt.Skew.MinLateNs = int64(minLate)
+			if len(kineto) > 0 {
+				dir, err := mergeForWhy(kineto, args, quiet)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "merged into %s (kept: the answer's places in the traces are there)\n", dir)
+				args = []string{dir}
+			}
 			col := why.NewCollector() // what why needs beside the operations, read in the same pass
 			set, err := readOpsWith(cmd, args, quiet, commops.Options{Also: col.Hook})
 			if err != nil {
@@ -85,6 +101,36 @@ where the operation is in its trace, and --json for tools.
 	f.Float64Var(&opt.SlowFactor, "slow-factor", opt.SlowFactor, "network: a collective's slowest transfer above this many times its usual")
 	f.StringVar(&format, "format", "table", "table or json")
 	f.BoolVar(&jsonOut, "json", false, "print the result as JSON (--format json)")
+	f.StringSliceVar(&kineto, "kineto", nil, "torch.profiler traces to merge with the plugin traces given as TRACE first: files, quoted globs or directories")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress on stderr")
 	return c
+}
+
+// mergeForWhy merges the torch.profiler traces with the plugin traces, one output per rank,
+// into a new directory under the temporary directory, which it returns.
+func mergeForWhy(kineto, nccl []string, quiet bool) (string, error) {
+	kp, err := merge.ExpandFor(kineto, merge.KinetoTrace)
+	if err != nil {
+		return "", err
+	}
+	if len(nccl) == 0 {
+		return "", fmt.Errorf("--kineto needs the plugin traces too: ncclmerge why --kineto 'traces/*.pt.trace.json.gz' ncclprof-out/")
+	}
+	np, err := merge.ExpandFor(nccl, merge.PluginTrace)
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "ncclmerge-why-")
+	if err != nil {
+		return "", err
+	}
+	var log io.Writer
+	if !quiet {
+		log = os.Stderr
+	}
+	if _, err := merge.Run(kp, np, dir+string(os.PathSeparator), merge.Options{Log: log}); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
 }
