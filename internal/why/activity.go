@@ -107,7 +107,9 @@ func (a *activity) kineto(e *traceevent.Event, sp span) {
 func (a *activity) plugin(e *ptrace.Event) {
 	switch e.Kind {
 	case ptrace.Coll:
-		a.colls[e.ID] = send{comm: e.Comm, fn: e.Func, seq: e.Seq}
+		// The function's name, interned: the event's strings point into the file's buffer, which
+		// a kept substring would keep whole.
+		a.colls[e.ID] = send{comm: e.Comm, fn: a.names[a.name(e.Func)], seq: e.Seq}
 	case ptrace.ProxyOp:
 		if e.Arg("is_send").Bool() {
 			a.proxy[e.ID] = len(a.sends)
