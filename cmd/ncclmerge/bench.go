@@ -64,7 +64,8 @@ both: the ratio of their times against the ratio of their sizes (4) shows how it
 torch.profiler trace per rank (compute before every collective), merged per rank; times
 ncclmerge why over the merged traces.
 
---what hang: the test host plants a hang of each kind (absent, gpu, link) on --ranks ranks
+--what hang: the test host plants a hang of each kind (absent, gpu, link, a count and a function
+mismatch, a cross-communicator order cycle) on --ranks ranks
 (1024 by default here) and lays out every rank's state; the dumps are written with the plugin's
 writer, and ncclmerge hang is timed over them (--reps runs: median wall time, CPU, peak RSS).
 Also reported: the bytes one in-flight operation adds to a dump, with --channels channels.

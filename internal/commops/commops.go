@@ -14,6 +14,7 @@ import (
 
 	"github.com/ncclprof/ncclprof/internal/ptrace"
 	"github.com/ncclprof/ncclprof/internal/traceevent"
+	"github.com/ncclprof/ncclprof/internal/words"
 )
 
 // Source says where an operation's time comes from.
@@ -166,10 +167,11 @@ type Comm struct {
 	NRanks int
 }
 
-// Label names a communicator for people: its name, else its hash.
+// Label names a communicator for people: its name (escaped: the application chooses it, and a
+// CR, LF or ESC in it must not forge a line of a text output), else its hash.
 func (c Comm) Label() string {
 	if c.Name != "" {
-		return c.Name
+		return words.Printable(c.Name)
 	}
 	return fmt.Sprintf("0x%016x", c.Hash)
 }
