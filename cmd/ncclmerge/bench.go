@@ -218,9 +218,9 @@ func runBench(tmp, source string, size int64, withHTA bool, python string) (*ben
 		if !ok {
 			return nil, fmt.Errorf("--source %s: no such synthesized shape (there are %s)", source, strings.Join(synth.ShapeNames(), ", "))
 		}
-		// A unit of 20,000 kernels (a few MB), repeated to the size like a real trace.
+		// A unit of 20,000 kernels (a few MB; the shape says), repeated to the size like a real trace.
 		unit := filepath.Join(tmp, name+".json")
-		if err := synth.KinetoShape(unit, sh, 20000); err != nil {
+		if err := synth.KinetoShape(unit, sh, sh.UnitKernels()); err != nil {
 			return nil, err
 		}
 		source = unit
