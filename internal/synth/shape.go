@@ -30,6 +30,9 @@ type Shape struct {
 	// LegacyNames: NCCL 2.9–2.18's kernel names (ncclKernel_AllReduce_RING_LL_Sum_float), as
 	// a V100-era job and RCCL write them.
 	LegacyNames bool
+	// AnnotationComms: the collective's args (count, dtype, process group) only on its
+	// record_param_comms, not on the kernel, as PyTorch wrote them before 2023-10.
+	AnnotationComms bool
 	// NCCLCount: elements of each collective (1 Mi when 0); small collectives run short kernels.
 	NCCLCount int
 	// ProcessGroups: collectives cycle over this many process groups (one when 0), each on a
@@ -48,8 +51,9 @@ var Shapes = map[string]Shape{
 	"absolute-us":  {Name: "absolute-us", KernelsPerNCCL: 20, Era: "absolute"},
 	"ns":           {Name: "ns", KernelsPerNCCL: 20, Era: "ns"},
 	// A V100 data-parallel job with profile_memory (the shape of issue 26): many [memory]
-	// events, ~2,000 NCCL kernels per unit, one process group, integer µs, NCCL 2.1x names.
-	"v100-memory": {Name: "v100-memory", KernelsPerNCCL: 20, MemoryPerOp: 12, Era: "absolute", Kernels: 40000, LegacyNames: true},
+	// events, ~2,000 NCCL kernels per unit, one process group, integer µs, NCCL 2.1x names,
+	// the collective's args on record_param_comms only.
+	"v100-memory": {Name: "v100-memory", KernelsPerNCCL: 20, MemoryPerOp: 12, Era: "absolute", Kernels: 40000, LegacyNames: true, AnnotationComms: true},
 	// Thousands of small NCCL kernels per step: every other kernel is a 2,048-element collective.
 	"small-nccl": {Name: "small-nccl", KernelsPerNCCL: 2, NCCLCount: 2048, Era: "relative"},
 	// Many process groups and streams (FSDP/pipeline jobs): 64 groups, 8 compute streams.
@@ -254,7 +258,11 @@ func (g *shapeGen) collective(t int64, k int) (int64, int) {
 	if g.sh.ROCm || g.sh.LegacyNames {
 		kname = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)" // RCCL keeps NCCL 2.9–2.18's names
 	}
-	g.launch(t+3_000, kname, stream, ", "+args, kdur)
+	kargs := ", " + args
+	if g.sh.AnnotationComms {
+		kargs = ""
+	}
+	g.launch(t+3_000, kname, stream, kargs, kdur)
 	return t + dur + 1_873, k + 1
 }
 
