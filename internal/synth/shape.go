@@ -40,6 +40,10 @@ type Shape struct {
 	ProcessGroups, ComputeStreams int
 	// StackDepth: python_function events (with_stack=True) nested around each operator.
 	StackDepth int
+	// JitterNs lengthens each collective's CPU side by a deterministic 0 to JitterNs ns, as a
+	// real launch loop varies: strictly periodic launches let any whole number of periods
+	// line the plugin's launches up with Kineto's.
+	JitterNs int64
 }
 
 // Shapes are the synthesized shapes, by name.
@@ -249,6 +253,9 @@ func (g *shapeGen) collective(t int64, k int) (int64, int) {
 		}
 	}
 	dur := int64(31_234)
+	if g.sh.JitterNs > 0 {
+		dur += int64(mix(uint64(g.ext)) % uint64(g.sh.JitterNs+1))
+	}
 	args := fmt.Sprintf(`"Collective name": "allreduce", "In msg nelems": %d, "Out msg nelems": %d, "Group size": 8, "dtype": "Float", "In split size": "[]", "Out split size": "[]", "Process Group Name": "%d", "Process Group Description": "%s", "Process Group Ranks": "[0, 1, 2, 3, 4, 5, 6, 7]"`, n, n, pg, desc)
 	g.event(fmt.Sprintf(`{"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": %d, "tid": %d, "ts": %s, "dur": %s, "args": {"External id": %d, "Record function id": 0, %s}}`,
 		g.pid, g.tid, g.ts(t), g.dur(dur), g.ext, args))
