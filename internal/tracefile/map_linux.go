@@ -1,8 +1,6 @@
 package tracefile
 
 import (
-	"bytes"
-	"io"
 	"os"
 	"syscall"
 )
@@ -21,27 +19,23 @@ const madvPopulateRead = 22
 // repair) changes this process's view only. It is never unmapped: map only a file held to the
 // end of the process. The file must not be truncated while mapped (a read past its new end
 // would stop the process with SIGBUS); growing is harmless (only the size at open is mapped).
-// Where the kernel will not map the file, it is read as ReadFile reads it.
-func MapFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+// Everything else is as ReadFile: gzip files are inflated into a buffer, FIFOs and devices
+// refused, a file too large for the machine refused; where the kernel will not map the file,
+// it is read into a buffer.
+func MapFile(path string) ([]byte, error) { return read(path, mapPlain) }
+
+// mapPlain maps an open plain file of size bytes, populated from the page cache; false where
+// it is too small to be worth it or the kernel refuses.
+func mapPlain(f *os.File, size int64) ([]byte, bool) {
+	if size < mapMin || int64(int(size)) != size {
+		return nil, false
+	}
+	b, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE)
 	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() || st.Size() < mapMin || int64(int(st.Size())) != st.Size() {
-		return ReadFile(path)
-	}
-	var head [2]byte
-	if n, _ := io.ReadFull(f, head[:]); n == 2 && bytes.Equal(head[:], gzipMagic) {
-		return ReadFile(path)
-	}
-	b, err := syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE)
-	if err != nil {
-		return ReadFile(path)
+		return nil, false
 	}
 	if syscall.Madvise(b, madvPopulateRead) != nil {
 		syscall.Madvise(b, syscall.MADV_WILLNEED) // an older kernel: read ahead, fault lazily
 	}
-	return b, nil
+	return b, true
 }

@@ -5,7 +5,10 @@ import (
 	"compress/gzip"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // A mapped file reads as ReadFile reads it; a write into the mapping (the UTF-8 repair) does
@@ -38,5 +41,27 @@ func TestMapFile(t *testing.T) {
 	os.WriteFile(gz, b.Bytes(), 0o644)
 	if got, err := MapFile(gz); err != nil || !bytes.Equal(got, big) {
 		t.Fatalf("gzip through MapFile: %d bytes, %v", len(got), err)
+	}
+}
+
+// A named pipe given as a trace is refused at once, as ReadFile refuses it: opening it to map
+// it blocked until a writer came.
+func TestMapFileRefusesFIFO(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "rank0.pt.trace.json")
+	if err := syscall.Mkfifo(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := MapFile(p)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "named pipe") {
+			t.Errorf("MapFile of a FIFO: %v, want it refused as a named pipe", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("MapFile blocked on a FIFO")
 	}
 }
