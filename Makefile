@@ -167,11 +167,13 @@ wheel:
 
 # The real traces the tests use, one shape each (relative µs, absolute µs with SendRecv,
 # sampled absolute µs, driver-API launches, CPU only), and the shapes internal/synth makes
-# (one NCCL kernel per 10 kernels, per 200, profile_memory, ROCm, absolute µs, ns).
+# (one NCCL kernel per 10 kernels, per 200, profile_memory, ROCm, absolute µs, ns; issue 26's V100
+# profile_memory DDP job, every other kernel a small collective, 64 process groups, with_stack).
 BENCH_TRACES := $(addprefix testdata/kineto/,nccl_parser_config_nccl_data.json.gz \
   negative_queue_length_values_check_rank0.json.gz trace_filter_sampled_rank-0.json.gz \
   triton_example_triton_example.json.gz cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz) \
-  synth:nccl-heavy synth:kernel-heavy synth:memory synth:rocm synth:absolute-us synth:ns
+  synth:nccl-heavy synth:kernel-heavy synth:memory synth:rocm synth:absolute-us synth:ns \
+  synth:v100-memory synth:small-nccl synth:many-pg synth:stack
 
 bench: all hta
 	@echo "== plugin callback cost (testhost bench, median of 7 runs) =="
