@@ -26,12 +26,16 @@ func sample() *Dump {
 		Comms: []Comm{
 			{Hash: "0x00000000000000bb", Name: "pp", Rank: 1, NRanks: 2, NNodes: 2, ABI: 6,
 				P2pCompleted: []P2pCompleted{{Peer: 0, Sends: 4, Recvs: 4}}, OpsCompleted: 8,
+				Recent: []Call{{Kind: KindP2p, Func: "Recv", Seq: 3, Peer: ptr(0), Count: 1024, Datatype: "ncclBfloat16"},
+					{Kind: KindP2p, Func: "Send", Seq: 3, Peer: ptr(0), Count: 1024, Datatype: "ncclBfloat16"}},
 				Open: []Op{{Kind: KindP2p, Func: "Send", Seq: 4, Peer: ptr(0), Count: 1024, Datatype: "ncclBfloat16", NChannels: 1,
 					StartUnixNs: 1_800_000_000_500_000_000, Launched: ptr(true),
 					Proxy: []ProxyOp{{Channel: 0, Peer: 0, Direction: Send, NSteps: 2, StepsDone: 0, StartUnixNs: 1_800_000_000_500_010_000,
 						Open: []Step{{Step: 0, State: SendPeerWait, SinceUnixNs: 1_800_000_000_500_020_000}}}}}}},
 			{Hash: "0x00000000000000aa", Name: "world", Rank: 2, NRanks: 4, NNodes: 4, ABI: 6,
-				Completed: []Completed{{Func: "AllReduce", Ops: 11, LastSeq: 10}}, OpsCompleted: 11,
+				Completed: []Completed{{Func: "AllReduce", Ops: 11, LastSeq: 10}, {Func: "Reduce", Ops: 1, LastSeq: 0}}, OpsCompleted: 12,
+				Recent: []Call{{Kind: KindColl, Func: "AllReduce", Seq: 10, Count: 262144, Datatype: "ncclFloat32"},
+					{Kind: KindColl, Func: "Reduce", Seq: 0, Count: 64, Datatype: "ncclInt8", Root: ptr(3)}},
 				Open: []Op{{Kind: KindColl, Func: "AllReduce", Seq: 11, Count: 262144, Datatype: "ncclFloat32", Algorithm: "RING", Protocol: "SIMPLE",
 					NChannels: 2, StartUnixNs: 1_800_000_000_000_000_000, Launched: ptr(true),
 					Kernel: []KernelCh{{Channel: 1, Started: true, StartUnixNs: 1_800_000_000_000_030_000, GPUStartNs: 1_800_000_000_001_264_567},
@@ -243,5 +247,32 @@ func TestWriterClaimsAnotherNameWhenItsOwnIsLost(t *testing.T) {
 	}
 	if got, err := ReadFile(p2); err != nil || got.PID != 4242 {
 		t.Errorf("%s: %v", p2, err)
+	}
+}
+
+// Item 5, read back: the dumps of four ranks that share a host name and a pid (containers with
+// their own PID namespaces) are four processes to the analysis, not one dump read four times;
+// a copy of one of them still counts once.
+func TestLoadKeepsProcessesSharingAPID(t *testing.T) {
+	dir := t.TempDir()
+	for r := 0; r < 4; r++ {
+		d := sample()
+		d.PID = 1
+		for i := range d.Comms {
+			d.Comms[i].Rank, d.Comms[i].NRanks = r, 4
+		}
+		if _, err := (&Writer{Dir: dir}).Write(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyDir := t.TempDir()
+	b, _ := os.ReadFile(filepath.Join(dir, FileName("node7", 1)))
+	os.WriteFile(filepath.Join(copyDir, FileName("node7", 1)), b, 0o644)
+	in, err := Load([]string{dir, copyDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in.Dumps) != 4 {
+		t.Errorf("%d dumps loaded, want the 4 processes", len(in.Dumps))
 	}
 }

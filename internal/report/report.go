@@ -20,6 +20,7 @@ import (
 	"github.com/ncclprof/ncclprof/internal/hang"
 	"github.com/ncclprof/ncclprof/internal/skew"
 	"github.com/ncclprof/ncclprof/internal/stats"
+	"github.com/ncclprof/ncclprof/internal/why"
 	"github.com/ncclprof/ncclprof/internal/words"
 )
 
@@ -37,7 +38,7 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"ratio": func(a, b int64) float64 { return float64(a) / float64(b) },
 	"secs":  func(ns int64) string { return fmt.Sprintf("%.1f", float64(ns)/1e9) },
 	"suspect": func(state string) bool {
-		return state == hang.StateAbsent || state == hang.StateGPU || state == hang.StateLinkSend || state == hang.StateUnknown
+		return state == hang.StateMismatch || state == hang.StateAbsent || state == hang.StateGPU || state == hang.StateLinkSend || state == hang.StateUnknown
 	},
 	"lines": func(s string) []string { return strings.Split(s, "\n") },
 	// perfettoTs is a JSON ts in µs as Perfetto's trace processor stores it: ns.
@@ -71,6 +72,8 @@ type Page struct {
 	Traces bool
 	// Hang is the analysis of the in-flight dumps found beside the traces (nil: none).
 	Hang *hang.Result
+	// Why names the cause of each late arrival and slow collective (nil: not asked).
+	Why *why.Result
 }
 
 // SlowOp is one of the slowest operations, with where to find it.
