@@ -197,11 +197,11 @@ func TestSampledRotationWithManyCommunicators(t *testing.T) {
 }
 
 // Item 10, the dump's side: every AllReduce stays in flight (KernelCh asked for, none ever
-// started), 30,000 of them, with a 1 s watchdog. Before, the dump listed every one pending (and
+// started), 30,000 of them paced over at least 3 s, with a 1 s watchdog. Before, the dump listed every one pending (and
 // pinned each for ever); now it lists at most 8192, oldest first, and counts the rest in
 // health.ops_not_listed (the documented field, which the code never set), marked partial.
 func TestHangDumpListsABoundedNumber(t *testing.T) {
-	r := Start(t, Options{Args: args(6, "--iters", "30000", "--fast", "--logger", "allreduce"),
+	r := Start(t, Options{Args: args(6, "--iters", "30000", "--pace-us", "100", "--fast", "--logger", "allreduce"),
 		Env: []string{"NCCLPROF_HANG_TIMEOUT_S=1", "NCCLPROF_EVENT_MASK=default,kernelch", "NCCLPROF_METRICS=none"}})
 	paths, _ := filepath.Glob(filepath.Join(r.Dir, "ncclprof-hang-*.json"))
 	if len(paths) != 1 {
