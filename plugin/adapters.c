@@ -185,6 +185,9 @@ NP_HOT void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t parent, in
   memset(&cell->u.op, 0, sizeof cell->u.op);
   cell->u.op.nsteps = nsteps;
   cell->u.op.pid = pid;
+  /* Receive-side ProxyOps may be ones NCCL never stops (only net.cc stops ProxyOps, and it
+   * is the only one that reports isSend): they wait for evidence that they are over. */
+  if (!is_send && !(flags & NP_F_FOREIGN)) np_retire_push(c, t, ch);
   if (ev) {
     cell->u.op.record = wh;
     memset(&ev->u.op, 0, sizeof ev->u.op);
@@ -211,17 +214,23 @@ NP_HOT void np_start_proxy_step(void* ctx, int abi, void** eh, uint64_t parent, 
   if (!c) return;
   np_thread* t = np_enter_comm(c, eh);
   if (!t) return;
-  uint64_t h;
+  np_cell* op = np_h_is_cell(parent) && np_h_comm(parent) == c->idx ? np_cell_of(c, parent) : NULL;
+  uint64_t h = op ? np_step_restarted(c, op, parent, step) : 0;
+  if (h != 0) { /* the same step started again: it keeps its cell (net.cc's recvProxyProgress) */
+    *eh = (void*)h;
+    np_leave(t);
+    return;
+  }
   np_cell* s = np_cell_for(c, t, NP_T_PROXY_STEP, eh, &h);
   if (!s) {
     np_leave(t);
     return;
   }
-  np_cell* op = np_h_is_cell(parent) && np_h_comm(parent) == c->idx ? np_cell_of(c, parent) : NULL;
   np_cell_init(s, t, NP_T_PROXY_STEP, abi, parent, op ? op->rank : rank, np_ticks());
   memset(&s->u.step, 0, sizeof s->u.step);
   s->u.step.step = step;
   if (NP_LIKELY(op != NULL)) {
+    op->u.op.last_step = h;
     s->peer = op->peer;
     s->channel = op->channel;
     s->is_send = op->is_send;

@@ -134,7 +134,7 @@ static uint64_t np_env_u64(const char* name, uint64_t def, uint64_t lo, uint64_t
 /* Per-communicator memory besides the windows: arena, transfer sums, lost operations. */
 static uint64_t np_fixed_bytes(void) {
   return (uint64_t)np_cfg.ncells * sizeof(np_cell) + NP_XFER_BUCKETS * sizeof(np_xbucket) +
-         NP_LOST_KEYS * sizeof(np_lost);
+         NP_LOST_KEYS * sizeof(np_lost) + NP_RETIRE_RING * sizeof(uint64_t);
 }
 
 static void np_read_config(void) {
@@ -367,6 +367,7 @@ static int np_map_comm(np_comm* c, uint32_t idx) {
   c->cells = (np_cell*)((char*)m + wbytes);
   c->xfer = (np_xbucket*)(c->cells + c->ncells);
   c->lost = (np_lost*)(c->xfer + NP_XFER_BUCKETS);
+  c->rq = (uint64_t*)(c->lost + NP_LOST_KEYS);
   /* Cell generations start random, like window epochs: a made-up handle (a small integer, a
    * corrupted pointer) then names a live cell with probability 2^-30, not because every
    * cell's first generation is 0. */
@@ -421,6 +422,8 @@ static void np_open_comm(np_comm* c) {
     __atomic_store_n(&c->cells[i].gs, (gs | 1) + 1, __ATOMIC_RELEASE);
   }
   __atomic_store_n(&c->cursor, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->rq_head, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->rq_tail, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&c->trig_left, 0, __ATOMIC_RELAXED);
   if (c->p2p_ord) memset(c->p2p_ord, 0, c->p2p_bytes);
   memset(c->xfer, 0, NP_XFER_BUCKETS * sizeof(np_xbucket));
@@ -680,7 +683,7 @@ static int np_step_cell(int state) {
 }
 
 void np_late(np_comm* c, np_thread* t, uint64_t h, uint32_t state, uint64_t a0, uint64_t a1,
-             int has_args, const np_cell* opfin) {
+             int has_args, const np_cell* opfin, uint16_t sflags) {
   uint32_t wi, s, ep;
   /* A late record goes to its event's set: a ProxyOp's (a cell handle) is an operation. */
   uint32_t set = np_h_is_cell(h) ? NP_SET_OP : np_h_set(h);
@@ -696,7 +699,7 @@ void np_late(np_comm* c, np_thread* t, uint64_t h, uint32_t state, uint64_t a0, 
   ev->tid = t->tid;
   ev->rank = np_comm_rank(c);
   ev->nstates = 0;
-  ev->sflags = 0;
+  ev->sflags = sflags;
   memset(&ev->u, 0, sizeof ev->u);
   ev->u.late.target = h;
   ev->u.late.state = state;
@@ -841,20 +844,67 @@ static void np_step_record(np_comm* c, np_thread* t, const np_cell* s, uint64_t 
                    __ATOMIC_RELEASE);
 }
 
-/* A ProxyOp stopped: its record in the operation windows gets the stop and what the cell
- * gathered, in place while its window accepts writes, else as a late record. */
-static void np_op_finish(np_comm* c, np_thread* t, const np_cell* op, uint64_t h, uint64_t now) {
+/* A ProxyOp stopped (or retired: sflags NP_F_RETIRED): its record in the operation windows
+ * gets the stop and what the cell gathered, in place while its window accepts writes, else as
+ * a late record. */
+static void np_op_finish(np_comm* c, np_thread* t, const np_cell* op, uint64_t h, uint64_t now,
+                         uint16_t sflags) {
   uint64_t rec = op->u.op.record;
   if (rec == 0) return; /* it got no slot (counted when it started) */
   np_event* ev = np_slot_of(c, rec, 0);
   if (ev == NULL || np_ev_type(ev) != NP_T_PROXY_OP) {
-    np_late(c, t, h, NP_LATE_STOP, 0, 0, 0, op);
+    np_late(c, t, h, NP_LATE_STOP, 0, 0, 0, op, sflags);
     return;
   }
   ev->u.op.prog = op->u.op.prog;
   ev->nstates = op->nstates;
+  ev->sflags |= sflags;
   ev->t_stop = now;
   __atomic_store_n(&ev->done, 1, __ATOMIC_RELEASE);
+}
+
+/* Retires a ProxyOp NCCL will never stop, if it is one: no state and no step since it started
+ * (net.cc records InProgress and starts steps on its first pass over an operation, so a
+ * ProxyOp of net.cc's that had passes has both). Its cell is freed by a compare-and-swap of
+ * the generation its handle names, so a cell stopped or reused meanwhile is left alone, and
+ * its record completes without a stop time of its own (NP_F_RETIRED). */
+static void np_op_retire(np_comm* c, np_thread* t, np_cell* op, uint64_t h, int counter) {
+  uint64_t gs = __atomic_load_n(&op->gs, __ATOMIC_ACQUIRE);
+  if (!(gs & 1) || ((uint32_t)(gs >> 1) & NP_GEN_MASK) != np_h_gen(h)) return;
+  if (op->type != NP_T_PROXY_OP || op->nstates != 0 || op->u.op.last_step != 0) return;
+  np_cell copy = *op; /* the cell may be claimed again as soon as it is free */
+  if (!__atomic_compare_exchange_n(&op->gs, &gs, (gs | 1) + 1, 0, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_RELAXED))
+    return;
+  np_op_finish(c, t, &copy, h, copy.t_start, NP_F_RETIRED);
+  np_count(counter);
+}
+
+/* A ProxyOp stopped after it started at `started`: net.cc progressed it to the end, so every
+ * ProxyOp this communicator's proxy thread started before it has had progress passes since,
+ * and the operations they belong to are over (a later operation's network work completed).
+ * Those still without a state or a step are none of net.cc's: they are retired. */
+static void np_retire_due(np_comm* c, np_thread* t, uint64_t started) {
+  uint32_t head = __atomic_load_n(&c->rq_head, __ATOMIC_RELAXED);
+  uint32_t tail = __atomic_load_n(&c->rq_tail, __ATOMIC_RELAXED);
+  for (; head != tail; head++) {
+    uint64_t h = __atomic_load_n(&c->rq[head & (NP_RETIRE_RING - 1)], __ATOMIC_RELAXED);
+    np_cell* op = np_cell_of(c, h);
+    if (op != NULL && op->t_start > started) break; /* started after the evidence */
+    if (op != NULL) np_op_retire(c, t, op, h, NP_C_OPS_RETIRED);
+  }
+  __atomic_store_n(&c->rq_head, head, __ATOMIC_RELAXED);
+}
+
+/* The ring is full: its oldest ProxyOp has seen NP_RETIRE_RING others start after it and no
+ * ProxyOp stop (a communicator whose every operation is CollNet, say). Retired if it still has
+ * no state and no step; counted apart, since no stop proved its operation over. */
+void np_retire_oldest(np_comm* c, np_thread* t) {
+  uint32_t head = __atomic_load_n(&c->rq_head, __ATOMIC_RELAXED);
+  uint64_t h = __atomic_load_n(&c->rq[head & (NP_RETIRE_RING - 1)], __ATOMIC_RELAXED);
+  np_cell* op = np_cell_of(c, h);
+  if (op != NULL) np_op_retire(c, t, op, h, NP_C_OPS_RETIRED_OLD);
+  __atomic_store_n(&c->rq_head, head + 1, __ATOMIC_RELAXED);
 }
 
 /* stopEvent of a ProxyOp or ProxyStep: fold, record where wanted, free the cell. */
@@ -868,10 +918,14 @@ void np_cell_stop(np_comm* c, np_thread* t, np_cell* cell, uint64_t h, uint64_t 
      * steps of operations sampled for the sampled trace. */
     if (__atomic_load_n(&np_detail_on, __ATOMIC_RELAXED) || (cell->sflags & NP_F_SAMPLE_BITS))
       np_step_record(c, t, cell, h, now);
-  } else {
-    np_op_finish(c, t, cell, h, now);
+    np_cell_free(cell);
+    return;
   }
+  uint64_t started = cell->t_start;
+  np_op_finish(c, t, cell, h, now, 0);
   np_cell_free(cell);
+  if (__atomic_load_n(&c->rq_head, __ATOMIC_RELAXED) != __atomic_load_n(&c->rq_tail, __ATOMIC_RELAXED))
+    np_retire_due(c, t, started);
 }
 
 /* A Coll or P2p that found no slot: its count goes into the lost-operation table, keyed like

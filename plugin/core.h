@@ -78,6 +78,7 @@
 #define NP_MAX_CELLS (1u << 16) /* arena cells per communicator (22 handle bits available) */
 #define NP_XFER_BUCKETS 4096    /* transfer sums per communicator (a power of two) */
 #define NP_LOST_KEYS 64         /* operation keys of the lost-operation table */
+#define NP_RETIRE_RING 1024     /* ProxyOps per communicator awaiting evidence (a power of two) */
 #define NP_SET_OP 0             /* window sets */
 #define NP_SET_DETAIL 1
 #define NP_SLOT_BYTES 128
@@ -112,6 +113,9 @@ enum {
    * Coll/P2p start and copied to its ProxyOps and their steps (see np_sample_flags in hot.h). */
   NP_F_SAMPLED = 1 << 8,        /* chosen by its seq (P2P: ordinal) % N == 0, alike on every rank */
   NP_F_TRIGGERED = 1 << 9,      /* one of the K operations after a slow one (the trigger) */
+  /* A ProxyOp NCCL never stopped (CollNet, P2P/SHM copy engine: docs/nccl-patterns.md),
+   * retired on evidence that its operation is over; it has no stop time of its own. */
+  NP_F_RETIRED = 1 << 10,
 };
 #define NP_F_SAMPLE_BITS (NP_F_SAMPLED | NP_F_TRIGGERED)
 
@@ -309,6 +313,9 @@ enum {
   NP_C_STALE_CONTEXT,  /* callbacks naming the context of a communicator already finalized */
   NP_C_STALE_FINALIZE, /* finalize of such a context (its entry may serve another now): ignored */
   NP_C_AFTER_FINALIZE, /* events started on a communicator being finalized: not recorded */
+  NP_C_OPS_RETIRED,    /* ProxyOps NCCL never stopped, retired once a later ProxyOp stopped */
+  NP_C_OPS_RETIRED_OLD,/* ... retired after NP_RETIRE_RING later ones started (no stop seen) */
+  NP_C_STEP_RESTARTS,  /* ProxySteps started again over the same step (net.cc): cell reused */
   NP_C_COUNT
 };
 

@@ -80,11 +80,13 @@ typedef struct __attribute__((aligned(64))) np_cell {
       uint64_t trans_size; /* the transfer's own bytes (v1–v3: from the op's running total) */
       int32_t step;
       uint16_t npeerwait;
+      uint16_t nrestarts; /* starts of the same step that reused this cell (net.cc restarts) */
     } step;
     struct {
       uint64_t record; /* its record in the operation windows (0 if it got no slot) */
       np_op_progress prog;
       int32_t nsteps, pid;
+      uint64_t last_step; /* handle of its latest step (0: none yet, so no step activity) */
     } op;
   } u;
 } np_cell;
@@ -144,6 +146,11 @@ typedef union np_comm {
     uint64_t* p2p_ord;
     size_t p2p_bytes;
     uint32_t cursor __attribute__((aligned(64))); /* next arena cell: its own cache line */
+    /* ProxyOps NCCL may never stop (receive side: CollNet, P2P/SHM copy engine), in start
+     * order: a ring of cell handles (NP_RETIRE_RING) read and written only by the thread that
+     * starts and stops the communicator's ProxyOps (NCCL's proxy thread), on this same line. */
+    uint32_t rq_head, rq_tail;
+    uint64_t* rq;
     np_wset set[2] __attribute__((aligned(64))); /* NP_SET_OP, NP_SET_DETAIL */
   };
   uint8_t bytes_[4096];
@@ -624,6 +631,37 @@ NP_HOT void np_cell_init(np_cell* cell, np_thread* t, int type, int abi, uint64_
   cell->last_state = -1;
 }
 
+/* ------------------------------------------------------------------- NCCL's patterns */
+
+/* A ProxyStep start for the step its ProxyOp started last, which has had no state since:
+ * net.cc's recvProxyProgress starts a receive step before checks that may postpone its irecv
+ * to a later pass, and starts it again there into the same handle slot (only the last handle
+ * gets states and the stop). Returns that step's handle (the cell is reused, its restarts
+ * counted), or 0 for a new step. */
+NP_HOT uint64_t np_step_restarted(np_comm* c, np_cell* op, uint64_t parent, int32_t step) {
+  uint64_t prev = op->u.op.last_step;
+  if (prev == 0) return 0;
+  np_cell* s = np_cell_of(c, prev);
+  if (s == NULL || s->type != NP_T_PROXY_STEP || s->parent != parent || s->u.step.step != step ||
+      s->nstates != 0)
+    return 0;
+  if (s->u.step.nrestarts != UINT16_MAX) s->u.step.nrestarts++;
+  np_count(NP_C_STEP_RESTARTS);
+  return prev;
+}
+
+void np_retire_oldest(np_comm* c, np_thread* t);
+
+/* Queues a ProxyOp that NCCL may never stop (np_retire_due decides). When the ring is full
+ * its oldest entry is decided first: NP_RETIRE_RING ProxyOps started after it. */
+NP_HOT void np_retire_push(np_comm* c, np_thread* t, uint64_t h) {
+  uint32_t tail = __atomic_load_n(&c->rq_tail, __ATOMIC_RELAXED);
+  if (NP_UNLIKELY(tail - __atomic_load_n(&c->rq_head, __ATOMIC_RELAXED) >= NP_RETIRE_RING))
+    np_retire_oldest(c, t);
+  __atomic_store_n(&c->rq[tail & (NP_RETIRE_RING - 1)], h, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->rq_tail, tail + 1, __ATOMIC_RELAXED);
+}
+
 /* ------------------------------------------------------------------- transfer sums */
 
 NP_HOT uint64_t np_xfer_key(int kind, uint32_t writer, int32_t rank, int32_t id) {
@@ -710,7 +748,7 @@ NP_HOT void np_step_fold(np_comm* c, np_thread* t, np_cell* s, np_cell* op, uint
 /* A stop or state for an event whose window was sealed: written as a LATE record. */
 #define NP_LATE_STOP 0xffffffffu
 void np_late(np_comm* c, np_thread* t, uint64_t h, uint32_t state, uint64_t a0, uint64_t a1,
-             int has_args, const np_cell* opfin);
+             int has_args, const np_cell* opfin, uint16_t sflags);
 void np_apply_state(np_event* ev, int state, uint64_t a0, uint64_t a1, int has_args,
                     uint64_t now);
 void np_cell_state(np_cell* cell, int state, uint64_t a0, int has_args, uint64_t now);
@@ -766,7 +804,7 @@ NP_HOT int np_is_sentinel(uint64_t h) {
 NP_HOT void np_stop_slot(np_comm* c, np_thread* t, uint64_t h) {
   np_event* ev = np_slot_of(c, h, 0);
   if (NP_UNLIKELY(ev == NULL)) {
-    np_late(c, t, h, NP_LATE_STOP, 0, 0, 0, NULL);
+    np_late(c, t, h, NP_LATE_STOP, 0, 0, 0, NULL, 0);
     return;
   }
   if (NP_UNLIKELY(ev->done)) {
@@ -833,7 +871,7 @@ NP_HOT void np_state(void* handle, int state, uint64_t a0, uint64_t a1, int has_
       np_apply_state(ev, state, a0, a1, has_args, np_ticks());
     }
   } else {
-    np_late(c, t, h, (uint32_t)state, a0, a1, has_args, NULL);
+    np_late(c, t, h, (uint32_t)state, a0, a1, has_args, NULL, 0);
   }
   np_leave(t);
 }

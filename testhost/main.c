@@ -32,6 +32,10 @@ static void usage(void) {
           "  manycomms  --comms communicators (1100), more than the plugin's table holds\n"
           "  fork       allreduce with a fork() halfway; the child exits without NCCL\n"
           "  flood      AllReduces in 64-byte chunks: thousands of ProxySteps per operation\n"
+          "  nostop     --iters operations at --rate/s (0: unpaced): CollNet AllReduces, whose\n"
+          "             ProxyOps NCCL never stops, alternating with ring AllGathers\n"
+          "  restart    --iters ring AllReduces at --rate/s whose receive steps are each started\n"
+          "             20 times, as net.cc's recvProxyProgress does while it waits\n"
           "  stalefin   a finalize of a context whose table entry another communicator took over\n"
           "  finwhile   finalize while another thread keeps calling into the communicator\n"
           "             (--slack-ms: the finalizing thread's timer slack)\n"
@@ -148,6 +152,8 @@ int main(int argc, char** argv) {
   else if (!strcmp(o.scenario, "manycomms")) scenario_manycomms(&o);
   else if (!strcmp(o.scenario, "fork")) scenario_fork(&o);
   else if (!strcmp(o.scenario, "flood")) scenario_flood(&o);
+  else if (!strcmp(o.scenario, "nostop")) scenario_nostop(&o);
+  else if (!strcmp(o.scenario, "restart")) scenario_restart(&o);
   else if (!strcmp(o.scenario, "job")) scenario_job(&o);
   else if (!strcmp(o.scenario, "stalefin")) scenario_stalefin(&o);
   else if (!strcmp(o.scenario, "finwhile")) scenario_finwhile(&o);

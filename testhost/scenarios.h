@@ -49,6 +49,8 @@ typedef struct op_spec {
   const char* api_dtype;
   int no_truth; /* part of a rebuilt operation: the truth is the whole */
   double slow_ns; /* planted: each of its steps takes this much longer */
+  int collnet;    /* its ProxyOps are never stopped and have no steps (proxy_patterns.c) */
+  int restarts;   /* each receive step is started this many extra times (proxy_patterns.c) */
 } op_spec;
 
 void launch_group(hcomm* c, op_spec* ops, int n, int depth);
@@ -96,7 +98,9 @@ int scenario_soak(const opts* o);
 void scenario_manycomms(const opts* o);
 void scenario_fork(const opts* o);
 void scenario_flood(const opts* o);
-void scenario_job(const opts* o); /* ranks that wait for each other, a straggler (job.c) */
+void scenario_job(const opts* o);
+void scenario_nostop(const opts* o);   /* proxy_patterns.c */
+void scenario_restart(const opts* o);  /* proxy_patterns.c */ /* ranks that wait for each other, a straggler (job.c) */
 void scenario_stalefin(const opts* o); /* races.c */
 void scenario_finwhile(const opts* o);
 void scenario_reinit(const opts* o);
