@@ -226,7 +226,8 @@ NP_HOT void np_start_proxy_step(void* ctx, int abi, void** eh, uint64_t parent, 
     np_leave(t);
     return;
   }
-  np_cell_init(s, t, NP_T_PROXY_STEP, abi, parent, op ? op->rank : rank, np_ticks());
+  np_cell_init(s, t, NP_T_PROXY_STEP, abi, parent, op ? op->rank : rank,
+               np_step_clock(op ? op->sflags : NP_F_SAMPLE_BITS));
   memset(&s->u.step, 0, sizeof s->u.step);
   s->u.step.step = step;
   if (NP_LIKELY(op != NULL)) {

@@ -34,6 +34,7 @@ int np_clock = NP_CLOCK_MONO;
 int np_fence_mode = 1;
 uint32_t np_record_mask;
 uint32_t np_detail_on;
+uint64_t np_coarse_tsc;
 uint32_t np_sample_n;
 uint64_t np_dropped_type[NP_T_COUNT];
 uint64_t np_trace_dropped_type[NP_T_COUNT];
@@ -907,6 +908,21 @@ void np_retire_oldest(np_comm* c, np_thread* t) {
   __atomic_store_n(&c->rq_head, head + 1, __ATOMIC_RELAXED);
 }
 
+/* A thread's arena cache moves to another communicator entry or incarnation: the cells it
+ * kept for the one before are freed, unless that incarnation is over (np_open_comm reset
+ * every cell of its entry). */
+void np_acache_switch(np_acache* a, uint32_t comm, uint32_t inc) {
+  if (a->nkept > 0 && a->comm < NP_MAX_COMMS) {
+    np_comm* o = &np_comms[a->comm];
+    if (o->cells != NULL && (uint32_t)__atomic_load_n(&o->incarnation, __ATOMIC_RELAXED) == a->inc)
+      for (uint32_t k = 0; k < a->nkept; k++) np_cell_free(&o->cells[a->kept[k]]);
+  }
+  a->comm = comm;
+  a->inc = inc;
+  a->next = a->end = 0;
+  a->nkept = 0;
+}
+
 /* stopEvent of a ProxyOp or ProxyStep: fold, record where wanted, free the cell. */
 void np_cell_stop(np_comm* c, np_thread* t, np_cell* cell, uint64_t h, uint64_t now) {
   if (cell->type == NP_T_PROXY_STEP) {
@@ -918,12 +934,12 @@ void np_cell_stop(np_comm* c, np_thread* t, np_cell* cell, uint64_t h, uint64_t 
      * steps of operations sampled for the sampled trace. */
     if (__atomic_load_n(&np_detail_on, __ATOMIC_RELAXED) || (cell->sflags & NP_F_SAMPLE_BITS))
       np_step_record(c, t, cell, h, now);
-    np_cell_free(cell);
+    np_cell_release(c, t, cell);
     return;
   }
   uint64_t started = cell->t_start;
   np_op_finish(c, t, cell, h, now, 0);
-  np_cell_free(cell);
+  np_cell_release(c, t, cell);
   if (__atomic_load_n(&c->rq_head, __ATOMIC_RELAXED) != __atomic_load_n(&c->rq_tail, __ATOMIC_RELAXED))
     np_retire_due(c, t, started);
 }
@@ -1113,6 +1129,7 @@ static int np_poll_set(np_comm* c, uint32_t i, uint32_t set, int fin, uint64_t n
 
 int np_poll(np_ready* out, int max, int flush, int set_mask) {
   uint64_t now = np_ticks();
+  __atomic_store_n(&np_coarse_tsc, now, __ATOMIC_RELAXED); /* np_step_clock */
   int n = 0;
   uint32_t hwm = __atomic_load_n(&np_comms_hwm, __ATOMIC_ACQUIRE);
   /* The PXN communicator is never finalized by NCCL: it is flushed whenever one is, so other

@@ -185,9 +185,13 @@ static inline void* np_ctx_of(np_comm* c, uint64_t incarnation) {
 typedef struct np_tcache {
   uint32_t comm, set, win, epoch, next, end; /* epoch 0: no block held */
 } np_tcache;
+#define NP_CELL_KEEP 11 /* cells a thread keeps for its next claims (np_cell_release) */
 typedef struct np_acache {
-  uint32_t comm, next, end, pad; /* end == next: no block held */
+  uint32_t comm, inc; /* the communicator entry and the low bits of its incarnation */
+  uint32_t next, end; /* end == next: no block held */
+  uint32_t nkept, kept[NP_CELL_KEEP];
 } np_acache;
+_Static_assert(sizeof(np_acache) == 64, "np_acache is one cache line");
 #define NP_TCACHE 8
 #define NP_ACACHE 4
 #define NP_CELL_BLOCK 16
@@ -200,8 +204,8 @@ typedef struct np_thread {
    * state that carries none (the two calls are back to back on this thread). */
   uint64_t memo_size;
   np_tcache cache[NP_TCACHE];
-  np_acache acache[NP_ACACHE];
   uint8_t pad1[32];
+  np_acache acache[NP_ACACHE];
 } np_thread;
 _Static_assert(sizeof(np_thread) % 64 == 0, "np_thread is whole cache lines");
 
@@ -214,6 +218,7 @@ extern NP_HIDDEN int np_clock;      /* NP_CLOCK_* */
 extern NP_HIDDEN int np_fence_mode; /* 1: no membarrier, writers fence */
 extern NP_HIDDEN uint32_t np_record_mask;
 extern NP_HIDDEN uint32_t np_detail_on; /* detail events are recorded (a trace wants them) */
+extern NP_HIDDEN uint64_t np_coarse_tsc; /* the clock at the drainer's last pass (0: none yet) */
 extern NP_HIDDEN uint32_t np_sample_n;  /* NCCLPROF_TRACE_SAMPLE (0: off); set once, at setup */
 extern NP_HIDDEN uint64_t np_dropped_type[NP_T_COUNT];
 extern NP_HIDDEN uint64_t np_trace_dropped_type[NP_T_COUNT];
@@ -221,6 +226,7 @@ extern NP_HIDDEN pid_t np_pid;
 enum { NP_CLOCK_TSC = 0, NP_CLOCK_CNTVCT = 1, NP_CLOCK_MONO = 2 };
 
 np_thread* np_thread_attach(void);
+void np_acache_switch(np_acache* a, uint32_t comm, uint32_t inc);
 void np_rotate(np_comm* c, uint32_t set, uint32_t from);
 
 /* The hot path's clock: TSC, the aarch64 virtual counter, or CLOCK_MONOTONIC ns. */
@@ -237,6 +243,21 @@ NP_HOT uint64_t np_ticks(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The time of a ProxyStep moment no figure is computed from (its start, SendGPUWait,
+ * SendPeerWait, RecvWait, RecvFlushWait, RecvGPUWait, a receive's stop): the drainer's clock,
+ * read at its last pass (a few ms at most; a hang dump's "in this state since" needs no more),
+ * which saves the counter read that is most of a callback's cost. Read exactly when the step
+ * is recorded whole (a trace wants detail, or sampled tracing chose its operation) and before
+ * the drainer's first pass. A send's SendWait and stop, whose difference is its transfer time,
+ * always read the counter. */
+NP_HOT uint64_t np_step_clock(uint16_t sflags) {
+  uint64_t t = __atomic_load_n(&np_coarse_tsc, __ATOMIC_RELAXED);
+  if (NP_LIKELY(t != 0) && !(sflags & NP_F_SAMPLE_BITS) &&
+      !__atomic_load_n(&np_detail_on, __ATOMIC_RELAXED))
+    return t;
+  return np_ticks();
 }
 
 /* Enter/leave a callback. Between them the drainer will not read a window this thread may
@@ -581,16 +602,28 @@ NP_HOT uint16_t np_parent_sample(np_comm* c, uint64_t parent) {
 
 /* ------------------------------------------------------------------- arena */
 
-/* Claims a free arena cell (the thread has entered). Cells are handed out in blocks per
- * thread, so the shared cursor is written once per NP_CELL_BLOCK claims; a cell still in use
- * from a previous lap (a long transfer) is skipped. The compare-and-swap settles the rare case
- * of two threads holding the same block from different laps. Returns NULL when the arena is
- * full (every cell tried was in flight). */
-NP_HOT np_cell* np_cell_claim(np_comm* c, np_thread* t, uint64_t* handle) {
+/* The thread's arena cache for communicator c: direct-mapped like np_tcache_for. The cells it
+ * kept for another communicator (or an earlier incarnation of this one) go back first. */
+NP_HOT np_acache* np_acache_for(np_thread* t, np_comm* c) {
   np_acache* a = &t->acache[c->idx % NP_ACACHE];
-  if (NP_UNLIKELY(a->comm != c->idx)) {
-    a->comm = c->idx;
-    a->next = a->end = 0;
+  uint32_t inc = (uint32_t)c->incarnation;
+  if (NP_UNLIKELY(a->comm != c->idx || a->inc != inc)) np_acache_switch(a, c->idx, inc);
+  return a;
+}
+
+/* Claims a free arena cell (the thread has entered): first one this thread kept when it freed
+ * it (np_cell_release: its lines are still in this core's cache, and no other thread can take
+ * it, so it needs no atomic), else from a block of the shared cursor, which is written once per
+ * NP_CELL_BLOCK claims; a cell still in use from a previous lap (a long transfer) is skipped.
+ * The compare-and-swap settles the rare case of two threads holding the same block from
+ * different laps. Returns NULL when the arena is full (every cell tried was in flight). */
+NP_HOT np_cell* np_cell_claim(np_comm* c, np_thread* t, uint64_t* handle) {
+  np_acache* a = np_acache_for(t, c);
+  if (NP_LIKELY(a->nkept > 0)) {
+    uint32_t i = a->kept[--a->nkept];
+    np_cell* cell = &c->cells[i];
+    *handle = np_ahandle(c->idx, i, (uint32_t)(__atomic_load_n(&cell->gs, __ATOMIC_RELAXED) >> 1));
+    return cell;
   }
   for (int tries = 0; tries < 4 * NP_CELL_BLOCK; tries++) {
     if (a->next == a->end) {
@@ -614,6 +647,24 @@ NP_HOT np_cell* np_cell_claim(np_comm* c, np_thread* t, uint64_t* handle) {
 NP_HOT void np_cell_free(np_cell* cell) {
   uint64_t gs = __atomic_load_n(&cell->gs, __ATOMIC_RELAXED);
   __atomic_store_n(&cell->gs, (gs | 1) + 1, __ATOMIC_RELEASE);
+}
+
+/* Frees a cell the thread claimed, keeping it for the thread's next claim while there is room:
+ * the next generation (stale handles of this one stop matching) but still marked in use, so
+ * no other thread takes it and the claim needs no atomic; t_start 0 and no type mark it as
+ * holding no event (np_arena_scan skips it). A steady stream of steps then reuses a few cells
+ * that stay in the core's cache instead of walking the whole arena. */
+NP_HOT void np_cell_release(np_comm* c, np_thread* t, np_cell* cell) {
+  np_acache* a = np_acache_for(t, c);
+  if (NP_UNLIKELY(a->nkept == NP_CELL_KEEP)) {
+    np_cell_free(cell);
+    return;
+  }
+  cell->t_start = 0;
+  cell->type = NP_T_NONE;
+  uint64_t gs = __atomic_load_n(&cell->gs, __ATOMIC_RELAXED);
+  __atomic_store_n(&cell->gs, (gs | 1) + 2, __ATOMIC_RELEASE);
+  a->kept[a->nkept++] = (uint32_t)(cell - c->cells);
 }
 
 /* Starts a cell event's common fields. */
@@ -831,7 +882,9 @@ NP_HOT void np_stop(void* handle) {
   }
   if (np_h_is_cell(h)) {
     np_cell* cell = np_cell_of(c, h);
-    if (NP_LIKELY(cell != NULL)) np_cell_stop(c, t, cell, h, np_ticks());
+    if (NP_LIKELY(cell != NULL))
+      np_cell_stop(c, t, cell, h, cell->type == NP_T_PROXY_STEP && !cell->is_send
+                                      ? np_step_clock(cell->sflags) : np_ticks());
     else np_count(NP_C_STALE_HANDLE); /* stopped twice, or after its communicator was reset */
   } else {
     np_stop_slot(c, t, h);
@@ -855,8 +908,10 @@ NP_HOT void np_state(void* handle, int state, uint64_t a0, uint64_t a1, int has_
     if (NP_UNLIKELY(cell == NULL)) {
       np_count(NP_C_STALE_HANDLE);
     } else {
-      uint64_t now = np_ticks();
-      if (!(cell->type == NP_T_PROXY_STEP && np_step_fast(cell, state, a0, has_args, now)))
+      int step = cell->type == NP_T_PROXY_STEP;
+      uint64_t now = step && state != NPABI_PROXY_STEP_SEND_WAIT ? np_step_clock(cell->sflags)
+                                                                 : np_ticks();
+      if (!(step && np_step_fast(cell, state, a0, has_args, now)))
         np_cell_state(cell, state, a0, has_args, now);
     }
     np_leave(t);

@@ -23,6 +23,8 @@ static void usage(void) {
           "  cycles     communicators created and destroyed, with dlclose/dlopen in between\n"
           "  fuzz       random and malformed calls from several threads for --seconds\n"
           "  bench      callback cost against --empty-lib (prints JSON)\n"
+          "  bench-nccl callback cost on NCCL's call sequence (net.cc's steps, 2 and 4 channels, 4\n"
+          "             and 16 steps, paced and unpaced) with the drainer live, against --empty-lib\n"
           "  bench-sample  sampled tracing (NCCLPROF_TRACE_SAMPLE=N): callback cost at N = 1,\n"
           "             100, 10000 against metrics only, and trace bytes per operation (JSON)\n"
           "  drain      one thread at --rate AllReduces/s (0: unpaced) of --channels x --steps for\n"
@@ -121,6 +123,11 @@ int main(int argc, char** argv) {
     if (!o.empty_lib) usage();
     world_init(o.lib, 6, 0, 2, 0, o.seed);
     return scenario_bench(&o);
+  }
+  if (!strcmp(o.scenario, "bench-nccl")) {
+    if (!o.empty_lib) usage();
+    world_init(o.lib, 6, 0, 2, 0, o.seed);
+    return scenario_bench_nccl(&o);
   }
   if (!strcmp(o.scenario, "bench-sample")) {
     if (!o.empty_lib) usage();

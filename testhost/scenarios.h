@@ -86,6 +86,7 @@ run run_one(bench_lib* L, int channels, int bursts, int per, int tsc);
 double median(double* v, int n);
 int scenario_drain(const opts* o);
 int scenario_bench_sample(const opts* o); /* samplebench.c */
+int scenario_bench_nccl(const opts* o);   /* ncclbench.c */
 
 void scenario_allreduce(const opts* o);
 void scenario_p2p(const opts* o);
