@@ -684,7 +684,7 @@ static int np_step_cell(int state) {
 }
 
 void np_late(np_comm* c, np_thread* t, uint64_t h, uint32_t state, uint64_t a0, uint64_t a1,
-             int has_args, const np_cell* opfin, uint16_t sflags) {
+             int has_args, const np_cell* opfin) {
   uint32_t wi, s, ep;
   /* A late record goes to its event's set: a ProxyOp's (a cell handle) is an operation. */
   uint32_t set = np_h_is_cell(h) ? NP_SET_OP : np_h_set(h);
@@ -700,7 +700,7 @@ void np_late(np_comm* c, np_thread* t, uint64_t h, uint32_t state, uint64_t a0, 
   ev->tid = t->tid;
   ev->rank = np_comm_rank(c);
   ev->nstates = 0;
-  ev->sflags = sflags;
+  ev->sflags = 0;
   memset(&ev->u, 0, sizeof ev->u);
   ev->u.late.target = h;
   ev->u.late.state = state;
@@ -810,6 +810,7 @@ uint64_t np_op_running_total(void* handle, int state, uint64_t total) {
   if (cell != NULL && cell->type == NP_T_PROXY_OP) {
     uint64_t had = cell->u.op.prog.trans_size;
     added = total > had ? total - had : 0;
+    if (cell->u.op.record == 0) np_op_record(c, t, cell, h); /* its first sign of life */
     np_cell_state(cell, state, total, 1, np_ticks());
   } else if (c != NULL) {
     np_count(NP_C_STALE_HANDLE);
@@ -845,39 +846,61 @@ static void np_step_record(np_comm* c, np_thread* t, const np_cell* s, uint64_t 
                    __ATOMIC_RELEASE);
 }
 
-/* A ProxyOp stopped (or retired: sflags NP_F_RETIRED): its record in the operation windows
- * gets the stop and what the cell gathered, in place while its window accepts writes, else as
- * a late record. */
-static void np_op_finish(np_comm* c, np_thread* t, const np_cell* op, uint64_t h, uint64_t now,
-                         uint16_t sflags) {
+/* A ProxyOp's record in the operation windows (how the drainer links it to its operation),
+ * written at its first sign of life (a state, a step, its stop) rather than at its start: a
+ * ProxyOp NCCL never reports on (CollNet, P2P/SHM copy engine: docs/nccl-patterns.md) then
+ * costs no record, and its operation completes without it. The record keeps the start time. */
+void np_op_record(np_comm* c, np_thread* t, np_cell* op, uint64_t h) {
+  uint64_t wh = 0, hdr = 0;
+  np_event* ev = np_slot_new(c, t, NP_T_PROXY_OP, op->abi, op->parent, op->rank, op->sflags, &wh, &hdr);
+  if (ev == NULL) { /* its steps still count: the cell has what they need */
+    op->u.op.record = NP_H_DROPPED;
+    np_count_drop(c, NP_T_PROXY_OP);
+    return;
+  }
+  ev->t_start = op->t_start;
+  memset(&ev->u.op, 0, sizeof ev->u.op);
+  ev->u.op.arena = h;
+  ev->u.op.pid = op->u.op.pid;
+  ev->u.op.channel = op->channel;
+  ev->u.op.peer = op->peer;
+  ev->u.op.nsteps = op->u.op.nsteps;
+  ev->u.op.chunk = op->chunk;
+  ev->u.op.is_send = op->is_send;
+  __atomic_store_n(&ev->hdr, hdr, __ATOMIC_RELEASE);
+  op->u.op.record = wh;
+}
+
+/* A ProxyOp stopped: its record in the operation windows gets the stop and what the cell
+ * gathered, in place while its window accepts writes, else as a late record. */
+static void np_op_finish(np_comm* c, np_thread* t, np_cell* op, uint64_t h, uint64_t now) {
+  if (op->u.op.record == 0) np_op_record(c, t, op, h); /* stopped without a state or a step */
   uint64_t rec = op->u.op.record;
-  if (rec == 0) return; /* it got no slot (counted when it started) */
+  if (rec == NP_H_DROPPED) return; /* it got no slot (counted) */
   np_event* ev = np_slot_of(c, rec, 0);
   if (ev == NULL || np_ev_type(ev) != NP_T_PROXY_OP) {
-    np_late(c, t, h, NP_LATE_STOP, 0, 0, 0, op, sflags);
+    np_late(c, t, h, NP_LATE_STOP, 0, 0, 0, op);
     return;
   }
   ev->u.op.prog = op->u.op.prog;
   ev->nstates = op->nstates;
-  ev->sflags |= sflags;
   ev->t_stop = now;
   __atomic_store_n(&ev->done, 1, __ATOMIC_RELEASE);
 }
 
 /* Retires a ProxyOp NCCL will never stop, if it is one: no state and no step since it started
  * (net.cc records InProgress and starts steps on its first pass over an operation, so a
- * ProxyOp of net.cc's that had passes has both). Its cell is freed by a compare-and-swap of
- * the generation its handle names, so a cell stopped or reused meanwhile is left alone, and
- * its record completes without a stop time of its own (NP_F_RETIRED). */
+ * ProxyOp of net.cc's that had passes has both; one without has no record either). A
+ * compare-and-swap moves the generation its handle names on, so a cell stopped or reused
+ * meanwhile is left alone and the retiring thread owns it after, and keeps it for its next
+ * claim. */
 static void np_op_retire(np_comm* c, np_thread* t, np_cell* op, uint64_t h, int counter) {
   uint64_t gs = __atomic_load_n(&op->gs, __ATOMIC_ACQUIRE);
   if (!(gs & 1) || ((uint32_t)(gs >> 1) & NP_GEN_MASK) != np_h_gen(h)) return;
-  if (op->type != NP_T_PROXY_OP || op->nstates != 0 || op->u.op.last_step != 0) return;
-  np_cell copy = *op; /* the cell may be claimed again as soon as it is free */
-  if (!__atomic_compare_exchange_n(&op->gs, &gs, (gs | 1) + 1, 0, __ATOMIC_ACQ_REL,
-                                   __ATOMIC_RELAXED))
+  if (op->type != NP_T_PROXY_OP || op->nstates != 0 || op->u.op.record != 0) return;
+  if (!__atomic_compare_exchange_n(&op->gs, &gs, gs + 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
     return;
-  np_op_finish(c, t, &copy, h, copy.t_start, NP_F_RETIRED);
+  np_cell_keep(c, t, op);
   np_count(counter);
 }
 
@@ -938,7 +961,7 @@ void np_cell_stop(np_comm* c, np_thread* t, np_cell* cell, uint64_t h, uint64_t 
     return;
   }
   uint64_t started = cell->t_start;
-  np_op_finish(c, t, cell, h, now, 0);
+  np_op_finish(c, t, cell, h, now);
   np_cell_release(c, t, cell);
   if (__atomic_load_n(&c->rq_head, __ATOMIC_RELAXED) != __atomic_load_n(&c->rq_tail, __ATOMIC_RELAXED))
     np_retire_due(c, t, started);

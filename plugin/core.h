@@ -113,9 +113,6 @@ enum {
    * Coll/P2p start and copied to its ProxyOps and their steps (see np_sample_flags in hot.h). */
   NP_F_SAMPLED = 1 << 8,        /* chosen by its seq (P2P: ordinal) % N == 0, alike on every rank */
   NP_F_TRIGGERED = 1 << 9,      /* one of the K operations after a slow one (the trigger) */
-  /* A ProxyOp NCCL never stopped (CollNet, P2P/SHM copy engine: docs/nccl-patterns.md),
-   * retired on evidence that its operation is over; it has no stop time of its own. */
-  NP_F_RETIRED = 1 << 10,
 };
 #define NP_F_SAMPLE_BITS (NP_F_SAMPLED | NP_F_TRIGGERED)
 

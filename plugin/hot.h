@@ -89,6 +89,7 @@ typedef struct __attribute__((aligned(64))) np_cell {
       uint64_t last_step; /* handle of its latest step (0: none yet, so no step activity) */
     } op;
   } u;
+  int32_t chunk; /* ProxyOp: chunkSize, for its record */
 } np_cell;
 _Static_assert(sizeof(np_cell) == 128, "np_cell is 128 bytes");
 
@@ -366,6 +367,32 @@ NP_HOT int np_is_detail_type(int type) {
   return type == NP_T_PROXY_STEP || type == NP_T_NET_PLUGIN || type == NP_T_PROXY_CTRL;
 }
 
+/* Slots this many events ahead of the one being claimed are fetched for writing now. */
+#define NP_PREFETCH_AHEAD 4
+
+/* The slots the thread will write a few events from now (in its block, below `end`) are
+ * fetched now: their two lines each (which the drainer read a lap ago, or which left the
+ * cache as the windows cycled) then arrive while NCCL does its own work, instead of stalling
+ * the event that writes them. A fresh block (`fresh`) fetches its first slots at once. */
+NP_HOT void np_prefetch_write(const void* p) {
+#if defined(__x86_64__)
+  /* PREFETCHW: the line arrives owned, so the store that follows needs no second trip to
+   * take it from the drainer's core (a plain prefetch brings it shared). A no-op where the
+   * CPU lacks it. */
+  __asm__ __volatile__("prefetchw %0" : : "m"(*(const char*)p));
+#else
+  __builtin_prefetch(p, 1, 3);
+#endif
+}
+
+NP_HOT void np_slot_prefetch(np_window* w, uint32_t s, uint32_t end, int fresh) {
+  for (uint32_t k = fresh ? 1 : NP_PREFETCH_AHEAD; k <= NP_PREFETCH_AHEAD; k++) {
+    if (s + k >= end) return;
+    np_prefetch_write(&w->slots[s + k]);
+    np_prefetch_write((char*)&w->slots[s + k] + 64);
+  }
+}
+
 /* A slot in the current window of a communicator's set; the thread must have entered. */
 NP_HOT np_event* np_claim(np_comm* c, np_thread* t, uint32_t set, uint32_t* win, uint32_t* slot,
                           uint32_t* epoch) {
@@ -378,6 +405,7 @@ NP_HOT np_event* np_claim(np_comm* c, np_thread* t, uint32_t set, uint32_t* win,
     uint32_t st = NP_SE_STATE(se), ep = NP_SE_EPOCH(se);
     if (NP_UNLIKELY(st != NP_W_FILLING && st != NP_W_CLOSING)) continue; /* rotating */
     uint32_t s;
+    int fresh = 0;
     if (e->epoch == ep && e->win == wi && e->next < e->end) { /* epoch 0: no block */
       s = e->next++;
     } else {
@@ -393,9 +421,11 @@ NP_HOT np_event* np_claim(np_comm* c, np_thread* t, uint32_t set, uint32_t* win,
       e->win = wi;
       e->epoch = ep;
       e->next = s + 1;
+      fresh = 1;
       e->end = s + ws->block < ws->nslots ? s + ws->block : ws->nslots;
       if (NP_UNLIKELY(s < ws->trigger && s + ws->block >= ws->trigger)) np_rotate(c, set, wi);
     }
+    np_slot_prefetch(w, s, e->end, fresh);
     *win = wi;
     *slot = s;
     *epoch = ep;
@@ -649,12 +679,12 @@ NP_HOT void np_cell_free(np_cell* cell) {
   __atomic_store_n(&cell->gs, (gs | 1) + 1, __ATOMIC_RELEASE);
 }
 
-/* Frees a cell the thread claimed, keeping it for the thread's next claim while there is room:
- * the next generation (stale handles of this one stop matching) but still marked in use, so
- * no other thread takes it and the claim needs no atomic; t_start 0 and no type mark it as
- * holding no event (np_arena_scan skips it). A steady stream of steps then reuses a few cells
- * that stay in the core's cache instead of walking the whole arena. */
-NP_HOT void np_cell_release(np_comm* c, np_thread* t, np_cell* cell) {
+/* Keeps a cell whose generation the thread has just moved on (still marked in use) for the
+ * thread's next claim while there is room, else frees it: t_start 0 and no type mark it as
+ * holding no event (np_arena_scan skips it), and no other thread can take it, so the claim
+ * needs no atomic. A steady stream of steps then reuses a few cells that stay in the core's
+ * cache instead of walking the whole arena. */
+NP_HOT void np_cell_keep(np_comm* c, np_thread* t, np_cell* cell) {
   np_acache* a = np_acache_for(t, c);
   if (NP_UNLIKELY(a->nkept == NP_CELL_KEEP)) {
     np_cell_free(cell);
@@ -662,9 +692,15 @@ NP_HOT void np_cell_release(np_comm* c, np_thread* t, np_cell* cell) {
   }
   cell->t_start = 0;
   cell->type = NP_T_NONE;
+  a->kept[a->nkept++] = (uint32_t)(cell - c->cells);
+}
+
+/* Frees a cell the thread owns (its event stopped): the next generation, so stale handles of
+ * this one stop matching, and kept for the thread's next claim (np_cell_keep). */
+NP_HOT void np_cell_release(np_comm* c, np_thread* t, np_cell* cell) {
   uint64_t gs = __atomic_load_n(&cell->gs, __ATOMIC_RELAXED);
   __atomic_store_n(&cell->gs, (gs | 1) + 2, __ATOMIC_RELEASE);
-  a->kept[a->nkept++] = (uint32_t)(cell - c->cells);
+  np_cell_keep(c, t, cell);
 }
 
 /* Starts a cell event's common fields. */
@@ -799,10 +835,11 @@ NP_HOT void np_step_fold(np_comm* c, np_thread* t, np_cell* s, np_cell* op, uint
 /* A stop or state for an event whose window was sealed: written as a LATE record. */
 #define NP_LATE_STOP 0xffffffffu
 void np_late(np_comm* c, np_thread* t, uint64_t h, uint32_t state, uint64_t a0, uint64_t a1,
-             int has_args, const np_cell* opfin, uint16_t sflags);
+             int has_args, const np_cell* opfin);
 void np_apply_state(np_event* ev, int state, uint64_t a0, uint64_t a1, int has_args,
                     uint64_t now);
 void np_cell_state(np_cell* cell, int state, uint64_t a0, int has_args, uint64_t now);
+void np_op_record(np_comm* c, np_thread* t, np_cell* op, uint64_t h);
 void np_cell_stop(np_comm* c, np_thread* t, np_cell* cell, uint64_t h, uint64_t now);
 
 /* Resolves a handle for stop/record, inside the active section: counts and returns NULL for
@@ -855,7 +892,7 @@ NP_HOT int np_is_sentinel(uint64_t h) {
 NP_HOT void np_stop_slot(np_comm* c, np_thread* t, uint64_t h) {
   np_event* ev = np_slot_of(c, h, 0);
   if (NP_UNLIKELY(ev == NULL)) {
-    np_late(c, t, h, NP_LATE_STOP, 0, 0, 0, NULL, 0);
+    np_late(c, t, h, NP_LATE_STOP, 0, 0, 0, NULL);
     return;
   }
   if (NP_UNLIKELY(ev->done)) {
@@ -909,6 +946,7 @@ NP_HOT void np_state(void* handle, int state, uint64_t a0, uint64_t a1, int has_
       np_count(NP_C_STALE_HANDLE);
     } else {
       int step = cell->type == NP_T_PROXY_STEP;
+      if (!step && cell->u.op.record == 0) np_op_record(c, t, cell, h); /* its first sign of life */
       uint64_t now = step && state != NPABI_PROXY_STEP_SEND_WAIT ? np_step_clock(cell->sflags)
                                                                  : np_ticks();
       if (!(step && np_step_fast(cell, state, a0, has_args, now)))
@@ -926,7 +964,7 @@ NP_HOT void np_state(void* handle, int state, uint64_t a0, uint64_t a1, int has_
       np_apply_state(ev, state, a0, a1, has_args, np_ticks());
     }
   } else {
-    np_late(c, t, h, (uint32_t)state, a0, a1, has_args, NULL, 0);
+    np_late(c, t, h, (uint32_t)state, a0, a1, has_args, NULL);
   }
   np_leave(t);
 }

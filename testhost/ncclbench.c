@@ -19,7 +19,8 @@
  * under the same mask and pacing, --reps times. Each AllReduce's callbacks are timed alone (a
  * paced run's waits are not timed); a run's figure is its median AllReduce's ns per callback,
  * and a row's ratio the median over reps of ncclprof's figure over the floor's of the same rep
- * (the ratio of the runs' means is printed beside it).
+ * (the ratio of the runs' means is printed beside it). NCCLPROF_BENCH_ROWS=TEXT runs only the
+ * rows whose name contains TEXT (to profile one).
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -251,9 +252,11 @@ int scenario_bench_nccl(const opts* o) {
   static double ratio_mean[NB_NROWS][32];
   static uint64_t drops[NB_NROWS];
   nb_calibrate();
+  const char* only = getenv("NCCLPROF_BENCH_ROWS"); /* rows whose name contains it (profiling) */
   for (int rep = 0; rep < reps; rep++) {
     for (int i = 0; i < NB_NROWS; i++) {
       const nb_row* r = &nb_rows[i];
+      if (only && !strstr(r->name, only)) continue;
       int count = r->rate > 0 ? paced_count : unpaced_count;
       nb_run f = nb_measure(&empty, r, count, 1);
       uint64_t d0 = nb_dropped(&prof);

@@ -451,9 +451,6 @@ func (a *Aggregator) proxyOp(cs *commState, r *event.Record) {
 	} else if op = a.opFor(r.Parent); op == nil {
 		a.noParent(cs, r.Parent, &cs.res.Health.OrphanProxy)
 	}
-	if r.Flags&event.Retired != 0 {
-		cs.res.Health.Retired++
-	}
 	if r.Flags&event.Open == 0 {
 		if op != nil {
 			op.last = max(op.last, r.Start)
@@ -469,13 +466,10 @@ func (a *Aggregator) proxyOp(cs *commState, r *event.Record) {
 	cs.qProxies.push(r.Start, r.Handle)
 }
 
-// proxyDone applies a stopped ProxyOp to its operation: the last child's stop ends it. A
-// retired one (NCCL never stopped it) closes without a time: it cannot say when it ended.
+// proxyDone applies a stopped ProxyOp to its operation: the last child's stop ends it.
 func (a *Aggregator) proxyDone(o *opEntry, r *event.Record) {
-	if r.Flags&event.Retired == 0 {
-		o.last = max(o.last, r.Stop)
-		o.op.End = max(o.op.End, r.Stop)
-	}
+	o.last = max(o.last, r.Stop)
+	o.op.End = max(o.op.End, r.Stop)
 	o.op.addTransfers(r, a.TicksPerNs)
 	o.proxies = append(o.proxies, ProxySeen{Channel: int(r.Channel), Peer: int(r.Peer), IsSend: r.IsSend,
 		NSteps: int(r.NSteps), StepsDone: int(r.StepsDone), Start: r.Start})
@@ -550,9 +544,6 @@ func (a *Aggregator) late(cs *commState, r *event.Record) {
 		if stop {
 			p := cs.proxies[h]
 			p.rec.ApplyLate(r) // the stop and the progress its cell gathered
-			if p.rec.Flags&event.Retired != 0 {
-				cs.res.Health.Retired++
-			}
 			if p.op != nil {
 				p.op.open--
 				a.proxyDone(p.op, &p.rec)

@@ -141,7 +141,6 @@ type Health struct {
 	Foreign       uint64 `json:"foreign_pxn"`
 	Expired       uint64 `json:"expired"`       // pending entries given up after MaxAgeWindows
 	NeverStopped  uint64 `json:"never_stopped"` // ProxyOps NCCL never stopped, every step done
-	Retired       uint64 `json:"retired"`       // ProxyOps NCCL never stopped, retired by the plugin
 	// What the plugin could not keep (plugin/core.h), per event type: Untracked events are
 	// missing from every figure; TraceDropped ones only from the trace (detail records).
 	Untracked        map[string]uint64 `json:"untracked,omitempty"`

@@ -78,9 +78,6 @@ const (
 	Sampled
 	// Triggered: one of the operations traced in full after a slow one (the trigger).
 	Triggered
-	// Retired: a ProxyOp NCCL never stopped (CollNet, P2P/SHM copy engine), retired by the
-	// plugin once its operation was over (docs/nccl-patterns.md); its Stop is not a time.
-	Retired
 )
 
 // Step state cells (Record.States for ProxyStep), in NCCL's order of occurrence.
@@ -207,7 +204,7 @@ func DtypeSize(name string) uint64 {
 func (r *Record) ApplyLate(l *Record) bool {
 	if l.LateState == LateStop {
 		r.Stop = l.Start
-		r.Flags = r.Flags&^Open | l.Flags&Retired
+		r.Flags &^= Open
 		if r.Type == ProxyOp { // what its arena cell gathered until the stop
 			r.Progress, r.Bytes = l.Progress, l.Bytes
 			r.XferN, r.XferBytes, r.XferTime, r.StepsDone = l.XferN, l.XferBytes, l.XferTime, l.StepsDone
