@@ -184,6 +184,8 @@ bench: all hta
 	@rm -rf $(BUILD)/bench-out/sample
 	@echo "== the same with the empty plugin chained behind ncclprof (NCCLPROF_CHAIN) =="
 	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out $(HOST) --lib $(PLUGIN) --empty-lib $(EMPTY) --chain $(EMPTY) --reps 7 bench
+	@echo "== callback cost on NCCL's call sequence, drainer live, paced and unpaced (tools/bench/nccl.sh) =="
+	@tools/bench/nccl.sh $(HOST) $(PLUGIN) $(EMPTY) $(BUILD)/bench-nccl 7
 	@echo "== the drainer under NCCL's busiest load: paced and unpaced, several shapes (tools/bench/drain.sh) =="
 	@tools/bench/drain.sh $(HOST) $(PLUGIN) $(BUILD)/bench-drain
 	@echo "== callback cost while something is broken (ncclprof, every event type, 1 thread) =="

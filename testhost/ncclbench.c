@@ -229,6 +229,10 @@ static const nb_row nb_rows[] = {
     {"default 2ch x 4 steps, receive steps restarted, unpaced", 0, 2, 4, 0, NB_RESTARTS, 0},
     {"default 2ch x 4 steps, CollNet ProxyOps never stopped, paced", 0, 2, 4, 5000, 0, 1},
     {"default 2ch x 4 steps, CollNet ProxyOps never stopped, unpaced", 0, 2, 4, 0, 0, 1},
+    /* Operations with no network work (intra-node: NCCL starts no ProxyOp): the user thread's
+     * events alone, which every row above also makes once per AllReduce. */
+    {"default, no network (user thread's events only), paced", 0, 0, 4, 5000, 0, 0},
+    {"default, no network (user thread's events only), unpaced", 0, 0, 4, 0, 0, 0},
 };
 #define NB_NROWS ((int)(sizeof nb_rows / sizeof nb_rows[0]))
 
