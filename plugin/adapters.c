@@ -181,7 +181,9 @@ NP_HOT void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t parent, in
   cell->peer = peer;
   cell->channel = channel;
   cell->is_send = (uint8_t)(is_send != 0);
-  memset(&cell->u.op, 0, sizeof cell->u.op);
+  memset(&cell->u.op.prog, 0, sizeof cell->u.op.prog);
+  __atomic_store_n(&cell->u.op.record, 0, __ATOMIC_RELAXED); /* np_op_retire reads it */
+  cell->u.op.last_step = 0;
   cell->u.op.nsteps = nsteps;
   cell->u.op.pid = pid;
   cell->chunk = chunk;
@@ -215,8 +217,11 @@ NP_HOT void np_start_proxy_step(void* ctx, int abi, void** eh, uint64_t parent, 
   }
   np_cell_init(s, t, NP_T_PROXY_STEP, abi, parent, op ? op->rank : rank,
                np_step_clock(op ? op->sflags : NP_F_SAMPLE_BITS));
-  memset(&s->u.step, 0, sizeof s->u.step);
-  s->u.step.step = step;
+  memset(s->u.step.t_state, 0, sizeof s->u.step.t_state);
+  s->u.step.trans_size = 0;
+  s->u.step.npeerwait = 0;
+  s->u.step.nrestarts = 0;
+  __atomic_store_n(&s->u.step.step, step, __ATOMIC_RELAXED); /* np_step_restarted reads it */
   if (NP_LIKELY(op != NULL)) {
     if (NP_UNLIKELY(op->u.op.record == 0)) np_op_record(c, t, op, parent);
     op->u.op.last_step = h;

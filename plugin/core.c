@@ -770,7 +770,7 @@ void np_net_start_payload(np_event* ev, const void* data) { np_copy_net_payload(
 
 /* A state of a ProxyOp or ProxyStep in flight (the inline path takes most step states). */
 void np_cell_state(np_cell* cell, int state, uint64_t a0, int has_args, uint64_t now) {
-  cell->nstates++;
+  __atomic_store_n(&cell->nstates, (uint16_t)(cell->nstates + 1), __ATOMIC_RELAXED);
   if (cell->type == NP_T_PROXY_STEP) {
     int k = np_step_cell(state);
     if (k >= 0) {
@@ -854,7 +854,7 @@ void np_op_record(np_comm* c, np_thread* t, np_cell* op, uint64_t h) {
   uint64_t wh = 0, hdr = 0;
   np_event* ev = np_slot_new(c, t, NP_T_PROXY_OP, op->abi, op->parent, op->rank, op->sflags, &wh, &hdr);
   if (ev == NULL) { /* its steps still count: the cell has what they need */
-    op->u.op.record = NP_H_DROPPED;
+    __atomic_store_n(&op->u.op.record, NP_H_DROPPED, __ATOMIC_RELAXED);
     np_count_drop(c, NP_T_PROXY_OP);
     return;
   }
@@ -868,7 +868,7 @@ void np_op_record(np_comm* c, np_thread* t, np_cell* op, uint64_t h) {
   ev->u.op.chunk = op->chunk;
   ev->u.op.is_send = op->is_send;
   __atomic_store_n(&ev->hdr, hdr, __ATOMIC_RELEASE);
-  op->u.op.record = wh;
+  __atomic_store_n(&op->u.op.record, wh, __ATOMIC_RELAXED); /* np_op_retire reads it */
 }
 
 /* A ProxyOp stopped: its record in the operation windows gets the stop and what the cell
@@ -891,16 +891,21 @@ static void np_op_finish(np_comm* c, np_thread* t, np_cell* op, uint64_t h, uint
 /* Retires a ProxyOp NCCL will never stop, if it is one: no state and no step since it started
  * (net.cc records InProgress and starts steps on its first pass over an operation, so a
  * ProxyOp of net.cc's that had passes has both; one without has no record either). A
- * compare-and-swap moves the generation its handle names on, so a cell stopped or reused
- * meanwhile is left alone and the retiring thread owns it after, and keeps it for its next
- * claim. */
+ * compare-and-swap frees the generation its handle names, so a cell stopped or reused
+ * meanwhile is left alone. The fields are read atomically: the generation was checked first,
+ * but another thread may be reusing the cell as they are read (never under NCCL, whose proxy
+ * thread alone starts and stops a communicator's ProxyOps). */
 static void np_op_retire(np_comm* c, np_thread* t, np_cell* op, uint64_t h, int counter) {
+  (void)c;
+  (void)t;
   uint64_t gs = __atomic_load_n(&op->gs, __ATOMIC_ACQUIRE);
   if (!(gs & 1) || ((uint32_t)(gs >> 1) & NP_GEN_MASK) != np_h_gen(h)) return;
-  if (op->type != NP_T_PROXY_OP || op->nstates != 0 || op->u.op.record != 0) return;
-  if (!__atomic_compare_exchange_n(&op->gs, &gs, gs + 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+  if (__atomic_load_n(&op->type, __ATOMIC_RELAXED) != NP_T_PROXY_OP ||
+      __atomic_load_n(&op->nstates, __ATOMIC_RELAXED) != 0 ||
+      __atomic_load_n(&op->u.op.record, __ATOMIC_RELAXED) != 0)
     return;
-  np_cell_keep(c, t, op);
+  if (!__atomic_compare_exchange_n(&op->gs, &gs, gs + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+    return;
   np_count(counter);
 }
 
@@ -912,9 +917,10 @@ static void np_retire_due(np_comm* c, np_thread* t, uint64_t started) {
   uint32_t head = __atomic_load_n(&c->rq_head, __ATOMIC_RELAXED);
   uint32_t tail = __atomic_load_n(&c->rq_tail, __ATOMIC_RELAXED);
   for (; head != tail; head++) {
-    uint64_t h = __atomic_load_n(&c->rq[head & (NP_RETIRE_RING - 1)], __ATOMIC_RELAXED);
+    uint64_t h = __atomic_load_n(&c->rq[head & (NP_RETIRE_RING - 1)], __ATOMIC_ACQUIRE);
     np_cell* op = np_cell_of(c, h);
-    if (op != NULL && op->t_start > started) break; /* started after the evidence */
+    if (op != NULL && __atomic_load_n(&op->t_start, __ATOMIC_RELAXED) > started)
+      break; /* started after the evidence */
     if (op != NULL) np_op_retire(c, t, op, h, NP_C_OPS_RETIRED);
   }
   __atomic_store_n(&c->rq_head, head, __ATOMIC_RELAXED);
@@ -925,25 +931,10 @@ static void np_retire_due(np_comm* c, np_thread* t, uint64_t started) {
  * no state and no step; counted apart, since no stop proved its operation over. */
 void np_retire_oldest(np_comm* c, np_thread* t) {
   uint32_t head = __atomic_load_n(&c->rq_head, __ATOMIC_RELAXED);
-  uint64_t h = __atomic_load_n(&c->rq[head & (NP_RETIRE_RING - 1)], __ATOMIC_RELAXED);
+  uint64_t h = __atomic_load_n(&c->rq[head & (NP_RETIRE_RING - 1)], __ATOMIC_ACQUIRE);
   np_cell* op = np_cell_of(c, h);
   if (op != NULL) np_op_retire(c, t, op, h, NP_C_OPS_RETIRED_OLD);
   __atomic_store_n(&c->rq_head, head + 1, __ATOMIC_RELAXED);
-}
-
-/* A thread's arena cache moves to another communicator entry or incarnation: the cells it
- * kept for the one before are freed, unless that incarnation is over (np_open_comm reset
- * every cell of its entry). */
-void np_acache_switch(np_acache* a, uint32_t comm, uint32_t inc) {
-  if (a->nkept > 0 && a->comm < NP_MAX_COMMS) {
-    np_comm* o = &np_comms[a->comm];
-    if (o->cells != NULL && (uint32_t)__atomic_load_n(&o->incarnation, __ATOMIC_RELAXED) == a->inc)
-      for (uint32_t k = 0; k < a->nkept; k++) np_cell_free(&o->cells[a->kept[k]]);
-  }
-  a->comm = comm;
-  a->inc = inc;
-  a->next = a->end = 0;
-  a->nkept = 0;
 }
 
 /* stopEvent of a ProxyOp or ProxyStep: fold, record where wanted, free the cell. */
@@ -957,12 +948,12 @@ void np_cell_stop(np_comm* c, np_thread* t, np_cell* cell, uint64_t h, uint64_t 
      * steps of operations sampled for the sampled trace. */
     if (__atomic_load_n(&np_detail_on, __ATOMIC_RELAXED) || (cell->sflags & NP_F_SAMPLE_BITS))
       np_step_record(c, t, cell, h, now);
-    np_cell_release(c, t, cell);
+    np_cell_free(cell);
     return;
   }
   uint64_t started = cell->t_start;
   np_op_finish(c, t, cell, h, now);
-  np_cell_release(c, t, cell);
+  np_cell_free(cell);
   if (__atomic_load_n(&c->rq_head, __ATOMIC_RELAXED) != __atomic_load_n(&c->rq_tail, __ATOMIC_RELAXED))
     np_retire_due(c, t, started);
 }

@@ -186,13 +186,9 @@ static inline void* np_ctx_of(np_comm* c, uint64_t incarnation) {
 typedef struct np_tcache {
   uint32_t comm, set, win, epoch, next, end; /* epoch 0: no block held */
 } np_tcache;
-#define NP_CELL_KEEP 11 /* cells a thread keeps for its next claims (np_cell_release) */
 typedef struct np_acache {
-  uint32_t comm, inc; /* the communicator entry and the low bits of its incarnation */
-  uint32_t next, end; /* end == next: no block held */
-  uint32_t nkept, kept[NP_CELL_KEEP];
+  uint32_t comm, next, end, pad; /* end == next: no block held */
 } np_acache;
-_Static_assert(sizeof(np_acache) == 64, "np_acache is one cache line");
 #define NP_TCACHE 8
 #define NP_ACACHE 4
 #define NP_CELL_BLOCK 16
@@ -205,8 +201,8 @@ typedef struct np_thread {
    * state that carries none (the two calls are back to back on this thread). */
   uint64_t memo_size;
   np_tcache cache[NP_TCACHE];
-  uint8_t pad1[32];
   np_acache acache[NP_ACACHE];
+  uint8_t pad1[32];
 } np_thread;
 _Static_assert(sizeof(np_thread) % 64 == 0, "np_thread is whole cache lines");
 
@@ -227,7 +223,6 @@ extern NP_HIDDEN pid_t np_pid;
 enum { NP_CLOCK_TSC = 0, NP_CLOCK_CNTVCT = 1, NP_CLOCK_MONO = 2 };
 
 np_thread* np_thread_attach(void);
-void np_acache_switch(np_acache* a, uint32_t comm, uint32_t inc);
 void np_rotate(np_comm* c, uint32_t set, uint32_t from);
 
 /* The hot path's clock: TSC, the aarch64 virtual counter, or CLOCK_MONOTONIC ns. */
@@ -632,28 +627,20 @@ NP_HOT uint16_t np_parent_sample(np_comm* c, uint64_t parent) {
 
 /* ------------------------------------------------------------------- arena */
 
-/* The thread's arena cache for communicator c: direct-mapped like np_tcache_for. The cells it
- * kept for another communicator (or an earlier incarnation of this one) go back first. */
-NP_HOT np_acache* np_acache_for(np_thread* t, np_comm* c) {
-  np_acache* a = &t->acache[c->idx % NP_ACACHE];
-  uint32_t inc = (uint32_t)c->incarnation;
-  if (NP_UNLIKELY(a->comm != c->idx || a->inc != inc)) np_acache_switch(a, c->idx, inc);
-  return a;
-}
-
-/* Claims a free arena cell (the thread has entered): first one this thread kept when it freed
- * it (np_cell_release: its lines are still in this core's cache, and no other thread can take
- * it, so it needs no atomic), else from a block of the shared cursor, which is written once per
- * NP_CELL_BLOCK claims; a cell still in use from a previous lap (a long transfer) is skipped.
- * The compare-and-swap settles the rare case of two threads holding the same block from
- * different laps. Returns NULL when the arena is full (every cell tried was in flight). */
+/* Claims a free arena cell (the thread has entered). Cells are handed out in blocks per
+ * thread, so the shared cursor is written once per NP_CELL_BLOCK claims; a cell still in use
+ * from a previous lap (a long transfer) is skipped. The compare-and-swap settles the rare case
+ * of two threads holding the same block from different laps. The block's next cell is fetched
+ * for writing as this one is claimed: the arena is walked a lap at a time, so a cell's lines
+ * have left the core's cache since it was last used, and would otherwise stall its claim.
+ * (A freed cell is not reused at once: a stop or state that races with its stop, from another
+ * thread, then still finds it stale, not another event's.) Returns NULL when the arena is full
+ * (every cell tried was in flight). */
 NP_HOT np_cell* np_cell_claim(np_comm* c, np_thread* t, uint64_t* handle) {
-  np_acache* a = np_acache_for(t, c);
-  if (NP_LIKELY(a->nkept > 0)) {
-    uint32_t i = a->kept[--a->nkept];
-    np_cell* cell = &c->cells[i];
-    *handle = np_ahandle(c->idx, i, (uint32_t)(__atomic_load_n(&cell->gs, __ATOMIC_RELAXED) >> 1));
-    return cell;
+  np_acache* a = &t->acache[c->idx % NP_ACACHE];
+  if (NP_UNLIKELY(a->comm != c->idx)) {
+    a->comm = c->idx;
+    a->next = a->end = 0;
   }
   for (int tries = 0; tries < 4 * NP_CELL_BLOCK; tries++) {
     if (a->next == a->end) {
@@ -662,6 +649,11 @@ NP_HOT np_cell* np_cell_claim(np_comm* c, np_thread* t, uint64_t* handle) {
     }
     uint32_t i = a->next++ & (c->ncells - 1);
     np_cell* cell = &c->cells[i];
+    if (a->next != a->end) {
+      np_cell* n = &c->cells[a->next & (c->ncells - 1)];
+      np_prefetch_write(n);
+      np_prefetch_write((char*)n + 64);
+    }
     uint64_t gs = __atomic_load_n(&cell->gs, __ATOMIC_RELAXED);
     if (gs & 1) continue;
     if (__atomic_compare_exchange_n(&cell->gs, &gs, gs | 1, 0, __ATOMIC_ACQUIRE,
@@ -679,41 +671,20 @@ NP_HOT void np_cell_free(np_cell* cell) {
   __atomic_store_n(&cell->gs, (gs | 1) + 1, __ATOMIC_RELEASE);
 }
 
-/* Keeps a cell whose generation the thread has just moved on (still marked in use) for the
- * thread's next claim while there is room, else frees it: t_start 0 and no type mark it as
- * holding no event (np_arena_scan skips it), and no other thread can take it, so the claim
- * needs no atomic. A steady stream of steps then reuses a few cells that stay in the core's
- * cache instead of walking the whole arena. */
-NP_HOT void np_cell_keep(np_comm* c, np_thread* t, np_cell* cell) {
-  np_acache* a = np_acache_for(t, c);
-  if (NP_UNLIKELY(a->nkept == NP_CELL_KEEP)) {
-    np_cell_free(cell);
-    return;
-  }
-  cell->t_start = 0;
-  cell->type = NP_T_NONE;
-  a->kept[a->nkept++] = (uint32_t)(cell - c->cells);
-}
-
-/* Frees a cell the thread owns (its event stopped): the next generation, so stale handles of
- * this one stop matching, and kept for the thread's next claim (np_cell_keep). */
-NP_HOT void np_cell_release(np_comm* c, np_thread* t, np_cell* cell) {
-  uint64_t gs = __atomic_load_n(&cell->gs, __ATOMIC_RELAXED);
-  __atomic_store_n(&cell->gs, (gs | 1) + 2, __ATOMIC_RELEASE);
-  np_cell_keep(c, t, cell);
-}
-
 /* Starts a cell event's common fields. */
 NP_HOT void np_cell_init(np_cell* cell, np_thread* t, int type, int abi, uint64_t parent,
                          int32_t rank, uint64_t now) {
-  cell->parent = parent;
-  cell->t_start = now;
+  /* parent, t_start, type and nstates are read by np_retire_due and np_step_restarted, which
+   * check a cell's generation first but may still race a thread that reuses it: relaxed
+   * atomics (plain moves) keep those reads defined. */
+  __atomic_store_n(&cell->parent, parent, __ATOMIC_RELAXED);
+  __atomic_store_n(&cell->t_start, now, __ATOMIC_RELAXED);
   cell->t_last = now;
   cell->tid = t->tid;
   cell->rank = rank;
-  cell->type = (uint8_t)type;
+  __atomic_store_n(&cell->type, (uint8_t)type, __ATOMIC_RELAXED);
   cell->abi = (uint8_t)abi;
-  cell->nstates = 0;
+  __atomic_store_n(&cell->nstates, 0, __ATOMIC_RELAXED);
   cell->sflags = 0;
   cell->last_state = -1;
 }
@@ -729,8 +700,10 @@ NP_HOT uint64_t np_step_restarted(np_comm* c, np_cell* op, uint64_t parent, int3
   uint64_t prev = op->u.op.last_step;
   if (prev == 0) return 0;
   np_cell* s = np_cell_of(c, prev);
-  if (s == NULL || s->type != NP_T_PROXY_STEP || s->parent != parent || s->u.step.step != step ||
-      s->nstates != 0)
+  if (s == NULL || __atomic_load_n(&s->type, __ATOMIC_RELAXED) != NP_T_PROXY_STEP ||
+      __atomic_load_n(&s->parent, __ATOMIC_RELAXED) != parent ||
+      __atomic_load_n(&s->u.step.step, __ATOMIC_RELAXED) != step ||
+      __atomic_load_n(&s->nstates, __ATOMIC_RELAXED) != 0)
     return 0;
   if (s->u.step.nrestarts != UINT16_MAX) s->u.step.nrestarts++;
   np_count(NP_C_STEP_RESTARTS);
@@ -745,7 +718,8 @@ NP_HOT void np_retire_push(np_comm* c, np_thread* t, uint64_t h) {
   uint32_t tail = __atomic_load_n(&c->rq_tail, __ATOMIC_RELAXED);
   if (NP_UNLIKELY(tail - __atomic_load_n(&c->rq_head, __ATOMIC_RELAXED) >= NP_RETIRE_RING))
     np_retire_oldest(c, t);
-  __atomic_store_n(&c->rq[tail & (NP_RETIRE_RING - 1)], h, __ATOMIC_RELAXED);
+  /* Release: whoever retires the cell from here sees its start complete. */
+  __atomic_store_n(&c->rq[tail & (NP_RETIRE_RING - 1)], h, __ATOMIC_RELEASE);
   __atomic_store_n(&c->rq_tail, tail + 1, __ATOMIC_RELAXED);
 }
 
@@ -871,7 +845,7 @@ NP_HOT int np_step_fast(np_cell* s, int state, uint64_t a0, int has_args, uint64
   if ((unsigned)state >= 32) return 0;
   int cell = np_step_cells[state];
   if (cell < 0 || cell == NP_ST_SEND_PEER_WAIT) return 0;
-  s->nstates++;
+  __atomic_store_n(&s->nstates, (uint16_t)(s->nstates + 1), __ATOMIC_RELAXED);
   s->last_state = state;
   s->t_last = now;
   if (s->u.step.t_state[cell] == 0) s->u.step.t_state[cell] = now;
