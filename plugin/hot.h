@@ -242,12 +242,13 @@ NP_HOT uint64_t np_ticks(void) {
 }
 
 /* The time of a ProxyStep moment no figure is computed from (its start, SendGPUWait,
- * SendPeerWait, RecvWait, RecvFlushWait, RecvGPUWait, a receive's stop): the drainer's clock,
+ * SendPeerWait, RecvWait, RecvFlushWait, RecvGPUWait): the drainer's clock,
  * read at its last pass (a few ms at most; a hang dump's "in this state since" needs no more),
  * which saves the counter read that is most of a callback's cost. Read exactly when the step
  * is recorded whole (a trace wants detail, or sampled tracing chose its operation) and before
  * the drainer's first pass. A send's SendWait and stop, whose difference is its transfer time,
- * always read the counter. */
+ * and every stop (its ProxyOp's latest activity, which says when a ProxyOp NCCL leaves
+ * unstopped finished its steps) always read the counter. */
 NP_HOT uint64_t np_step_clock(uint16_t sflags) {
   uint64_t t = __atomic_load_n(&np_coarse_tsc, __ATOMIC_RELAXED);
   if (NP_LIKELY(t != 0) && !(sflags & NP_F_SAMPLE_BITS) &&
@@ -893,9 +894,7 @@ NP_HOT void np_stop(void* handle) {
   }
   if (np_h_is_cell(h)) {
     np_cell* cell = np_cell_of(c, h);
-    if (NP_LIKELY(cell != NULL))
-      np_cell_stop(c, t, cell, h, cell->type == NP_T_PROXY_STEP && !cell->is_send
-                                      ? np_step_clock(cell->sflags) : np_ticks());
+    if (NP_LIKELY(cell != NULL)) np_cell_stop(c, t, cell, h, np_ticks());
     else np_count(NP_C_STALE_HANDLE); /* stopped twice, or after its communicator was reset */
   } else {
     np_stop_slot(c, t, h);
