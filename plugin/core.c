@@ -915,8 +915,11 @@ static void np_op_retire(np_comm* c, np_thread* t, np_cell* op, uint64_t h, int 
  * Those still without a state or a step are none of net.cc's: they are retired. */
 static void np_retire_due(np_comm* c, np_thread* t, uint64_t started) {
   uint32_t head = __atomic_load_n(&c->rq_head, __ATOMIC_RELAXED);
-  uint32_t tail = __atomic_load_n(&c->rq_tail, __ATOMIC_RELAXED);
-  for (; head != tail; head++) {
+  uint32_t n = __atomic_load_n(&c->rq_tail, __ATOMIC_RELAXED) - head;
+  /* Callers racing on one communicator (never NCCL's one proxy thread) can make the two
+   * indexes disagree: at most one lap is looked at, so the loop is bounded whatever they read. */
+  if (n > NP_RETIRE_RING) n = NP_RETIRE_RING;
+  for (; n > 0; n--, head++) {
     uint64_t h = __atomic_load_n(&c->rq[head & (NP_RETIRE_RING - 1)], __ATOMIC_ACQUIRE);
     np_cell* op = np_cell_of(c, h);
     if (op != NULL && __atomic_load_n(&op->t_start, __ATOMIC_RELAXED) > started)
