@@ -21,8 +21,9 @@
  *     (per rank pair, channel and size: count, bytes, Σtime, Σtime², min and max) and into its
  *     ProxyOp's cell; the metrics and fits need nothing else, so steps never reach the drainer
  *     unless a trace wants them. A ProxyOp also has a record in the operation windows (written
- *     at start, completed at stop with its progress), which is how the drainer links it to its
- *     operation.
+ *     at its first state, step or stop, completed at stop with its progress), which is how
+ *     the drainer links it to its operation; one NCCL never reports on (CollNet) has none, and
+ *     its cell is retired once a later ProxyOp stops (docs/nccl-patterns.md).
  *   - Detail events (ProxySteps copied whole at their stop, NetPlugin, ProxyCtrl) are recorded
  *     only while a trace window is open (np_detail_on), into the communicator's DETAIL windows.
  *     Those may overflow under a flood: dropped, counted per type, and the trace says so.

@@ -53,31 +53,25 @@ static op_spec pattern_op(const char* func, const char* algo, int nch) {
   return o;
 }
 
-void scenario_nostop(const opts* op) {
-  hcomm* c = world_comm("nostop", 0xC0111E7000000001ull + (uint64_t)op->seed, op->nranks, op->rank, 2);
+/* --iters operations on a new communicator at --rate per second; `collnet`: every other one is
+ * a CollNet AllReduce (else a ring AllGather), else ring AllReduces with restarted steps. */
+static void pattern_run(const opts* op, const char* name, uint64_t hash, int collnet) {
+  hcomm* c = world_comm(name, hash + (uint64_t)op->seed, op->nranks, op->rank, 2);
   proxy_start();
   double t0 = now_ns();
   for (int i = 0; i < op->iters; i++) {
     pace(t0, i, op->rate);
-    op_spec o = i % 2 == 0 ? pattern_op("AllReduce", "COLLNET_DIRECT", op->channels)
-                           : pattern_op("AllGather", "RING", op->channels);
-    o.collnet = i % 2 == 0;
+    op_spec o = !collnet         ? pattern_op("AllReduce", "RING", op->channels)
+                : i % 2 == 0     ? pattern_op("AllReduce", "COLLNET_DIRECT", op->channels)
+                                 : pattern_op("AllGather", "RING", op->channels);
+    o.collnet = collnet && i % 2 == 0;
+    o.restarts = collnet ? 0 : PATTERN_RESTARTS;
     o.kernel = op->kernel;
     launch_group(c, &o, 1, 1);
   }
   proxy_stop();
 }
 
-void scenario_restart(const opts* op) {
-  hcomm* c = world_comm("restart", 0x2E57A27000000001ull + (uint64_t)op->seed, op->nranks, op->rank, 2);
-  proxy_start();
-  double t0 = now_ns();
-  for (int i = 0; i < op->iters; i++) {
-    pace(t0, i, op->rate);
-    op_spec o = pattern_op("AllReduce", "RING", op->channels);
-    o.restarts = PATTERN_RESTARTS;
-    o.kernel = op->kernel;
-    launch_group(c, &o, 1, 1);
-  }
-  proxy_stop();
-}
+void scenario_nostop(const opts* op) { pattern_run(op, "nostop", 0xC0111E7000000001ull, 1); }
+
+void scenario_restart(const opts* op) { pattern_run(op, "restart", 0x2E57A27000000001ull, 0); }
