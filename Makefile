@@ -30,7 +30,7 @@ CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h plugin/drainapi.h plugin/cha
 HOST_SRC := testhost/main.c testhost/emit.c testhost/calllog.c testhost/world.c testhost/scenarios.c \
             testhost/fuzz.c testhost/bench.c testhost/soak.c testhost/skew.c testhost/hang.c \
             testhost/drainbench.c testhost/job.c testhost/races.c testhost/samplebench.c \
-            testhost/api_patterns.c
+            testhost/api_patterns.c testhost/proxy_patterns.c testhost/ncclbench.c
 HOST_HDR := testhost/emit.h testhost/calllog.h testhost/world.h testhost/scenarios.h plugin/abi.h plugin/core.h
 GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(wildcard go.sum)
 
@@ -190,6 +190,8 @@ bench: all hta
 	@rm -rf $(BUILD)/bench-out/sample
 	@echo "== the same with the empty plugin chained behind ncclprof (NCCLPROF_CHAIN) =="
 	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out $(HOST) --lib $(PLUGIN) --empty-lib $(EMPTY) --chain $(EMPTY) --reps 7 bench
+	@echo "== callback cost on NCCL's call sequence, drainer live, paced and unpaced (tools/bench/nccl.sh) =="
+	@tools/bench/nccl.sh $(HOST) $(PLUGIN) $(EMPTY) $(BUILD)/bench-nccl 7
 	@echo "== the drainer under NCCL's busiest load: paced and unpaced, several shapes (tools/bench/drain.sh) =="
 	@tools/bench/drain.sh $(HOST) $(PLUGIN) $(BUILD)/bench-drain
 	@echo "== callback cost while something is broken (ncclprof, every event type, 1 thread) =="

@@ -89,6 +89,18 @@ static int plan_jobs(hcomm* c, const op_spec* o, void* handle, int truth, int ch
     return n + 1;
   }
   if (c->nranks < 2) return 0;
+  if (o->collnet) { /* a send and a receive ProxyOp toward the CollNet, neither one net.cc's */
+    for (int k = 0; k < 2; k++) {
+      out[n] = base;
+      out[n].peer = k ? prev : next;
+      out[n].no_stop = 1;
+      out[n].kernel = k ? 0 : o->kernel;
+      out[n].nsteps = split_steps(total / (uint64_t)o->nchannels, chunk, out[n].sizes, 64);
+      n++;
+    }
+    return n;
+  }
+  base.restarts = o->restarts;
   uint64_t per_ch = total * 2 * (uint64_t)(c->nranks - 1) / (uint64_t)c->nranks / (uint64_t)o->nchannels;
   out[n] = base;
   out[n].peer = next;

@@ -14,16 +14,23 @@ import (
 
 const patternOps = "12000"
 
+// checkWhole checks what every replayed NCCL pattern must give: operations, bytes, rank-pair
+// and channel transfers exactly as the host counted them, and no hang dump (nothing hung).
+func checkWhole(t *testing.T, r *Run) {
+	t.Helper()
+	CheckExact(t, r, r.Truth[0])
+	if dumps, _ := filepath.Glob(filepath.Join(r.Dir, "ncclprof-hang-*")); len(dumps) != 0 {
+		t.Errorf("hang dumps written while nothing hung: %v", dumps)
+	}
+}
+
 // runPattern runs one scenario (its name last in host) and checks what every pattern must give.
 func runPattern(t *testing.T, abi int, host []string, env ...string) (*Run, *Summary) {
 	t.Helper()
 	r := Start(t, Options{Args: args(abi, append([]string{"--iters", patternOps, "--nranks", "4"}, host...)...),
 		Env: append([]string{"NCCLPROF_HANG_TIMEOUT_S=2"}, env...)})
 	tr := r.Truth[0]
-	CheckExact(t, r, tr)
-	if dumps, _ := filepath.Glob(filepath.Join(r.Dir, "ncclprof-hang-*")); len(dumps) != 0 {
-		t.Errorf("hang dumps written while nothing hung: %v", dumps)
-	}
+	checkWhole(t, r)
 	s := r.Summary(tr.Comms[0].Hash, tr.Comms[0].Rank)
 	if s == nil {
 		t.Fatal("no summary")
