@@ -129,14 +129,14 @@ func (a *activity) plugin(e *ptrace.Event) {
 		a.colls[e.ID] = send{comm: e.Comm, fn: a.names[a.name(e.Func)], seq: e.Seq}
 	case ptrace.ProxyOp:
 		a.proxy[e.ID] = -1
-		if e.Arg("is_send").Bool() {
+		if e.IsSend {
 			a.proxy[e.ID] = len(a.sends)
 			a.sends = append(a.sends, send{coll: e.Parent, peer: int32(e.Peer)})
 		}
 	case ptrace.ProxyStep:
 		// Added to its send as it goes by: a job's steps are most of its plugin events, and half
 		// of them are receives'.
-		st := stepOf{e.Parent, e.Arg("trans_size").Int(), e.Start, e.End}
+		st := stepOf{e.Parent, e.TransSize, e.Start, e.End}
 		switch i, ok := a.proxy[st.proxy]; {
 		case !ok:
 			a.steps = append(a.steps, st)
