@@ -12,9 +12,28 @@ import (
 	"github.com/ncclprof/ncclprof/internal/synth"
 )
 
-// mergedRanks writes a job of ranks × ops with the plugin's full detail and the default compute
-// before every collective, merged one file per rank (as ncclmerge bench --what why does), and
-// returns the merged files.
+// kinetoTraces writes the torch.profiler trace of each rank of a synthesized job (its plugin
+// traces), with work(rank) before every collective, into dir.
+func kinetoTraces(tb testing.TB, dir string, traces []string, work func(rank int) *synth.Work) []string {
+	tb.Helper()
+	var out []string
+	for r, p := range traces {
+		tr, err := ptrace.Read(p)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		data, _ := synth.KinetoFromPlugin(tr, synth.KinetoOptions{Rank: r, WorldSize: len(traces), Work: work(r)})
+		kp := filepath.Join(dir, fmt.Sprintf("rank%d.pt.trace.json", r))
+		if err := os.WriteFile(kp, data, 0o644); err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, kp)
+	}
+	return out
+}
+
+// mergedRanks writes a job with work before every collective, merged one file per rank (as
+// ncclmerge bench --what why does), and returns the merged files.
 func mergedRanks(tb testing.TB, dir string, o synth.JobOptions, work func(rank int) *synth.Work) []string {
 	tb.Helper()
 	traces, err := synth.Job(filepath.Join(dir, "nccl"), o)
@@ -22,18 +41,9 @@ func mergedRanks(tb testing.TB, dir string, o synth.JobOptions, work func(rank i
 		tb.Fatal(err)
 	}
 	var out []string
-	for r, p := range traces {
-		tr, err := ptrace.Read(p)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		data, _ := synth.KinetoFromPlugin(tr, synth.KinetoOptions{Rank: r, WorldSize: o.Ranks, Work: work(r)})
-		kp := filepath.Join(dir, fmt.Sprintf("rank%d.pt.trace.json", r))
-		if err := os.WriteFile(kp, data, 0o644); err != nil {
-			tb.Fatal(err)
-		}
+	for r, kp := range kinetoTraces(tb, dir, traces, work) {
 		m := filepath.Join(dir, fmt.Sprintf("rank%d.merged.json", r))
-		if _, err := merge.Run([]string{kp}, []string{p}, m, merge.Options{}); err != nil {
+		if _, err := merge.Run([]string{kp}, []string{traces[r]}, m, merge.Options{}); err != nil {
 			tb.Fatal(err)
 		}
 		out = append(out, m)

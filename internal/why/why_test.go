@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/merge"
-	"github.com/ncclprof/ncclprof/internal/ptrace"
 	"github.com/ncclprof/ncclprof/internal/synth"
 	"github.com/ncclprof/ncclprof/internal/tracefile"
 )
@@ -52,23 +50,13 @@ func plantedJob(t *testing.T, plant func(o *synth.JobOptions) string) (*commops.
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kin []string
-	for r, p := range traces {
-		tr, err := ptrace.Read(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+	kin := kinetoTraces(t, dir, traces, func(r int) *synth.Work {
 		w := *realWork(t)
 		if r == plantRank && kinetoPlant != "" {
 			w.Plants = []synth.Plant{{Cause: kinetoPlant, Seq: plantSeq, Ns: plantNs}}
 		}
-		data, _ := synth.KinetoFromPlugin(tr, synth.KinetoOptions{Rank: r, WorldSize: 8, Work: &w})
-		kp := filepath.Join(dir, fmt.Sprintf("rank%d.pt.trace.json", r))
-		if err := os.WriteFile(kp, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		kin = append(kin, kp)
-	}
+		return &w
+	})
 	out := filepath.Join(dir, "timeline.json.gz")
 	if _, err := merge.Run(kin, traces, out, merge.Options{Timeline: true}); err != nil {
 		t.Fatal(err)
