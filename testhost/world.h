@@ -64,6 +64,11 @@ typedef struct job {
   double gpu_delay_ns; /* planted: the kernel starts this long after t_op_start (job.c) */
   const uint32_t* arrived; /* non-NULL: ranks of the job that called the op (a count shared by
                               their processes); the network work waits for all (job.c) */
+  /* NCCL's patterns the plugin must survive (testhost/proxy_patterns.c, docs/nccl-patterns.md):
+   * no_stop: a ProxyOp proxy.cc starts and nothing stops (CollNet, P2P/SHM copy engine): no
+   * state, no step, no stop; restarts: net.cc's recvProxyProgress starts each receive step this
+   * many extra times before its irecv is posted. */
+  int no_stop, restarts;
 } job;
 
 typedef struct world {
