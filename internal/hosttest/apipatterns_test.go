@@ -200,9 +200,11 @@ func TestMaskChangedAtRunTime(t *testing.T) {
 			t.Errorf("AllReduce %+v, want the 8000 of the first and last thirds", ar)
 		}
 		// Recognised as a second stop while the handle's window is open, as a late stop after it
-		// was read (which moves nothing), as stale once its slot was reused.
+		// was read (which moves nothing), as stale once its slot was reused. late_records also
+		// counts ordinary stops that came after their window was read (a loaded machine's
+		// drainer reads early: 4001 was seen once at load 15), so at least the 4000.
 		twice, late, stale := s.Counters["stop_twice"], s.Counters["late_records"], s.Counters["stale_handle"]
-		if twice+late+stale != 4000 {
+		if twice+late+stale < 4000 || twice+stale > 4000 {
 			t.Errorf("stops of the stale CollApi handle: %d twice + %d late + %d stale, want 4000", twice, late, stale)
 		}
 	})
