@@ -65,7 +65,10 @@ static int plan_jobs(hcomm* c, const op_spec* o, void* handle, int truth, int ch
   uint64_t total = wire_bytes(o, c->nranks);
   size_t chunk = o->chunk ? o->chunk : 128 * 1024;
   job base = {.comm = c, .ctx = c->ctx, .parent = handle, .pid = getpid(), .channel = ch,
-              .truth_op = truth, .t_op_start = 0, .kernel = o->kernel};
+              .truth_op = truth, .t_op_start = 0, .kernel = o->kernel, .slice_steps = 1};
+  /* NCCL's ring collectives on SIMPLE move sliceSteps = NCCL_STEPS/4 raw steps per transfer
+   * (enqueue.cc); LL, LL128 and P2P one. */
+  if (!o->is_p2p && o->proto && !strcmp(o->proto, "SIMPLE")) base.slice_steps = 2;
   if (o->is_p2p) {
     if (o->peer == c->rank) { /* self send/recv: no proxy work, maybe a kernel channel */
       if (o->kernel) {
@@ -130,7 +133,9 @@ void launch_group(hcomm* c, op_spec* ops, int n, int depth) {
   for (int i = 0; i < n; i++) {
     op_spec* o = &ops[i];
     host_ev e = {.type = o->is_p2p ? NPABI_P2P : NPABI_COLL, .parent = api[i],
-                 .parent_group = grp, .rank = c->rank, .comm_name = c->name,
+                 .parent_group = grp, .rank = c->rank,
+                 /* NCCL 2.23–2.26 declare comm->commName but never set it */
+                 .comm_name = p->nccl && p->nccl <= 226 ? NULL : c->name,
                  .comm_hash = c->hash, .func = o->func, .count = o->count, .dtype = o->dtype,
                  .algo = o->algo, .proto = o->proto, .root = o->root, .peer = o->peer,
                  .nchannels = (uint8_t)o->nchannels, .nwarps = 16};
