@@ -44,6 +44,10 @@ int nccl_abi(int r) {
 }
 
 int nccl_mask_wants(int r, int m, uint64_t t) {
+  /* 2.26–2.27 (plugin/profiler.cc ncclProfilerStartTaskEvents): a NetPlugin bit does not
+   * start P2p events yet. */
+  if ((r == 226 || r == 227) && t == NPABI_P2P)
+    return m & (NPABI_P2P | NPABI_PROXY_OP | NPABI_PROXY_STEP | NPABI_KERNEL_CH);
   if (r < 223 || r > 225) return npabi_mask_wants(m, t);
   /* 2.23–2.25 (misc/profiler.cc): the Group needs a Coll, P2p, ProxyOp or ProxyStep bit; Coll
    * and P2p events both need the Coll, ProxyOp or ProxyStep bit (P2p's own bit starts the Group

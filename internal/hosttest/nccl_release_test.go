@@ -329,6 +329,8 @@ func TestNCCLReleaseMaskRules(t *testing.T) {
 		{"2.23", "coll", 3, 24},
 		{"2.26", "p2p", 3, 24},
 		{"2.26", "coll", 3, 0},
+		{"2.26", "netplugin", 3, 0},
+		{"2.28", "netplugin", 3, 24},
 	}
 	for _, c := range cases {
 		t.Run(c.release+"/"+c.mask, func(t *testing.T) {
