@@ -73,16 +73,18 @@ int main(int argc, char** argv) {
   opts o = {.abi = 6, .rank = 0, .nranks = 4, .iters = 50, .channels = 2, .cycles = 3,
             .realtime = 1, .seconds = 5, .threads = 3, .reps = 7, .seed = 1,
             .mask_api = -1, .slow_rank = -1, .slow_us = 3000, .slow_op = -1};
-  int nccl = 0; /* --nccl: the release replayed (era.h) */
+  int nccl = 0, nccl_arg = 0, abi_given = 0; /* --nccl: the release replayed (era.h) */
   for (int i = 1; i < argc; i++) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
 #define ARG(name) (!strcmp(a, name) && v && ++i)
     if (ARG("--lib")) o.lib = v;
-    else if (ARG("--abi")) o.abi = atoi(v);
-    else if (ARG("--nccl")) {
-      if (!(nccl = nccl_release(v))) usage();
-      o.abi = nccl_abi(nccl);
+    else if (ARG("--abi")) o.abi = atoi(v), abi_given = 1;
+    else if (ARG("--nccl") && (nccl_arg = i)) {
+      if (!(nccl = nccl_release(v))) {
+        fprintf(stderr, "testhost: --nccl %s: give one of 2.23 2.24 2.25 2.26 2.27 2.28 2.29 2.30\n", v);
+        return 2;
+      }
     }
     else if (ARG("--rank")) o.rank = atoi(v);
     else if (ARG("--nranks")) o.nranks = atoi(v);
@@ -117,6 +119,14 @@ int main(int argc, char** argv) {
     else if (a[0] == '-') usage();
     else o.scenario = a;
 #undef ARG
+  }
+  if (nccl) { /* the release decides the ABI: NCCL calls the newest version it knows */
+    if (abi_given && o.abi != nccl_abi(nccl)) {
+      fprintf(stderr, "testhost: NCCL %s calls plugins at ABI v%d, not --abi %d (leave --abi out)\n",
+              argv[nccl_arg], nccl_abi(nccl), o.abi);
+      return 2;
+    }
+    o.abi = nccl_abi(nccl);
   }
   if (!o.lib || !o.scenario || o.abi < 1 || o.abi > 6 || o.nranks < 1 || o.nranks > MAX_PEERS ||
       o.rank < 0 || o.rank >= o.nranks || o.channels < 1 || o.channels > 32)
