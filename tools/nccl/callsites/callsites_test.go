@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,35 +65,28 @@ func TestScanSynthetic(t *testing.T) {
 	}
 }
 
-func readFixture(t *testing.T, tag string) *Release {
+// parseFile opens path and parses it, failing the test on either.
+func parseFile[T any](t *testing.T, path string, parse func(io.Reader) (T, error)) T {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", tag+".tsv"))
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, err := readRelease(f)
+	v, err := parse(f)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", path, err)
 	}
-	return r
+	return v
+}
+
+func readFixture(t *testing.T, tag string) *Release {
+	return parseFile(t, filepath.Join("testdata", tag+".tsv"), readRelease)
 }
 
 const mapPath = "../../../docs/nccl-call-sites.tsv"
 
-func readMapFile(t *testing.T) *Map {
-	t.Helper()
-	f, err := os.Open(mapPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m, err := readMap(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
+func readMapFile(t *testing.T) *Map { return parseFile(t, mapPath, readMap) }
 
 // The committed map holds exactly the call sites extracted from v2.23.4-1 and v2.30.7-1
 // (testdata: rows extracted from NCCL's sources, no NCCL code), with their ABI versions.
