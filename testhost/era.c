@@ -8,7 +8,7 @@
  *
  * What differs by release:
  *   2.23 (v1)       one ProxyStep per raw step: sliceSteps per transfer, numbered raw; the
- *                   ProxyOp's nSteps raw; SendTransmitted recorded before the transfer's bytes
+ *                   ProxyOp's nSteps and chunkSize raw; SendTransmitted recorded before the transfer's bytes
  *                   are added to transSize (net.cc sendProxyProgress at v2.23.4-1).
  *   2.24–2.26 (v2, v3) one ProxyStep per transfer; every ProxyOp state (Posted, RemFifoWait,
  *                   Transmitted, Done; receive Posted, Received, Transmitted, Done) with
@@ -152,7 +152,9 @@ void era_run_job(const job* j) {
   era_op o = {.j = j, .p = p, .per = 1, .op_states = p->abi < 4};
   if (p->nccl == 223 && j->slice_steps > 1) o.per = j->slice_steps;
   void* kch = job_kernel_begin(j);
-  o.op = job_op_begin(j, j->nsteps * o.per);
+  /* 2.23 counts raw steps and their size (args->chunkSize); later releases whole transfers
+   * (DIVUP(nsteps, sliceSteps), chunkSize * sliceSteps). */
+  o.op = job_op_begin(j, j->nsteps * o.per, (int)j->sizes[0] / o.per);
   host_op_in_progress(p, o.op); /* v4+: the first progress pass */
   if (j->arrived) job_barrier_wait(j->arrived, j->comm->nranks);
   int depth = 8 / o.per; /* NCCL_STEPS raw steps in flight */

@@ -251,10 +251,10 @@ void* job_kernel_begin(const job* j) {
   return start_event(j->ctx, &k, 0);
 }
 
-void* job_op_begin(const job* j, int nsteps) {
+void* job_op_begin(const job* j, int nsteps, int chunk) {
   host_ev e = {.type = NPABI_PROXY_OP, .parent = j->parent, .rank = j->comm->rank, .pid = j->pid,
                .channel = (uint8_t)j->channel, .peer = j->peer, .nsteps = nsteps,
-               .chunk = (int)j->sizes[0], .is_send = j->is_send};
+               .chunk = chunk, .is_send = j->is_send};
   return j->nsteps > 0 ? start_event(j->ctx, &e, rnd() % 8 == 0) : NULL;
 }
 
@@ -275,7 +275,7 @@ void run_job(const job* j) {
   }
   host_plugin* p = &W.plugin;
   void* kch = job_kernel_begin(j);
-  void* op = job_op_begin(j, j->nsteps);
+  void* op = job_op_begin(j, j->nsteps, (int)j->sizes[0]);
   host_op_in_progress(p, op);
   if (j->arrived) job_barrier_wait(j->arrived, j->comm->nranks); /* a ring waits for its peers */
   size_t cum = 0;

@@ -128,10 +128,10 @@ void proxy_stop(void);
 /* Runs one job on the calling thread (the proxy thread, or a PXN helper). */
 void run_job(const job* j);
 
-/* Pieces of run_job that era.c shares: the KernelCh start, the ProxyOp start (nsteps as the
- * release counts them), the truth of one transfer, and the op's end (stops and completion). */
+/* Pieces of run_job that era.c shares: the KernelCh start, the ProxyOp start (nsteps and
+ * chunk as the release counts them), the truth of one transfer, and the op's end (stops and completion). */
 void* job_kernel_begin(const job* j);
-void* job_op_begin(const job* j, int nsteps);
+void* job_op_begin(const job* j, int nsteps, int chunk);
 void job_truth_transfer(const job* j, size_t size);
 void job_finish(const job* j, void* op, void* kch);
 
