@@ -364,3 +364,21 @@ func TestNCCLReleaseFits(t *testing.T) {
 		})
 	}
 }
+
+// Every event type from three threads on three communicators (graph replays, PXN, ProxyCtrl,
+// NetPlugin, CE) with each release's proxy order and activation rules: exact against the truth
+// (2.23: its operations; its sends are the known gap above).
+func TestNCCLReleaseMixed(t *testing.T) {
+	for _, rel := range ncclReleases {
+		t.Run(rel.name, func(t *testing.T) {
+			r := Start(t, Options{Args: []string{"--nccl", rel.name, "--iters", "120", "--kernel", "--fast", "mixed"},
+				Env: []string{"NCCLPROF_EVENT_MASK=all"}})
+			tr := r.Truth[0]
+			if rel.name == "2.23" && !knownGapsWanted() {
+				checkOpsOnly(t, r, tr)
+				return
+			}
+			CheckExact(t, r, tr)
+		})
+	}
+}
