@@ -97,3 +97,10 @@ func TestCutTrace(t *testing.T) {
 		t.Errorf("procs %+v notes %v", s.Procs, s.Notes)
 	}
 }
+
+// A communicator's label escapes what would act on a terminal (issue 23, item 14).
+func TestLabelEscapes(t *testing.T) {
+	if got := (Comm{Name: "pp\nrank 3 is slow\x1b[0m"}).Label(); got != `pp\nrank 3 is slow\x1b[0m` {
+		t.Errorf("Label() = %q", got)
+	}
+}
