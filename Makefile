@@ -189,6 +189,8 @@ bench: all hta
 	@tools/bench/faults.sh $(HOST) $(PLUGIN) $(EMPTY) $(BUILD)/bench-faults 7
 	@echo "== ncclmerge per trace shape (512 MiB each): plain read, merge, HTA's parser =="
 	$(MERGE) bench --size 512MiB --python $(BUILD)/hta-pandas3/bin/python $(foreach t,$(BENCH_TRACES),--source $(t))
+	@echo "== ncclmerge why over merged traces (plugin detail + torch.profiler compute), 16 x 2000 and 8 x 1000 =="
+	$(MERGE) bench --what why --ranks 16 --ops 2000 --reps 3
 	@echo "== ncclmerge hang over 1024 ranks' in-flight dumps (absent, gpu, link), 8 and 32 channels =="
 	$(MERGE) bench --what hang --ranks 1024 --testhost $(HOST)
 	$(MERGE) bench --what hang --ranks 1024 --channels 32 --testhost $(HOST)

@@ -44,7 +44,9 @@ static void usage(void) {
           "  skew       ranks on one schedule with a planted slow rank (its own options: see skew.c)\n"
           "  hang       ranks of a job that stops, the culprit planted (its own options: see hang.c)\n"
           "  job        AllReduces on ranks that wait for each other (--sync FILE, shared and new),\n"
-          "             --slow-rank R late by --slow-us D (3000) on odd steps (ncclmerge demo)\n"
+          "             --slow-rank R late by --slow-us D (3000) on odd steps (ncclmerge demo);\n"
+          "             --gpu-late-op I: this rank's GPU starts operation I D late, its CPU on time;\n"
+          "             --net-slow-op I: this rank's sends of operation I take D longer in all\n"
           "options:\n"
           "  --abi N (1-6, default 6)  --rank R (0)  --nranks N (4)  --iters N (50)\n"
           "  --nccl 2.23|2.24|2.25|2.26|2.27|2.28|2.29|2.30 (call as that NCCL release does: its\n"
@@ -72,7 +74,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && !strcmp(argv[argc - 1], "hang")) return scenario_hang(argc, argv);
   opts o = {.abi = 6, .rank = 0, .nranks = 4, .iters = 50, .channels = 2, .cycles = 3,
             .realtime = 1, .seconds = 5, .threads = 3, .reps = 7, .seed = 1,
-            .mask_api = -1, .slow_rank = -1, .slow_us = 3000, .slow_op = -1};
+            .mask_api = -1, .slow_rank = -1, .slow_us = 3000, .slow_op = -1,
+            .gpu_late_op = -1, .net_slow_op = -1};
   int nccl = 0, nccl_arg = 0, abi_given = 0; /* --nccl: the release replayed (era.h) */
   for (int i = 1; i < argc; i++) {
     const char* a = argv[i];
@@ -112,6 +115,8 @@ int main(int argc, char** argv) {
     else if (ARG("--sync")) o.sync = v;
     else if (ARG("--slow-rank")) o.slow_rank = atoi(v);
     else if (ARG("--slow-us")) o.slow_us = atof(v);
+    else if (ARG("--gpu-late-op")) o.gpu_late_op = atoi(v);
+    else if (ARG("--net-slow-op")) o.net_slow_op = atoi(v);
     else if (!strcmp(a, "--fast")) o.realtime = 0;
     else if (ARG("--chain")) setenv("NCCLPROF_CHAIN", v, 1), o.chain = v;
     else if (ARG("--bad-ptimer")) o.bad_ptimer = strtoull(v, NULL, 0);

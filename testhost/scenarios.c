@@ -150,7 +150,9 @@ void launch_group(hcomm* c, op_spec* ops, int n, int depth) {
     for (int k = first; k < nj; k++) {
       jobs[k].t_op_start = t0;
       jobs[k].last_of_op = k == nj - 1;
-      jobs[k].slow_ns = o->slow_ns;
+      /* A planted slow send: its steps share the delay (ProxyOps run one after another). */
+      jobs[k].slow_ns = o->slow_ns + (jobs[k].is_send && jobs[k].nsteps > 0 ? o->send_slow_ns / jobs[k].nsteps : 0);
+      jobs[k].gpu_delay_ns = o->gpu_delay_ns;
       jobs[k].arrived = W.op_barrier;
     }
     host_stop(p, h); /* "enqueued", long before the proxy finishes */

@@ -33,6 +33,9 @@ typedef struct opts {
    * -1: none), and a pause of pace_us between iterations (a training step's compute). */
   int slow_op;
   double pace_us;
+  /* job: this rank's GPU starts operation gpu_late_op slow_us late while its CPU calls on time;
+   * its sends of operation net_slow_op take slow_us longer in all (-1: none). */
+  int gpu_late_op, net_slow_op;
 } opts;
 
 /* One API call: a collective or a point-to-point operation. */
@@ -49,6 +52,8 @@ typedef struct op_spec {
   const char* api_dtype;
   int no_truth; /* part of a rebuilt operation: the truth is the whole */
   double slow_ns; /* planted: each of its steps takes this much longer */
+  double send_slow_ns; /* planted: each of its send ProxyOps takes this much longer */
+  double gpu_delay_ns; /* planted: its kernel starts this long after the call */
 } op_spec;
 
 void launch_group(hcomm* c, op_spec* ops, int n, int depth);

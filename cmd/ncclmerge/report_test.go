@@ -100,6 +100,10 @@ func TestReportRendersInChromium(t *testing.T) {
 	if !regexp.MustCompile(fmt.Sprintf(`<tr class="slow"><td class="l">world</td><td>%d</td>`, truth.SlowRank)).MatchString(html) {
 		t.Errorf("the page does not name rank %d of world as slow", truth.SlowRank)
 	}
+	// Plugin traces alone: the why table says what it needs instead of a row per late arrival.
+	if !strings.Contains(html, "<h2>Why they were late</h2>") || !strings.Contains(html, "No rank's torch.profiler trace is among the inputs") || strings.Contains(html, "<td class=\"l\">unknown</td>") {
+		t.Error("the why section of plugin traces alone does not say to merge the torch.profiler traces, or lists unknowns")
+	}
 	if !strings.Contains(html, "SELECT * FROM slice WHERE ts = ") {
 		t.Error("the slowest operations have no Perfetto reference")
 	}
