@@ -80,6 +80,16 @@ NP_HOT np_comm* np_target(void* ctx, int type, uint64_t parent) {
 
 NP_HOT int np_rank_or_comm(np_comm* c, int rank) { return rank ? rank : np_comm_rank(c); }
 
+/* A lost Coll's CollApi (v5+), in the lost table's type above the event type (the drainer's
+ * LostOp.API): recorded, so the aggregator must not count the call as an operation of its own
+ * too, or dropped as well, so the call is no lost API-only operation
+ * (internal/aggregate/apionly.go). */
+enum { NP_LOST_API_KEPT = 1 << 8, NP_LOST_API_DROPPED = 2 << 8 };
+static int np_lost_api(int abi, uint64_t parent) {
+  if (abi < 5) return 0;
+  return (parent & 1) ? NP_LOST_API_KEPT : parent == NP_H_DROPPED ? NP_LOST_API_DROPPED : 0;
+}
+
 /* Group, ProxyCtrl, and other events with no fields of their own. */
 NP_HOT void np_start_plain(void* ctx, int type, int abi, void** eh, uint64_t parent) {
   np_comm* c = np_target(ctx, type, parent);
@@ -97,7 +107,8 @@ NP_HOT void np_start_coll(void* ctx, int abi, void** eh, uint64_t parent, int ra
   np_pending p;
   if (!c) return;
   if (!np_begin(c, NP_T_COLL, abi, parent, rank, np_sample_flags(c, seq), eh, &p)) {
-    if (*eh == (void*)NP_H_DROPPED) np_lost_add(c, NP_T_COLL, func, dtype, algo, proto, nch, count);
+    if (*eh == (void*)NP_H_DROPPED) np_lost_add(c, NP_T_COLL | np_lost_api(abi, parent), func, dtype,
+                                                algo, proto, nch, count);
     return;
   }
   p.ev->u.coll.seq = seq;
@@ -167,7 +178,7 @@ NP_HOT void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t parent, in
   if (!c) return;
   np_thread* t = np_enter_comm(c, eh);
   if (!t) return;
-  uint64_t ch, wh = 0, hdr = 0;
+  uint64_t ch;
   np_cell* cell = np_cell_for(c, t, NP_T_PROXY_OP, eh, &ch);
   if (!cell) {
     np_leave(t);
@@ -176,29 +187,21 @@ NP_HOT void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t parent, in
   /* Sampled tracing: the operation's choice goes with its ProxyOp (record and cell) and, from
    * the cell, with its steps. PXN ProxyOps of another process cannot read their parent. */
   if (NP_UNLIKELY(np_sample_n != 0) && !(flags & NP_F_FOREIGN)) flags |= np_parent_sample(c, parent);
-  np_event* ev = np_slot_new(c, t, NP_T_PROXY_OP, abi, parent, rank, flags, &wh, &hdr);
-  np_cell_init(cell, t, NP_T_PROXY_OP, abi, parent, rank, ev ? ev->t_start : np_ticks());
-  cell->sflags = flags & NP_F_SAMPLE_BITS;
+  np_cell_init(cell, t, NP_T_PROXY_OP, abi, parent, rank, np_ticks());
+  cell->sflags = flags; /* its record's flags (np_op_record) */
   cell->peer = peer;
   cell->channel = channel;
   cell->is_send = (uint8_t)(is_send != 0);
-  memset(&cell->u.op, 0, sizeof cell->u.op);
+  memset(&cell->u.op.prog, 0, sizeof cell->u.op.prog);
+  __atomic_store_n(&cell->u.op.record, 0, __ATOMIC_RELAXED); /* np_op_retire reads it */
+  cell->u.op.last_step = 0;
   cell->u.op.nsteps = nsteps;
   cell->u.op.pid = pid;
-  if (ev) {
-    cell->u.op.record = wh;
-    memset(&ev->u.op, 0, sizeof ev->u.op);
-    ev->u.op.arena = ch;
-    ev->u.op.pid = pid;
-    ev->u.op.channel = channel;
-    ev->u.op.peer = peer;
-    ev->u.op.nsteps = nsteps;
-    ev->u.op.chunk = chunk;
-    ev->u.op.is_send = (uint8_t)(is_send != 0);
-    __atomic_store_n(&ev->hdr, hdr, __ATOMIC_RELEASE);
-  } else {
-    np_count_drop(c, NP_T_PROXY_OP); /* its steps still count: the cell has what they need */
-  }
+  cell->chunk = chunk;
+  /* Receive-side ProxyOps may be ones NCCL never stops (only net.cc stops ProxyOps, and it
+   * is the only one that reports isSend): they wait for evidence that they are over. Its
+   * record in the operation windows waits for its first sign of life (np_op_record). */
+  if (!is_send && !(flags & NP_F_FOREIGN)) np_retire_push(c, t, ch);
   *eh = (void*)ch;
   np_leave(t);
 }
@@ -211,17 +214,28 @@ NP_HOT void np_start_proxy_step(void* ctx, int abi, void** eh, uint64_t parent, 
   if (!c) return;
   np_thread* t = np_enter_comm(c, eh);
   if (!t) return;
-  uint64_t h;
+  np_cell* op = np_h_is_cell(parent) && np_h_comm(parent) == c->idx ? np_cell_of(c, parent) : NULL;
+  uint64_t h = op ? np_step_restarted(c, op, parent, step) : 0;
+  if (h != 0) { /* the same step started again: it keeps its cell (net.cc's recvProxyProgress) */
+    *eh = (void*)h;
+    np_leave(t);
+    return;
+  }
   np_cell* s = np_cell_for(c, t, NP_T_PROXY_STEP, eh, &h);
   if (!s) {
     np_leave(t);
     return;
   }
-  np_cell* op = np_h_is_cell(parent) && np_h_comm(parent) == c->idx ? np_cell_of(c, parent) : NULL;
-  np_cell_init(s, t, NP_T_PROXY_STEP, abi, parent, op ? op->rank : rank, np_ticks());
-  memset(&s->u.step, 0, sizeof s->u.step);
-  s->u.step.step = step;
+  np_cell_init(s, t, NP_T_PROXY_STEP, abi, parent, op ? op->rank : rank,
+               np_step_clock(op ? op->sflags : NP_F_SAMPLE_BITS));
+  memset(s->u.step.t_state, 0, sizeof s->u.step.t_state);
+  s->u.step.trans_size = 0;
+  s->u.step.npeerwait = 0;
+  s->u.step.nrestarts = 0;
+  __atomic_store_n(&s->u.step.step, step, __ATOMIC_RELAXED); /* np_step_restarted reads it */
   if (NP_LIKELY(op != NULL)) {
+    if (NP_UNLIKELY(op->u.op.record == 0)) np_op_record(c, t, op, parent);
+    op->u.op.last_step = h;
     s->peer = op->peer;
     s->channel = op->channel;
     s->is_send = op->is_send;
@@ -354,15 +368,18 @@ NP_START_V2_V3(3)
 /* v1–v3 state arguments: ProxyOp states carry cumulative bytes, ProxyCtrl the appended count.
  * A transfer's size reaches its ProxyStep through the op state NCCL records right before the
  * step state, on the same thread: the bytes that state adds to the op's running total are
- * remembered there and handed to that step as its own size. */
+ * remembered there and handed to that step as its own size.
+ * NCCL 2.23 (v1 only) starts a ProxyStep per raw step, sliceSteps per network transfer, and
+ * records the step states of all of them after one op state (transport/net.cc at v2.23.4-1):
+ * the first takes the size, the others are not transfers and do not count as ones. */
 static npabi_result_t np_own_record_v1(void* h, npabi_state_t s, npabi_args_v1_t* a) {
   if ((s == NPABI_PROXY_STEP_SEND_WAIT || s == NPABI_PROXY_STEP_RECV_FLUSH_WAIT) && a == NULL) {
     np_thread* t = np_tls;
     if (t && t->memo_valid) {
       t->memo_valid = 0;
       np_state(h, s, t->memo_size, 0, 1);
-      return NPABI_SUCCESS;
     }
+    return NPABI_SUCCESS; /* no op state before it: another raw step of 2.23's transfer */
   }
   if ((s == NPABI_PROXY_OP_SEND_TRANSMITTED || s == NPABI_PROXY_OP_RECV_RECEIVED) && a) {
     uint64_t added = np_op_running_total(h, s, a->proxyOp.transSize);
@@ -489,7 +506,14 @@ NP_HOT void np_start_v5_members(void* ctx, void** eh, int abi, int type,
     return;
   case NP_T_COLL_API:
     c = np_target(ctx, type, parent);
-    if (!c || !np_begin(c, type, abi, parent, np_comm_rank(c), 0, eh, &p)) return;
+    if (!c) return;
+    if (!np_begin(c, type, abi, parent, np_comm_rank(c), 0, eh, &p)) {
+      /* An API-only operation must stay counted (a captured call never counts on its own). */
+      if (*eh == (void*)NP_H_DROPPED && !d->collApi.graphCaptured)
+        np_lost_add(c, NP_T_COLL_API, d->collApi.func, d->collApi.datatype, "", "", 0,
+                    d->collApi.count);
+      return;
+    }
     p.ev->u.api.func = d->collApi.func;
     p.ev->u.api.count = d->collApi.count;
     p.ev->u.api.dtype = d->collApi.datatype;

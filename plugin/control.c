@@ -102,6 +102,9 @@ static const char* const np_counter_names[NP_C_COUNT] = {
     [NP_C_STALE_CONTEXT] = "stale_context",
     [NP_C_STALE_FINALIZE] = "stale_finalize",
     [NP_C_AFTER_FINALIZE] = "after_finalize",
+    [NP_C_OPS_RETIRED] = "proxyops_retired",
+    [NP_C_OPS_RETIRED_OLD] = "proxyops_retired_old",
+    [NP_C_STEP_RESTARTS] = "step_restarts",
 };
 static const char* const np_stat_names[NP_S_COUNT] = {
     [NP_S_TRACE_FILES] = "trace_files",

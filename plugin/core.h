@@ -21,8 +21,9 @@
  *     (per rank pair, channel and size: count, bytes, Σtime, Σtime², min and max) and into its
  *     ProxyOp's cell; the metrics and fits need nothing else, so steps never reach the drainer
  *     unless a trace wants them. A ProxyOp also has a record in the operation windows (written
- *     at start, completed at stop with its progress), which is how the drainer links it to its
- *     operation.
+ *     at its first state, step or stop, completed at stop with its progress), which is how
+ *     the drainer links it to its operation; one NCCL never reports on (CollNet) has none, and
+ *     its cell is retired once a later ProxyOp stops (docs/nccl-patterns.md).
  *   - Detail events (ProxySteps copied whole at their stop, NetPlugin, ProxyCtrl) are recorded
  *     only while a trace window is open (np_detail_on), into the communicator's DETAIL windows.
  *     Those may overflow under a flood: dropped, counted per type, and the trace says so.
@@ -78,6 +79,7 @@
 #define NP_MAX_CELLS (1u << 16) /* arena cells per communicator (22 handle bits available) */
 #define NP_XFER_BUCKETS 4096    /* transfer sums per communicator (a power of two) */
 #define NP_LOST_KEYS 64         /* operation keys of the lost-operation table */
+#define NP_RETIRE_RING 1024     /* ProxyOps per communicator awaiting evidence (a power of two) */
 #define NP_SET_OP 0             /* window sets */
 #define NP_SET_DETAIL 1
 #define NP_SLOT_BYTES 128
@@ -309,6 +311,9 @@ enum {
   NP_C_STALE_CONTEXT,  /* callbacks naming the context of a communicator already finalized */
   NP_C_STALE_FINALIZE, /* finalize of such a context (its entry may serve another now): ignored */
   NP_C_AFTER_FINALIZE, /* events started on a communicator being finalized: not recorded */
+  NP_C_OPS_RETIRED,    /* ProxyOps NCCL never stopped, retired once a later ProxyOp stopped */
+  NP_C_OPS_RETIRED_OLD,/* ... retired after NP_RETIRE_RING later ones started (no stop seen) */
+  NP_C_STEP_RESTARTS,  /* ProxySteps started again over the same step (net.cc): cell reused */
   NP_C_COUNT
 };
 

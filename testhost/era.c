@@ -155,6 +155,10 @@ void era_run_job(const job* j) {
   /* 2.23 counts raw steps and their size (args->chunkSize); later releases whole transfers
    * (DIVUP(nsteps, sliceSteps), chunkSize * sliceSteps). */
   o.op = job_op_begin(j, j->nsteps * o.per, (int)j->sizes[0] / o.per);
+  if (j->no_stop) { /* 2.27+ proxy.cc starts ProxyOps that no transport progress reports on */
+    job_kernel_end(kch);
+    return;
+  }
   host_op_in_progress(p, o.op); /* v4+: the first progress pass */
   if (j->arrived) job_barrier_wait(j->arrived, j->comm->nranks);
   int depth = 8 / o.per; /* NCCL_STEPS raw steps in flight */

@@ -24,6 +24,8 @@ static void usage(void) {
           "  cycles     communicators created and destroyed, with dlclose/dlopen in between\n"
           "  fuzz       random and malformed calls from several threads for --seconds\n"
           "  bench      callback cost against --empty-lib (prints JSON)\n"
+          "  bench-nccl callback cost on NCCL's call sequence (net.cc's steps, 2 and 4 channels, 4\n"
+          "             and 16 steps, paced and unpaced) with the drainer live, against --empty-lib\n"
           "  bench-sample  sampled tracing (NCCLPROF_TRACE_SAMPLE=N): callback cost at N = 1,\n"
           "             100, 10000 against metrics only, and trace bytes per operation (JSON)\n"
           "  drain      one thread at --rate AllReduces/s (0: unpaced) of --channels x --steps for\n"
@@ -33,6 +35,23 @@ static void usage(void) {
           "  manycomms  --comms communicators (1100), more than the plugin's table holds\n"
           "  fork       allreduce with a fork() halfway; the child exits without NCCL\n"
           "  flood      AllReduces in 64-byte chunks: thousands of ProxySteps per operation\n"
+          "  apionly    ordinary collectives among ones NCCL reports only by API events (symmetric\n"
+          "             kernels, CE collectives, multi-root Broadcasts), --iters at --rate (2000)/s\n"
+          "  graphreplay  a CUDA graph of an all-to-all and an AllReduce, captured once and\n"
+          "             replayed --iters times at --rate (2000)/s on a host-callback thread\n"
+          "  v1order    NCCL 2.23's sends (--abi 1): a ProxyStep per raw step, SendTransmitted\n"
+          "             before the transfer's size is added\n"
+          "  pxn        rank 0 of 2x2: its sends' ProxyOps run in another process (PXN), its\n"
+          "             proxy runs another rank's; --iters operations at --rate (2000)/s\n"
+          "  maskchange AllReduces with the event mask changed at run time to p2p,p2papi for\n"
+          "             the middle third (NCCL stops its last CollApi handle again), --rate /s\n"
+          "  nonblocking  a non-blocking communicator: each group launched on a thread of its\n"
+          "             own after ncclGroupEnd returned; every other one a symmetric kernel\n"
+          "  netstops   AllReduces with NCCL's NetPlugin stops of events never started (NULL)\n"
+          "  nostop     --iters operations at --rate/s (0: unpaced): CollNet AllReduces, whose\n"
+          "             ProxyOps NCCL never stops, alternating with ring AllGathers\n"
+          "  restart    --iters ring AllReduces at --rate/s whose receive steps are each started\n"
+          "             20 times, as net.cc's recvProxyProgress does while it waits\n"
           "  stalefin   a finalize of a context whose table entry another communicator took over\n"
           "  finwhile   finalize while another thread keeps calling into the communicator\n"
           "             (--slack-ms: the finalizing thread's timer slack)\n"
@@ -141,6 +160,11 @@ int main(int argc, char** argv) {
     world_init(o.lib, 6, 0, 2, 0, o.seed);
     return scenario_bench(&o);
   }
+  if (!strcmp(o.scenario, "bench-nccl")) {
+    if (!o.empty_lib) usage();
+    world_init(o.lib, 6, 0, 2, 0, o.seed);
+    return scenario_bench_nccl(&o);
+  }
   if (!strcmp(o.scenario, "bench-sample")) {
     if (!o.empty_lib) usage();
     world_init(o.lib, 6, 0, 2, 0, o.seed);
@@ -172,6 +196,15 @@ int main(int argc, char** argv) {
   else if (!strcmp(o.scenario, "manycomms")) scenario_manycomms(&o);
   else if (!strcmp(o.scenario, "fork")) scenario_fork(&o);
   else if (!strcmp(o.scenario, "flood")) scenario_flood(&o);
+  else if (!strcmp(o.scenario, "apionly")) scenario_apionly(&o);
+  else if (!strcmp(o.scenario, "graphreplay")) scenario_graphreplay(&o);
+  else if (!strcmp(o.scenario, "v1order")) scenario_v1order(&o);
+  else if (!strcmp(o.scenario, "pxn")) scenario_pxn(&o);
+  else if (!strcmp(o.scenario, "maskchange")) scenario_maskchange(&o);
+  else if (!strcmp(o.scenario, "nonblocking")) scenario_nonblocking(&o);
+  else if (!strcmp(o.scenario, "netstops")) scenario_netstops(&o);
+  else if (!strcmp(o.scenario, "nostop")) scenario_nostop(&o);
+  else if (!strcmp(o.scenario, "restart")) scenario_restart(&o);
   else if (!strcmp(o.scenario, "job")) scenario_job(&o);
   else if (!strcmp(o.scenario, "stalefin")) scenario_stalefin(&o);
   else if (!strcmp(o.scenario, "finwhile")) scenario_finwhile(&o);

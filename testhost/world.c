@@ -196,6 +196,11 @@ typedef struct inflight {
 static void step_begin(const job* j, void* op, int idx, size_t* cum, inflight* f) {
   host_plugin* p = &W.plugin;
   host_ev e = {.type = NPABI_PROXY_STEP, .parent = op, .rank = j->comm->rank, .step = idx};
+  /* recvProxyProgress starts a receive step before the checks that may postpone its irecv to
+   * a later pass (registered buffer not ready, irecv without a request), which starts it again
+   * into the same handle slot: only the last handle is given states and stopped. */
+  if (!j->is_send)
+    for (int r = 0; r < j->restarts; r++) (void)start_event(j->ctx, &e, 0);
   f->h = start_event(j->ctx, &e, 0);
   f->size = j->sizes[idx];
   double lat, bw;
@@ -265,13 +270,15 @@ void* job_op_begin(const job* j, int nsteps, int chunk) {
   return j->nsteps > 0 ? start_event(j->ctx, &e, rnd() % 8 == 0) : NULL;
 }
 
+void job_kernel_end(void* kch) {
+  if (!kch) return;
+  host_kernel_stop(&W.plugin, kch, gpu_reading(gpu_ns() - 200 - rnd() % 500));
+  host_stop(&W.plugin, kch);
+}
+
 void job_finish(const job* j, void* op, void* kch) {
-  host_plugin* p = &W.plugin;
-  if (op) host_stop(p, op);
-  if (kch) {
-    host_kernel_stop(p, kch, gpu_reading(gpu_ns() - 200 - rnd() % 500));
-    host_stop(p, kch);
-  }
+  if (op) host_stop(&W.plugin, op);
+  job_kernel_end(kch);
   if (j->last_of_op && j->truth_op >= 0) truth_completion(j->comm, j->truth_op, now_ns() - j->t_op_start);
 }
 
@@ -283,6 +290,10 @@ void run_job(const job* j) {
   host_plugin* p = &W.plugin;
   void* kch = job_kernel_begin(j);
   void* op = job_op_begin(j, j->nsteps, (int)j->sizes[0]);
+  if (j->no_stop) { /* proxy.cc started it; the transport's progress never reports on it */
+    job_kernel_end(kch);
+    return;
+  }
   host_op_in_progress(p, op);
   if (j->arrived) job_barrier_wait(j->arrived, j->comm->nranks); /* a ring waits for its peers */
   size_t cum = 0;

@@ -65,6 +65,11 @@ typedef struct job {
   double gpu_delay_ns; /* planted: the kernel starts this long after t_op_start (job.c) */
   const uint32_t* arrived; /* non-NULL: ranks of the job that called the op (a count shared by
                               their processes); the network work waits for all (job.c) */
+  /* NCCL's patterns the plugin must survive (testhost/proxy_patterns.c, docs/nccl-patterns.md):
+   * no_stop: a ProxyOp proxy.cc starts and nothing stops (CollNet, P2P/SHM copy engine): no
+   * state, no step, no stop; restarts: net.cc's recvProxyProgress starts each receive step this
+   * many extra times before its irecv is posted. */
+  int no_stop, restarts;
 } job;
 
 typedef struct world {
@@ -134,6 +139,7 @@ void run_job(const job* j);
 void* job_kernel_begin(const job* j);
 void* job_op_begin(const job* j, int nsteps, int chunk);
 void job_truth_transfer(const job* j, size_t size);
+void job_kernel_end(void* kch);
 void job_finish(const job* j, void* op, void* kch);
 
 /* Per-peer model: latency and bandwidth of sends to `peer` from this rank. */

@@ -2,9 +2,9 @@ package hosttest
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -57,8 +57,8 @@ func TestNCCLReleaseCallPatterns(t *testing.T) {
 					t.Errorf("--nccl %s called the plugin at ABI v%d, want v%d", rel.name, tr.ABI, rel.abi)
 				}
 				checkReleaseCalls(t, rel, scen, readCallLog(t, log))
-				if rel.name == "2.23" && !knownGapsWanted() {
-					checkOpsOnly(t, r, tr)
+				if rel.name == "2.23" {
+					check223(t, r, tr)
 					return
 				}
 				CheckExact(t, r, tr)
@@ -67,18 +67,30 @@ func TestNCCLReleaseCallPatterns(t *testing.T) {
 	}
 }
 
-// knownGapsWanted: NCCLPROF_TEST_KNOWN_GAPS=1 also checks what issue 21 says the plugin gets
-// wrong today (2.23's send sizes and transfer counts, docs/nccl-call-sites.md "2.23").
-func knownGapsWanted() bool { return os.Getenv("NCCLPROF_TEST_KNOWN_GAPS") == "1" }
-
-// checkOpsOnly is CheckExact's operation part: what 2.23 must already get right.
-func checkOpsOnly(t *testing.T, r *Run, tr Truth) {
+// check223: NCCL 2.23 records a send's bytes only after its steps (SendTransmitted before
+// sub->transSize += size), so the plugin cannot size sends: everything else exact, send
+// transfers counted once each, and the summary says it is partial.
+func check223(t *testing.T, r *Run, tr Truth) {
 	t.Helper()
 	for _, tc := range tr.Comms {
-		if s := r.Summary(tc.Hash, tc.Rank); s != nil {
-			checkOps(t, tc, s)
-		} else {
+		s := r.Summary(tc.Hash, tc.Rank)
+		if s == nil {
 			t.Errorf("no summary for %s", tc.Name)
+			continue
+		}
+		checkOps(t, tc, s)
+		sends := uint64(0)
+		for _, p := range tc.Pairs {
+			got := s.Pair(tc.Rank, p.Peer)
+			if got == nil || got.SendTransfers != p.SendTransfers || got.RecvBytes != p.RecvBytes ||
+				got.RecvTransfers != p.RecvTransfers {
+				t.Errorf("%s: pair %d→%d: plugin %+v; truth %d sends, recv %d B/%d", tc.Name, tc.Rank,
+					p.Peer, got, p.SendTransfers, p.RecvBytes, p.RecvTransfers)
+			}
+			sends += p.SendTransfers
+		}
+		if sends > 0 && (s.Complete || !strings.Contains(strings.Join(s.Partial, " "), "2.23")) {
+			t.Errorf("%s: %d sends without sizes, yet complete=%v, partial %q", tc.Name, sends, s.Complete, s.Partial)
 		}
 	}
 }
@@ -321,22 +333,25 @@ func checkOpStates(t *testing.T, rel ncclRelease, at string, send bool, per, tra
 // events only for the Coll, ProxyOp or ProxyStep bit, and the P2p bit alone brings just the
 // Group; from 2.26 a type brings its ancestors and P2p its own.
 func TestNCCLReleaseMaskRules(t *testing.T) {
+	const p2p, coll, netplugin = "4", "2", "128"
 	cases := []struct {
 		release, mask string
 		groups, p2ps  int // started, for 3 iterations of 8 sends and receives (every peer, 4 ranks)
 	}{
-		{"2.23", "p2p", 3, 0},
-		{"2.23", "coll", 3, 24},
-		{"2.26", "p2p", 3, 24},
-		{"2.26", "coll", 3, 0},
-		{"2.26", "netplugin", 3, 0},
-		{"2.28", "netplugin", 3, 24},
+		{"2.23", p2p, 3, 0},
+		{"2.23", coll, 3, 24},
+		{"2.26", p2p, 3, 24},
+		{"2.26", coll, 3, 0},
+		{"2.26", netplugin, 3, 0},
+		{"2.28", netplugin, 3, 24},
 	}
 	for _, c := range cases {
 		t.Run(c.release+"/"+c.mask, func(t *testing.T) {
+			// The recording plugin writes exactly this mask (ncclprof would add ancestors).
 			log := filepath.Join(t.TempDir(), "calls.log")
-			Start(t, Options{Args: []string{"--nccl", c.release, "--iters", "3", "--fast", "p2p"},
-				Env: []string{"NCCLPROF_EVENT_MASK=" + c.mask, "NCCLPROF_HOST_CALLLOG=" + log}})
+			Start(t, Options{Lib: Path(t, "libnccl-profiler-recorder.so"),
+				Args: []string{"--nccl", c.release, "--iters", "3", "--fast", "p2p"},
+				Env:  []string{"NCCLPROF_RECORDER_MASK=" + c.mask, "NCCLPROF_HOST_CALLLOG=" + log}})
 			started := map[string]int{}
 			for _, l := range readCallLog(t, log) {
 				if l.kind == "start" {
@@ -352,8 +367,8 @@ func TestNCCLReleaseMaskRules(t *testing.T) {
 }
 
 // In real time, each release's order of records still lets the plugin recover every peer's
-// latency and bandwidth (MIN mode) within the README's tolerance. Not 2.23: its send sizes are
-// the known gap above.
+// latency and bandwidth (MIN mode) within the README's tolerance. Not 2.23: its sends have no
+// sizes (check223).
 func TestNCCLReleaseFits(t *testing.T) {
 	for _, rel := range ncclReleases[1:] {
 		t.Run(rel.name, func(t *testing.T) {
@@ -367,15 +382,15 @@ func TestNCCLReleaseFits(t *testing.T) {
 
 // Every event type from three threads on three communicators (graph replays, PXN, ProxyCtrl,
 // NetPlugin, CE) with each release's proxy order and activation rules: exact against the truth
-// (2.23: its operations; its sends are the known gap above).
+// (2.23: as check223 says).
 func TestNCCLReleaseMixed(t *testing.T) {
 	for _, rel := range ncclReleases {
 		t.Run(rel.name, func(t *testing.T) {
 			r := Start(t, Options{Args: []string{"--nccl", rel.name, "--iters", "120", "--kernel", "--fast", "mixed"},
 				Env: []string{"NCCLPROF_EVENT_MASK=all"}})
 			tr := r.Truth[0]
-			if rel.name == "2.23" && !knownGapsWanted() {
-				checkOpsOnly(t, r, tr)
+			if rel.name == "2.23" {
+				check223(t, r, tr)
 				return
 			}
 			CheckExact(t, r, tr)

@@ -224,9 +224,10 @@ func Parse(path string, data []byte) (*Trace, error) {
 // to the base) and returns true for those it has taken what it needs from. A reader that only counts most events (proxy steps, network
 // events…) holds a fraction of the memory of the file's events (an Event is about 450 bytes,
 // twice the text it comes from). Doc.Events still counts every event, and Doc.Walk visits them
-// all again.
+// all again. A large plain file is mapped rather than copied (tracefile.MapFile): the merge,
+// the only caller, holds its plugin traces to its end.
 func ReadLean(path string, drop func(*Event) bool) (*Trace, error) {
-	data, err := tracefile.ReadFile(path)
+	data, err := tracefile.MapFile(path)
 	if err != nil {
 		return nil, err
 	}
