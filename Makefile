@@ -20,7 +20,7 @@ EMPTY   := $(BUILD)/libnccl-profiler-empty.so
 # ABI version each or a broken table.
 RECORDER := $(BUILD)/libnccl-profiler-recorder.so
 RECORDER_VARIANTS := $(foreach v,1 2 3 4 5 6,$(BUILD)/recorder/librecorder-v$(v).so) \
-                     $(BUILD)/recorder/librecorder-badtable.so
+                     $(foreach b,badtable datatable exittable,$(BUILD)/recorder/librecorder-$(b).so)
 MERGE   := $(BUILD)/ncclmerge
 
 # The library NCCL loads is every C file in plugin/ (pure C: hot path, ABI tables, control API,
@@ -75,9 +75,13 @@ $(RECORDER): $(REC_DEPS)
 $(BUILD)/recorder/librecorder-v%.so: $(REC_DEPS)
 	@mkdir -p $(BUILD)/recorder
 	$(CC) -std=gnu11 -O2 -fPIC -shared $(WARN) -Wno-unused-function -DREC_ONLY=$* -o $@ $(REC_SRC) -lpthread
-$(BUILD)/recorder/librecorder-badtable.so: $(REC_DEPS)
+# Broken tables (recorder.c, REC_BAD_TABLE): a NULL pointer, one into data, init = libc's _exit.
+REC_BAD_badtable := 1
+REC_BAD_datatable := 2
+REC_BAD_exittable := 3
+$(BUILD)/recorder/librecorder-%table.so: $(REC_DEPS)
 	@mkdir -p $(BUILD)/recorder
-	$(CC) -std=gnu11 -O2 -fPIC -shared $(WARN) -Wno-unused-function -DREC_BAD_TABLE -o $@ $(REC_SRC) -lpthread
+	$(CC) -std=gnu11 -O2 -fPIC -shared $(WARN) -Wno-unused-function -Wno-nonnull -DREC_BAD_TABLE=$(REC_BAD_$*table) -o $@ $(REC_SRC) -lpthread
 
 # Sanitizer builds: the C core with the C drainer (no Go runtime), and a host built the same.
 SAN_SRC := $(CORE_SRC) testhost/cdrain.c

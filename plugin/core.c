@@ -137,8 +137,10 @@ static uint64_t np_env_u64(const char* name, uint64_t def, uint64_t lo, uint64_t
   const char* s = getenv(name);
   if (s == NULL || *s == 0) return def;
   char* end;
+  errno = 0;
   unsigned long long v = strtoull(s, &end, 0);
-  if (end == s || *end != 0 || v < lo || v > hi) {
+  /* strtoull accepts a sign and wraps: "-18446744073709551612" would read as 4 */
+  if (end == s || *end != 0 || errno != 0 || strchr(s, '-') || v < lo || v > hi) {
     np_logf(NPABI_LOG_WARN, "%s=%s is not a number in [%llu, %llu]; using %llu", name, s,
             (unsigned long long)lo, (unsigned long long)hi, (unsigned long long)def);
     return def;
@@ -395,7 +397,7 @@ static int np_map_comm(np_comm* c, uint32_t idx) {
   return 1;
 }
 
-static int np_quiesce(void);
+int np_quiesce(void);
 
 
 /* Starts a new incarnation of a communicator entry: fresh epochs and cell generations
@@ -1089,7 +1091,7 @@ static int np_has_open(np_window* w, uint32_t epoch, uint32_t nslots) {
 
 /* Waits until no thread is inside a callback that began before the windows were sealed.
  * Returns 0 if some thread stayed inside longer than the bound (try again next poll). */
-static int np_quiesce(void) {
+int np_quiesce(void) {
 #if !defined(NP_TSAN)
   if (!np_fence_mode) syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
   else __atomic_thread_fence(__ATOMIC_SEQ_CST);

@@ -436,11 +436,16 @@ void np_stat_set(int i, uint64_t v);
 /* Flush requests from the control API: the one to serve (0: none), and its completion. */
 uint64_t np_flush_pending(void);
 void np_flush_done(uint64_t req);
+/* Waits until no thread is inside a callback begun before the call (about 20 ms per thread at
+ * most); 0 when one stayed longer (counted). The drainer's grace period; chain.c's finalize. */
+int np_quiesce(void);
 /* Failures of a chained plugin (NCCLPROF_CHAIN, chain.c), said once through NCCL's logger. */
 void np_chain_report(void);
 /* Hang-dump requests (ncclprof_dump_inflight): the one to serve, and its completion. */
 uint64_t np_dump_pending(void);
 void np_dump_done(uint64_t req, int failed);
+/* Why a dump request failed (a write error): kept for ncclprof_dump_error(). */
+void np_dump_failed(uint64_t req, const char* why);
 void np_set_tick_rate(double ticks_per_ns);
 /* Logs through NCCL's logger when one was given (warnings the drainer raises). */
 void np_log(int level, const char* msg);

@@ -131,7 +131,9 @@ type Fields struct {
 	Op         uint64 // KernelCh, completion: the Coll/P2p handle
 	GPUStart   int64  // KernelCh: raw %globaltimer ns
 	GPUStop    int64
-	Graph      bool // captured in a CUDA graph
+	Graph      bool  // captured in a CUDA graph
+	IsSend     bool  // ProxyOp: a send (else a receive)
+	TransSize  int64 // ProxyOp, ProxyStep: the bytes it moves (trans_size)
 	// Traced: why a sampled trace holds the operation (Coll/P2p, completion): "sampled" (its seq
 	// % N == 0), "triggered" (after a slow one), "trigger" (the slow one: its completion span
 	// only); "" in a full trace.
