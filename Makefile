@@ -30,8 +30,8 @@ CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h plugin/drainapi.h plugin/cha
 HOST_SRC := testhost/main.c testhost/emit.c testhost/calllog.c testhost/world.c testhost/scenarios.c \
             testhost/fuzz.c testhost/bench.c testhost/soak.c testhost/skew.c testhost/hang.c \
             testhost/drainbench.c testhost/job.c testhost/races.c testhost/samplebench.c \
-            testhost/api_patterns.c testhost/proxy_patterns.c testhost/ncclbench.c
-HOST_HDR := testhost/emit.h testhost/calllog.h testhost/world.h testhost/scenarios.h plugin/abi.h plugin/core.h
+            testhost/api_patterns.c testhost/proxy_patterns.c testhost/ncclbench.c testhost/era.c
+HOST_HDR := testhost/emit.h testhost/calllog.h testhost/world.h testhost/era.h testhost/scenarios.h plugin/abi.h plugin/core.h
 GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(wildcard go.sum)
 
 WARN     := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "era.h"
 #include "scenarios.h"
 
 static void usage(void) {
@@ -67,6 +68,8 @@ static void usage(void) {
           "             --net-slow-op I: this rank's sends of operation I take D longer in all\n"
           "options:\n"
           "  --abi N (1-6, default 6)  --rank R (0)  --nranks N (4)  --iters N (50)\n"
+          "  --nccl 2.23|2.24|2.25|2.26|2.27|2.28|2.29|2.30 (call as that NCCL release does: its\n"
+          "             ABI, the proxy thread's order of records and fields; docs/nccl-call-sites.md)\n"
           "  --channels N (2)  --kernel (emit KernelCh)  --comms N  --cycles N (3)\n"
           "  --control (allreduce: open a trace window for the middle third of the iterations\n"
           "             with ncclprof_trace_start/stop, label each iteration ncclprof_set_step)\n"
@@ -92,12 +95,19 @@ int main(int argc, char** argv) {
             .realtime = 1, .seconds = 5, .threads = 3, .reps = 7, .seed = 1,
             .mask_api = -1, .slow_rank = -1, .slow_us = 3000, .slow_op = -1,
             .gpu_late_op = -1, .net_slow_op = -1};
+  int nccl = 0, nccl_arg = 0, abi_given = 0; /* --nccl: the release replayed (era.h) */
   for (int i = 1; i < argc; i++) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
 #define ARG(name) (!strcmp(a, name) && v && ++i)
     if (ARG("--lib")) o.lib = v;
-    else if (ARG("--abi")) o.abi = atoi(v);
+    else if (ARG("--abi")) o.abi = atoi(v), abi_given = 1;
+    else if (ARG("--nccl") && (nccl_arg = i)) {
+      if (!(nccl = nccl_release(v))) {
+        fprintf(stderr, "testhost: --nccl %s: give one of 2.23 2.24 2.25 2.26 2.27 2.28 2.29 2.30\n", v);
+        return 2;
+      }
+    }
     else if (ARG("--rank")) o.rank = atoi(v);
     else if (ARG("--nranks")) o.nranks = atoi(v);
     else if (ARG("--iters")) o.iters = atoi(v);
@@ -134,6 +144,14 @@ int main(int argc, char** argv) {
     else o.scenario = a;
 #undef ARG
   }
+  if (nccl) { /* the release decides the ABI: NCCL calls the newest version it knows */
+    if (abi_given && o.abi != nccl_abi(nccl)) {
+      fprintf(stderr, "testhost: NCCL %s calls plugins at ABI v%d, not --abi %d (leave --abi out)\n",
+              argv[nccl_arg], nccl_abi(nccl), o.abi);
+      return 2;
+    }
+    o.abi = nccl_abi(nccl);
+  }
   if (!o.lib || !o.scenario || o.abi < 1 || o.abi > 6 || o.nranks < 1 || o.nranks > MAX_PEERS ||
       o.rank < 0 || o.rank >= o.nranks || o.channels < 1 || o.channels > 32)
     usage();
@@ -157,6 +175,7 @@ int main(int argc, char** argv) {
     return scenario_drain(&o);
   }
   world_init(o.lib, o.abi, o.rank, o.nranks, o.realtime, o.seed);
+  W.plugin.nccl = nccl;
   W.bad_ptimer = o.bad_ptimer;
   W.bad_every = o.bad_every;
   if (o.logger) host_logger = host_log;

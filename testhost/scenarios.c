@@ -72,7 +72,10 @@ static int plan_jobs(hcomm* c, const op_spec* o, void* handle, int truth, int ch
   uint64_t total = wire_bytes(o, c->nranks);
   size_t chunk = o->chunk ? o->chunk : 128 * 1024;
   job base = {.comm = c, .ctx = c->ctx, .parent = handle, .pid = getpid(), .channel = ch,
-              .truth_op = truth, .t_op_start = 0, .kernel = o->kernel};
+              .truth_op = truth, .t_op_start = 0, .kernel = o->kernel, .slice_steps = 1};
+  /* NCCL's ring collectives on SIMPLE move sliceSteps = NCCL_STEPS/4 raw steps per transfer
+   * (enqueue.cc); LL, LL128 and P2P one. */
+  if (!o->is_p2p && o->proto && !strcmp(o->proto, "SIMPLE")) base.slice_steps = 2;
   if (o->is_p2p) {
     if (o->peer == c->rank) { /* self send/recv: no proxy work, maybe a kernel channel */
       if (o->kernel) {
