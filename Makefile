@@ -23,16 +23,16 @@ RECORDER_VARIANTS := $(foreach v,1 2 3 4 5 6,$(BUILD)/recorder/librecorder-v$(v)
                      $(foreach b,badtable datatable exittable,$(BUILD)/recorder/librecorder-$(b).so)
 MERGE   := $(BUILD)/ncclmerge
 
-# The library NCCL loads is every C file in plugin/ (pure C: hot path, ABI tables, control API,
-# loader, chaining); the Go files there are the drainer library it loads (plugin/drainapi.h).
-CORE_SRC := $(wildcard plugin/*.c)
-CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h plugin/drainapi.h plugin/chain.h
+# The library NCCL loads is every C file of profiler/ (pure C: hot path, ABI tables, control API,
+# loader, chaining); drainer/ is the Go drainer library it loads (profiler/drainapi.h).
+CORE_SRC := $(wildcard profiler/*.c)
+CORE_HDR := $(wildcard profiler/*.h)
 HOST_SRC := testhost/main.c testhost/emit.c testhost/calllog.c testhost/world.c testhost/scenarios.c \
             testhost/fuzz.c testhost/bench.c testhost/soak.c testhost/skew.c testhost/hang.c \
             testhost/drainbench.c testhost/job.c testhost/races.c testhost/samplebench.c \
             testhost/api_patterns.c testhost/proxy_patterns.c testhost/ncclbench.c testhost/era.c
-HOST_HDR := testhost/emit.h testhost/calllog.h testhost/world.h testhost/era.h testhost/scenarios.h plugin/abi.h plugin/core.h
-GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(wildcard go.sum)
+HOST_HDR := testhost/emit.h testhost/calllog.h testhost/world.h testhost/era.h testhost/scenarios.h profiler/abi.h profiler/core.h
+GO_SRC   := $(shell find drainer internal cmd -name '*.go' 2>/dev/null) go.mod $(wildcard go.sum)
 
 WARN     := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 HOST_CFLAGS := -std=gnu11 -O2 -g $(WARN)
@@ -63,12 +63,12 @@ $(HOST): $(HOST_SRC) $(HOST_HDR)
 	@mkdir -p $(BUILD)
 	$(CC) $(HOST_CFLAGS) -o $@ $(HOST_SRC) -ldl -lpthread
 
-$(EMPTY): testhost/empty.c plugin/abi.h
+$(EMPTY): testhost/empty.c profiler/abi.h
 	@mkdir -p $(BUILD)
 	$(CC) -std=gnu11 -O2 -fPIC -shared $(WARN) -o $@ $<
 
 REC_SRC := testhost/recorder.c testhost/calllog.c
-REC_DEPS := $(REC_SRC) testhost/calllog.h plugin/abi.h
+REC_DEPS := $(REC_SRC) testhost/calllog.h profiler/abi.h
 $(RECORDER): $(REC_DEPS)
 	@mkdir -p $(BUILD)
 	$(CC) -std=gnu11 -O2 -fPIC -shared $(WARN) -o $@ $(REC_SRC) -lpthread

@@ -72,13 +72,13 @@ def _go():
 
 
 def _check_versions():
-    with open(os.path.join(REPO, "plugin", "core.h")) as f:
+    with open(os.path.join(REPO, "profiler", "core.h")) as f:
         m = re.search(r'#define\s+NCCLPROF_VERSION\s+"([^"]+)"', f.read())
     with open(os.path.join(HERE, "ncclprof", "_version.py")) as f:
         p = re.search(r'__version__\s*=\s*"([^"]+)"', f.read())
     if not m or not p or m.group(1) != p.group(1):
         raise BuildError(
-            f"version mismatch: plugin/core.h says {m and m.group(1)!r}, "
+            f"version mismatch: profiler/core.h says {m and m.group(1)!r}, "
             f"python/ncclprof/_version.py says {p and p.group(1)!r}; make them equal.")
 
 

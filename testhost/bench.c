@@ -19,7 +19,7 @@
 #include <x86intrin.h>
 #endif
 
-#include "../plugin/core.h"
+#include "../profiler/core.h"
 #include "scenarios.h"
 
 #define CHANNELS_MAX 8

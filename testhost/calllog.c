@@ -8,7 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "../plugin/abi.h"
+#include "../profiler/abi.h"
 
 typedef struct w {
   char* p;

@@ -3,7 +3,7 @@
  * and ThreadSanitizer cannot share a process with a Go c-shared runtime), so this thread plays
  * the Go drainer's part of the window protocol: poll, export, release, acknowledge finalize
  * and flush. It checks what it reads, so the fuzzer also exercises export on every window.
- * The loader (plugin/loader.c) starts it as it would load the Go library: at the first
+ * The loader (profiler/loader.c) starts it as it would load the Go library: at the first
  * communicator, after the same resource checks, on the same short-lived thread.
  *
  * NCCLPROF_CDRAIN_HOLD_MS=N (tests only): acknowledge no finalize for N ms after it was asked,
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "../plugin/chain.h"
-#include "../plugin/core.h"
+#include "../profiler/chain.h"
+#include "../profiler/core.h"
 
 static double calibrate(void) {
   uint64_t b0, m0, r0, a0, b1, m1, r1, a1;
@@ -77,7 +77,7 @@ static void* cdrain_main(void* arg) {
   return NULL;
 }
 
-/* What plugin/loader.c calls in place of the Go library's np_drain_start. */
+/* What profiler/loader.c calls in place of the Go library's np_drain_start. */
 int np_builtin_drain_start(const np_drain_api* api, int64_t budget) {
   (void)budget;
   if (api->version != NP_DRAIN_API_VERSION || api->size != sizeof *api) return 1;

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../plugin/core.h"
+#include "../profiler/core.h"
 #include "scenarios.h"
 
 #define DRAIN_MASK (NPABI_GROUP | NPABI_COLL | NPABI_P2P | NPABI_PROXY_OP | NPABI_PROXY_STEP | \

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../plugin/abi.h"
+#include "../profiler/abi.h"
 
 typedef struct host_plugin {
   int abi; /* 1..6 */

@@ -3,7 +3,7 @@
  * against. Every callback writes a non-NULL handle (so NCCL keeps emitting children) and
  * returns.
  */
-#include "../plugin/abi.h"
+#include "../profiler/abi.h"
 
 static npabi_result_t e_init1(void** ctx, int* mask) {
   *ctx = (void*)1;

@@ -31,7 +31,7 @@
 #include <x86intrin.h>
 #endif
 
-#include "../plugin/core.h"
+#include "../profiler/core.h"
 #include "scenarios.h"
 
 #define NB_STEPS_IN_FLIGHT 8 /* NCCL_STEPS */

@@ -28,7 +28,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "../plugin/abi.h"
+#include "../profiler/abi.h"
 #include "calllog.h"
 
 #define REC_HANDLES (1 << 24)

@@ -21,7 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../plugin/core.h"
+#include "../profiler/core.h"
 #include "scenarios.h"
 
 static const unsigned sb_every[] = {0, 1, 100, 10000};

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../plugin/core.h"
+#include "../profiler/core.h"
 #include "scenarios.h"
 
 static long count_dir(const char* path) {

@@ -5,7 +5,7 @@
 //  1. track Coll/P2p operations (and their API and Group parents);
 //  2. link ProxyOps (and KernelCh) to their Coll/P2p: an operation completes at its last
 //     child's stop, so its time is Coll start → last ProxyOp/KernelCh stop; a ProxyOp's record
-//     carries what its steps moved (folded by the plugin's hot path, see plugin/core.h);
+//     carries what its steps moved (folded by the plugin's hot path, see profiler/core.h);
 //  3. compute per-operation stats. Rank-pair and channel stats (and their fits) come from the
 //     plugin's transfer sums, not from records (SetTransfers, transfers.go): ProxySteps never
 //     reach the aggregation.
@@ -403,7 +403,7 @@ func (a *Aggregator) track(cs *commState, r *event.Record) {
 	} else {
 		o.Root = -1
 		// NCCL gives P2P no seq: the plugin's hot path numbers them per (communicator, peer,
-		// direction) from 0, the same way on every rank (np_p2p_next in plugin/hot.h).
+		// direction) from 0, the same way on every rank (np_p2p_next in profiler/hot.h).
 		e.p2pSeq = int64(r.Seq)
 	}
 	if o.Comm.Rank == 0 && r.Rank != 0 {

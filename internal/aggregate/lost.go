@@ -2,7 +2,7 @@ package aggregate
 
 import "github.com/ncclprof/ncclprof/internal/event"
 
-// LostOp is one key of the plugin's lost-operation table (np_lost_op in plugin/core.h): Coll
+// LostOp is one key of the plugin's lost-operation table (np_lost_op in profiler/core.h): Coll
 // or P2p events that found no slot, counted so operation counts and bytes stay exact. Counts
 // are cumulative since the communicator started.
 type LostOp struct {
@@ -13,7 +13,7 @@ type LostOp struct {
 	N, SumCount              uint64
 }
 
-// What became of a lost Coll's CollApi (plugin/adapters.c np_lost_api).
+// What became of a lost Coll's CollApi (profiler/adapters.c np_lost_api).
 const (
 	LostAPIKept    = 1 // recorded: the call must not also count as an API-only operation
 	LostAPIDropped = 2 // lost too

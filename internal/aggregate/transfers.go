@@ -2,18 +2,18 @@ package aggregate
 
 // Transfer stats come from the plugin's hot path, not from records: every ProxyStep's stop
 // folds its transfer into sums kept per (kind, rank, peer or channel, size, writer thread)
-// (plugin/core.h). Sums per size are exactly what both fits need (a least-squares line is
+// (profiler/core.h). Sums per size are exactly what both fits need (a least-squares line is
 // additive over groups of equal x, and the MIN fit wants the fastest transfer of each size),
 // so pair and channel figures are exact whatever happens to the event records.
 
-// Bucket kinds, as NP_X_* in plugin/core.h.
+// Bucket kinds, as NP_X_* in profiler/core.h.
 const (
 	BucketSend    = 1 // a send step that reached the network, to peer ID
 	BucketRecv    = 2 // a receive step with a size, from peer ID (not timed)
 	BucketChannel = 3 // a send step on channel ID
 )
 
-// Bucket is one set of transfer sums (np_xfer in plugin/core.h). Times are in ticks.
+// Bucket is one set of transfer sums (np_xfer in profiler/core.h). Times are in ticks.
 type Bucket struct {
 	Kind                       int
 	Rank, ID                   int

@@ -8,7 +8,7 @@ import (
 	"github.com/ncclprof/ncclprof/internal/linfit"
 )
 
-// bucketsOf groups transfers per size as the plugin's hot path does (plugin/hot.h np_xfer_add),
+// bucketsOf groups transfers per size as the plugin's hot path does (profiler/hot.h np_xfer_add),
 // with times in ticks at 2 ticks per ns.
 func bucketsOf(kind, rank, id int, sizes []uint64, timesNs []float64) []Bucket {
 	by := map[uint64]*Bucket{}

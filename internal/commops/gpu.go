@@ -5,7 +5,7 @@ import "github.com/ncclprof/ncclprof/internal/ptrace"
 // gpuArrivals gathers, while a file is read, when each operation started on its GPU: its
 // earliest KernelCh start that the plugin placed by its GPU clock, and its earliest release from
 // SendGPUWait. A state slice names no parent: the plugin writes it nested in time in the step
-// just written before it (plugin/trace.go, emitStates), whose parent is a ProxyOp, whose parent
+// just written before it (drainer/trace.go, emitStates), whose parent is a ProxyOp, whose parent
 // is the operation. Events arrive in any order, so the chain is resolved at the end.
 type gpuArrivals struct {
 	kernelCh map[opKey]int64  // operation → earliest KernelCh start

@@ -5,7 +5,7 @@ package event
 
 import "fmt"
 
-// Type is the internal event type. Values match the C side (NP_T_* in plugin/core.h):
+// Type is the internal event type. Values match the C side (NP_T_* in profiler/core.h):
 // log2 of NCCL's type bit plus one.
 type Type uint8
 
@@ -50,7 +50,7 @@ func (t Type) Bit() uint32 {
 	return 1 << (t - 1)
 }
 
-// Flags describe how an event was recorded (NP_F_* in plugin/core.h).
+// Flags describe how an event was recorded (NP_F_* in profiler/core.h).
 type Flags uint16
 
 // Record flags.

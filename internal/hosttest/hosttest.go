@@ -173,16 +173,16 @@ func (r *Run) Summary(hash string, rank int) *Summary {
 }
 
 // Counter is the plugin's process-wide counter NP_C_<name> (e.g. "LATE") as the truth
-// recorded it, its index read from the enum in plugin/core.h (so the order lives in one place).
+// recorded it, its index read from the enum in profiler/core.h (so the order lives in one place).
 func (tr Truth) Counter(t testing.TB, name string) uint64 {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(Root(t), "plugin", "core.h"))
+	b, err := os.ReadFile(filepath.Join(Root(t), "profiler", "core.h"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	enum := counterEnum.Find(b)
 	if enum == nil {
-		t.Fatal("plugin/core.h: no NP_C_* enum")
+		t.Fatal("profiler/core.h: no NP_C_* enum")
 	}
 	enum = cComment.ReplaceAll(enum, nil)
 	for i, m := range counterName.FindAllSubmatch(enum, -1) {
@@ -193,7 +193,7 @@ func (tr Truth) Counter(t testing.TB, name string) uint64 {
 			return tr.PluginCounters[i]
 		}
 	}
-	t.Fatalf("plugin/core.h has no NP_C_%s", name)
+	t.Fatalf("profiler/core.h has no NP_C_%s", name)
 	return 0
 }
 

@@ -47,7 +47,7 @@ func TestResourceLimitsTurnThePluginOff(t *testing.T) {
 }
 
 // Room enough under both limits: the plugin loads its drainer and every figure is exact, so the
-// checks only refuse what would fail (the thresholds are in plugin/loader.c).
+// checks only refuse what would fail (the thresholds are in profiler/loader.c).
 func TestResourceLimitsWithRoomProfile(t *testing.T) {
 	r := Start(t, Options{Ulimit: []string{"-n 64", "-v 3000000"}, Args: args(6, "--logger", "--iters", "200", "--kernel", "allreduce")})
 	CheckExact(t, r, r.Truth[0])

@@ -36,7 +36,7 @@ var ncclReleases = []ncclRelease{
 	{name: "2.30", abi: 6, perTransfer: 1, commName: true, apiEvents: true},
 }
 
-// Event type bits and states (plugin/abi.h) the rules name.
+// Event type bits and states (profiler/abi.h) the rules name.
 const (
 	tColl, tP2p, tProxyOp, tProxyStep, tGroupAPI             = 2, 4, 8, 16, 256
 	sSendPosted, sRemFifo, sTransmitted, sSendDone           = 0, 1, 2, 3

@@ -93,7 +93,7 @@ type TruthChannel struct {
 	Bytes     uint64 `json:"bytes"`
 }
 
-// Summary is the plugin's per-communicator JSON (plugin/summary.go).
+// Summary is the plugin's per-communicator JSON (drainer/summary.go).
 type Summary struct {
 	Version  int               `json:"ncclprof_summary_version"`
 	Host     string            `json:"host"`

@@ -152,7 +152,7 @@ type Comm struct {
 }
 
 // Clock is how the plugin converted CPU timestamps (ncclprof.clock), with the writer's field
-// names (plugin/trace.go clockInfo, align.Info).
+// names (drainer/trace.go clockInfo, align.Info).
 type Clock struct {
 	Source       string  // "tsc", "cntvct" or "monotonic"
 	NsPerTick    float64 // ns_per_tick: the converter's rate, Unix ns per counter tick

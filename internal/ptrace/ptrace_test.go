@@ -150,7 +150,7 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// The header's clock is read with the names plugin/trace.go (clockInfo) writes. The reader once
+// The header's clock is read with the names drainer/trace.go (clockInfo) writes. The reader once
 // used names that only the docs had (ticks_per_ns, fit_pairs) and read 0 from every real trace.
 func TestClockWriterFields(t *testing.T) {
 	// As json.Marshal writes clockInfo's map (keys sorted); error_bound_ns is a float there.
@@ -166,13 +166,13 @@ func TestClockWriterFields(t *testing.T) {
 		t.Errorf("clock: %+v, want %+v", tr.Clock, want)
 	}
 	// The writer still writes these names (a rename there must come here, and to the docs).
-	src, err := os.ReadFile("../../plugin/trace.go")
+	src, err := os.ReadFile("../../drainer/trace.go")
 	if err != nil {
 		t.Skip("plugin source not present:", err)
 	}
 	for _, k := range []string{"source", "ns_per_tick", "anchors", "error_bound_ns", "clock_steps"} {
 		if !strings.Contains(string(src), `"`+k+`"`) {
-			t.Errorf("plugin/trace.go no longer writes clock field %q: update ptrace.Clock and docs/trace-format.md", k)
+			t.Errorf("drainer/trace.go no longer writes clock field %q: update ptrace.Clock and docs/trace-format.md", k)
 		}
 	}
 }

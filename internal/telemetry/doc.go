@@ -2,7 +2,7 @@
 // measurement per completed NCCL operation into counters and (exponential) histograms, rank-pair
 // and channel results with regression latency and bandwidth, and the plugin's own health.
 //
-// The plugin (plugin/metrics.go) drives a Recorder from its drainer goroutine:
+// The plugin (drainer/metrics.go) drives a Recorder from its drainer goroutine:
 //
 //	cfg, problems := telemetry.FromEnv(os.Getenv)    // OTEL_* and NCCLPROF_* variables
 //	rec, err := telemetry.New(ctx, telemetry.Options{Config: cfg, Host: telemetry.ProcessHost(v), ...})

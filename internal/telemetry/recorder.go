@@ -34,7 +34,7 @@ type Options struct {
 	// Warn receives one-line warnings. It may be called from any goroutine (the SDK's export
 	// goroutine included) and must not block. nil discards them.
 	Warn func(string)
-	// Counters returns the plugin's process-wide counters by name (plugin/summary.go
+	// Counters returns the plugin's process-wide counters by name (drainer/summary.go
 	// counterNames). It is called at collection, from the SDK's goroutine. nil: none.
 	Counters func() map[string]uint64
 	// Drops returns the events dropped since the plugin started, per event type: those not

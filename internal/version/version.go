@@ -1,5 +1,5 @@
 // Package version is ncclprof's version as the Go programs report it (ncclmerge --version). The
-// plugin (plugin/core.h), the Makefile and the Python package state it too; a test keeps the four
+// plugin (profiler/core.h), the Makefile and the Python package state it too; a test keeps the four
 // equal.
 package version
 

@@ -1,4 +1,4 @@
-"""Control of the plugin that NCCL loaded, through its exported C functions (plugin/control.c).
+"""Control of the plugin that NCCL loaded, through its exported C functions (profiler/control.c).
 
 There is exactly one copy of the plugin in a process: this module loads the very file NCCL is
 told to load (NCCL_PROFILER_PLUGIN, set by enable()) with ctypes' default RTLD_LOCAL, and the

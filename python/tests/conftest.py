@@ -102,7 +102,7 @@ def empty_plugin(tmp_path_factory) -> Path:
     testhost/empty.c."""
     out = tmp_path_factory.mktemp("other") / "libnccl-profiler-empty.so"
     src = REPO / "testhost" / "empty.c"
-    r = subprocess.run(["gcc", "-std=gnu11", "-O2", "-fPIC", "-shared", f"-I{REPO / 'plugin'}",
+    r = subprocess.run(["gcc", "-std=gnu11", "-O2", "-fPIC", "-shared", f"-I{REPO / 'profiler'}",
                         "-o", str(out), str(src)], capture_output=True, text=True)
     if r.returncode != 0:
         pytest.fail(f"cannot build {src} with gcc: {r.stderr}")

@@ -5,7 +5,7 @@ take the ncclProfiler_v6 struct, call init for a communicator, and drive startEv
 recordEventState / stopEvent in NCCL's order for a grouped self send/recv (the one-GPU case:
 GroupApi, P2pApi x2, KernelLaunch, Group, P2p x2) and for an AllReduce on a multi-rank
 communicator (GroupApi, CollApi, KernelLaunch, Group, Coll). Descriptor layouts are those pinned
-in plugin/abi.h (docs/nccl-profiler-api.md). Like NCCL it reads the activation mask the plugin
+in profiler/abi.h (docs/nccl-profiler-api.md). Like NCCL it reads the activation mask the plugin
 wrote, per operation, and starts an event when its type or a descendant's is in it.
 
 This runs the plugin in the test's own process, so the package's control calls, trace windows

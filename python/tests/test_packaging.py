@@ -19,7 +19,7 @@ from conftest import REPO, config_free_env, real_trace, run_py
 
 
 def _core_version():
-    text = (REPO / "plugin" / "core.h").read_text()
+    text = (REPO / "profiler" / "core.h").read_text()
     return re.search(r'#define\s+NCCLPROF_VERSION\s+"([^"]+)"', text).group(1)
 
 

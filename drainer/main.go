@@ -1,10 +1,10 @@
-// Command plugin is the Go part of the NCCL profiler plugin, built with -buildmode=c-shared
+// Command drainer is the Go part of the NCCL profiler plugin, built with -buildmode=c-shared
 // into libncclprof-drain.so: the drainer, aggregation, metrics and trace.
 //
-// NCCL loads the C library (libnccl-profiler-ncclprof.so: core.c, adapters.c, control.c,
-// loader.c; every C file here is tagged ncclprof_front so that go build leaves it out of this
-// library). At the first communicator that library checks that the process can afford a Go
-// runtime and loads this one beside it, which starts the drainer (np_drain_start, start.go).
+// NCCL loads the C library (libnccl-profiler-ncclprof.so, built from ../profiler: the hot path,
+// the ABI adapters, the control API, the loader). At the first communicator that library checks
+// that the process can afford a Go runtime and loads this one beside it, which starts the
+// drainer (np_drain_start, start.go).
 // NCCL's callbacks never enter Go, and Go never names a C symbol: it calls the C core through
 // the table it is handed at start (drainapi.h, which makes C.np_poll(...) and the rest work
 // as plain cgo calls). The Go runtime of a c-shared library cannot be unloaded, and neither
@@ -13,7 +13,7 @@
 package main
 
 /*
-#cgo CFLAGS: -O2 -std=gnu11 -Wall -Wno-unused-parameter -DNP_GO_SIDE
+#cgo CFLAGS: -O2 -std=gnu11 -Wall -Wno-unused-parameter -DNP_GO_SIDE -I${SRCDIR}/../profiler
 #cgo LDFLAGS: -lpthread
 #include "core.h"
 const np_drain_api* np_api; // drainapi.h: the one definition

@@ -1,5 +1,3 @@
-//go:build ncclprof_front
-
 /*
  * chain.c — NCCLPROF_CHAIN: a second profiler plugin, loaded and driven the way NCCL would.
  *

@@ -1,5 +1,3 @@
-//go:build ncclprof_front
-
 /*
  * adapters.c — the exported ncclProfiler_v1 … ncclProfiler_v6 tables and one thin adapter per
  * ABI version. An adapter reads its version's descriptor and state arguments and calls the

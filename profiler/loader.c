@@ -1,5 +1,3 @@
-//go:build ncclprof_front
-
 /*
  * loader.c — starts the Go part of the plugin (libncclprof-drain.so: drainer, aggregation,
  * metrics, trace) from the C library NCCL loads, once the process can afford it.

@@ -4,12 +4,12 @@
  * The plugin is two libraries (docs/architecture.md, "Two libraries"):
  *   - libnccl-profiler-ncclprof.so, the one NCCL loads: pure C (core.c, adapters.c, control.c,
  *     loader.c). Hot path, ABI tables, control API. No Go runtime.
- *   - libncclprof-drain.so, the Go part (the .go files of plugin/): drainer, aggregation, metrics, trace.
+ *   - libncclprof-drain.so, the Go part (drainer/): drainer, aggregation, metrics, trace.
  *     The C library loads it (loader.c) at the first communicator, once it has checked that the
  *     process has what a Go runtime needs.
  * The Go library is linked on its own and must not reference a symbol of the C library (both
  * are loaded RTLD_LOCAL): it reaches the C core only through the table below, which the C
- * library hands to it when it starts it (np_drain_start, plugin/start.go). With NP_GO_SIDE
+ * library hands to it when it starts it (np_drain_start, drainer/start.go). With NP_GO_SIDE
  * defined (the cgo preamble of every Go file, through core.h) each entry becomes a static
  * inline function of the same name, so the Go code keeps calling C.np_poll(...) as before.
  *
@@ -93,7 +93,7 @@ typedef struct np_drain_api {
 #undef NP_API_FIELD_PROC
 
 #ifdef NP_GO_SIDE
-/* Set by np_drain_start before anything else runs in Go; defined once, in plugin/main.go. */
+/* Set by np_drain_start before anything else runs in Go; defined once, in drainer/main.go. */
 extern const np_drain_api* np_api;
 #define NP_API_WRAP_FN(ret, name, params, args) \
   static inline ret name params { return np_api->name args; }

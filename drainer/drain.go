@@ -117,9 +117,9 @@ func (d *drain) run() {
 	d.recs = unsafe.Slice((*C.np_record)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.np_record{})))), n)
 	d.xfer = unsafe.Slice((*C.np_xfer)(C.calloc(C.NP_XFER_BUCKETS, C.size_t(unsafe.Sizeof(C.np_xfer{})))), C.NP_XFER_BUCKETS)
 	d.sinks = append(d.sinks, newSummaryWriter())
-	metrics := newMetricsSink(d) // OpenTelemetry metrics (plugin/metrics.go)
+	metrics := newMetricsSink(d) // OpenTelemetry metrics (drainer/metrics.go)
 	d.cpu = align.NewCPU(tickSampler{}, d.clock.TicksPerNs())
-	trace := newTraceSink(d.cpu) // the Chrome trace (plugin/trace.go)
+	trace := newTraceSink(d.cpu) // the Chrome trace (drainer/trace.go)
 	// The traces first: the final metrics export then counts the trace writers' last bytes.
 	d.sinks = append(d.sinks, trace)
 	var sampled *traceSink // the always-on sampled trace (NCCLPROF_TRACE_SAMPLE, sample.go)
@@ -140,7 +140,7 @@ func (d *drain) run() {
 		// The trigger acts when a slow operation's span is known, not when it completes.
 		d.agg.SlowNs, d.agg.OnSlow = sampled.sample.slowNs, sampled.sample.fire
 	}
-	dog := newWatchdog(d) // hang dumps (plugin/hang.go)
+	dog := newWatchdog(d) // hang dumps (drainer/hang.go)
 	lastAnchor := time.Now()
 	var mem memoryWatch
 	var ready [maxReady]C.np_ready

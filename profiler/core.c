@@ -1,5 +1,3 @@
-//go:build ncclprof_front
-
 /*
  * core.c — everything around the hot path that is not per-callback: configuration, the
  * communicator table, thread registration, window rotation, state semantics, and the

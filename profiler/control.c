@@ -1,5 +1,3 @@
-//go:build ncclprof_front
-
 /*
  * control.c — the plugin's control API, exported for Python (ctypes) and the test host.
  *
@@ -38,11 +36,11 @@ NP_API const char* ncclprof_version(void) { return NCCLPROF_VERSION; }
 NP_API int ncclprof_started(void) { return np_first_init() != 0; }
 
 /* Present in builds whose Go side takes NCCLPROF_* and OTEL_* variables as they are when the
- * first communicator starts the plugin (plugin/env.go), not as the process started: the
+ * first communicator starts the plugin (drainer/env.go), not as the process started: the
  * Python package checks for it before promising that settings made from Python are seen. */
 NP_API const int ncclprof_reads_live_env = 1;
 
-/* The Go side's metrics flush (plugin/metrics.go), registered when the drainer starts; never
+/* The Go side's metrics flush (drainer/metrics.go), registered when the drainer starts; never
  * set in the C-only sanitizer builds. */
 static np_go_flush_fn np_go_metrics_flush;
 
