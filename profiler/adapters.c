@@ -18,13 +18,6 @@
 #include "chain.h"
 #include "hot.h"
 
-np_comm* np_pxn_target(void);
-void np_learn_comm(np_comm* c, uint64_t hash, const char* name, int rank);
-void np_net_start_payload(np_event* ev, const void* data);
-void np_lost_add(np_comm* c, int type, const char* func, const char* dtype, const char* algo,
-                 const char* proto, uint32_t nch, uint64_t count);
-uint64_t np_op_running_total(void* handle, int state, uint64_t total);
-
 /* ------------------------------------------------------------------- v1 enum names */
 
 const char* const np_func_names[8] = {"Broadcast", "Reduce",   "AllGather", "ReduceScatter",

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "hot.h"
+#include "state.h"
 
 #define NP_API __attribute__((visibility("default")))
 

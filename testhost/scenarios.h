@@ -87,7 +87,7 @@ typedef struct bench_lib {
   int (*dropped)(uint64_t*, uint64_t*, int);
 } bench_lib;
 extern int bench_steps;
-/* The default event mask (profiler/core.c "default"): what metrics-only users record. */
+/* The default event mask (profiler/config.c "default"): what metrics-only users record. */
 #define BENCH_DEFAULT_MASK (NPABI_GROUP | NPABI_COLL | NPABI_P2P | NPABI_PROXY_OP |              \
                             NPABI_PROXY_STEP | NPABI_GROUP_API | NPABI_COLL_API |              \
                             NPABI_P2P_API | NPABI_KERNEL_LAUNCH)

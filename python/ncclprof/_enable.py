@@ -23,7 +23,7 @@ import warnings
 from . import _control, _paths
 from ._errors import PluginConflictError, TooLateError
 
-# Event type names the plugin understands (NCCLPROF_EVENT_MASK; profiler/core.c) and their bits.
+# Event type names the plugin understands (NCCLPROF_EVENT_MASK; profiler/config.c) and their bits.
 EVENT_BITS = {
     "group": 1 << 0, "coll": 1 << 1, "p2p": 1 << 2, "proxyop": 1 << 3, "proxystep": 1 << 4,
     "proxyctrl": 1 << 5, "kernelch": 1 << 6, "netplugin": 1 << 7, "groupapi": 1 << 8,
