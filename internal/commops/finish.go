@@ -225,6 +225,8 @@ func (s *Set) add(p *part) {
 		s.marks = append(s.marks, m)
 	}
 	s.Notes = append(s.Notes, p.notes...)
+	s.Others.Gloo += p.others.Gloo
+	s.Others.NCCLKernels += p.others.NCCLKernels
 }
 
 func (s *Set) procIndex(pr Proc) int32 {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ncclprof/ncclprof/internal/collective"
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
+	"github.com/ncclprof/ncclprof/internal/kineto"
 	"github.com/ncclprof/ncclprof/internal/ptrace"
 	"github.com/ncclprof/ncclprof/internal/traceevent"
 	"github.com/ncclprof/ncclprof/internal/tracefile"
@@ -33,11 +34,12 @@ type stepMark struct {
 
 // part is what one file holds, with indices local to it.
 type part struct {
-	procs []Proc
-	comms []Comm
-	steps []stepMark
-	ops   []Op
-	notes []string
+	procs  []Proc
+	comms  []Comm
+	steps  []stepMark
+	ops    []Op
+	notes  []string
+	others Others
 }
 
 // reader reads one file.
@@ -130,6 +132,8 @@ func (r *reader) visit(t *ptrace.Trace, e *traceevent.Event) error {
 	case ptrace.KindOther:
 		if strings.EqualFold(e.Cat, "kernel") {
 			r.kernel(e)
+		} else if strings.HasPrefix(e.Name, "gloo:") {
+			r.p.others.Gloo++
 		}
 	}
 	return nil
@@ -242,6 +246,9 @@ func (r *reader) leg(e *ptrace.Event) {
 func (r *reader) kernel(e *traceevent.Event) {
 	n := e.Arg("nccl")
 	if !n.IsObject() {
+		if kineto.IsNCCLKernel(e.Name) {
+			r.p.others.NCCLKernels++
+		}
 		return
 	}
 	kl := kernelLink{group: e.Pid.Num >> timelineShift, start: e.Ts, dur: e.Dur, ref: r.ref(e),
