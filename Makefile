@@ -152,8 +152,8 @@ test-python: all
 	@rm -rf python/build python/ncclprof.egg-info
 	for env in $(PYENV) $(PYENV_OLDEST); do \
 	  $$env/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps $(PYWHEEL)/*.whl || exit 1; done
-	NCCLPROF_TEST_NO_TORCH="$$(cat $(PYENV)/no-torch 2>/dev/null)" $(PYENV)/bin/python -m pytest -q python/tests
-	NCCLPROF_TEST_NO_TORCH="$$(cat $(PYENV_OLDEST)/no-torch 2>/dev/null)" $(PYENV_OLDEST)/bin/python -m pytest -q \
+	NCCLPROF_TEST_NO_TORCH="$$(cat $(PYENV)/no-torch 2>/dev/null)" $(PYENV)/bin/python -m pytest -q -rs python/tests
+	NCCLPROF_TEST_NO_TORCH="$$(cat $(PYENV_OLDEST)/no-torch 2>/dev/null)" $(PYENV_OLDEST)/bin/python -m pytest -q -rs \
 	  python/tests/test_torch.py python/tests/test_torch_dropin.py
 
 # A platform wheel (linux x86_64 or aarch64, glibc) that installs without Go.
