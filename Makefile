@@ -45,9 +45,13 @@ all: $(PLUGIN) $(DRAIN) $(HOST) $(EMPTY) $(MERGE) $(RECORDER) $(RECORDER_VARIANT
 gocheck:
 	@GO="$(GO)" tools/deps.sh go
 
+# The Go builds say what they do and, every 20 s, how far they are (tools/progress.sh): the first
+# build on a machine downloads about 100 modules and compiles them for a minute or two.
+PROGRESS := tools/progress.sh
+
 $(MERGE): $(GO_SRC) | gocheck
 	@mkdir -p $(BUILD)
-	$(GO) build -trimpath -o $@ ./cmd/ncclmerge
+	@$(PROGRESS) "building $@ (Go)" "1-2 minutes on 2 cores" $(GO) build -trimpath -o $@ ./cmd/ncclmerge
 
 # Both libraries are built by tools/build/plugin.sh (python/setup.py uses it too).
 $(PLUGIN): $(CORE_SRC) $(CORE_HDR) tools/build/plugin.sh
@@ -56,7 +60,7 @@ $(PLUGIN): $(CORE_SRC) $(CORE_HDR) tools/build/plugin.sh
 
 $(DRAIN): $(GO_SRC) $(CORE_HDR) tools/build/plugin.sh tools/build/drain.map | gocheck
 	@mkdir -p $(BUILD)
-	GO=$(GO) tools/build/plugin.sh go $@
+	@$(PROGRESS) "building $@ (the Go drainer)" "1-2 minutes on 2 cores" env GO=$(GO) tools/build/plugin.sh go $@
 
 $(HOST): $(HOST_SRC) $(HOST_HDR)
 	@mkdir -p $(BUILD)
@@ -132,20 +136,33 @@ test: deps
 hta:
 	@PYTHON=$(PYTHON) tools/hta/venv.sh $(BUILD)
 
-test-go: all sanitize otelcol prometheus hta
-	NCCLPROF_FUZZ_SECONDS=$(FUZZ_SECONDS) $(GO) test -count=1 -p 1 -timeout 30m ./...
+# go test's JSON through tools/testprogress: a line as each package starts and ends, every 30 s
+# what a long one is doing, skipped tests with their reasons, failed tests in full. Its status
+# and go test's are both kept (no pipefail in sh).
+TESTPROGRESS := $(BUILD)/testprogress
+$(TESTPROGRESS): tools/testprogress/main.go | gocheck
+	@mkdir -p $(BUILD)
+	$(GO) build -o $@ ./tools/testprogress
 
-# The Python package, built from this checkout and installed into build/py (made once by
-# tools/python/venv.sh, with the newest torch when the disk has room), then its tests; then
-# the torch tests again in build/py-torch<v>, with the oldest torch the package supports
-# (docs/python.md#torch-versions).
+test-go: all sanitize otelcol prometheus hta $(TESTPROGRESS)
+	@echo "go test: every package, one at a time (about 20 minutes on 2 cores)"
+	@rc=$(BUILD)/go-test.rc; \
+	{ NCCLPROF_FUZZ_SECONDS=$(FUZZ_SECONDS) $(GO) test -json -count=1 -p 1 -timeout 30m ./... 2>&1; echo $$? >$$rc; } | \
+	  $(TESTPROGRESS) -packages $$($(GO) list ./... | wc -l); s=$$?; [ $$s = 0 ] && [ "$$(cat $$rc)" = 0 ]
+
+# The Python package, built from this checkout and installed into build/py (made by
+# tools/python/venv.sh, with the newest torch it is tested with when the disk has room; torch
+# itself is installed once per machine under ~/.cache/ncclprof and shared by every clone), then
+# its tests; then the torch tests again in build/py-torch<v>, with the oldest torch the package
+# supports (docs/python.md#torch-versions).
 PYTHON ?= python3
 PYENV  := $(BUILD)/py
+TORCH_NEWEST := 2.15.0
 TORCH_OLDEST := 2.7.0
 PYENV_OLDEST := $(BUILD)/py-torch$(basename $(TORCH_OLDEST))
 PYWHEEL := $(BUILD)/pywheel
 test-python: all
-	@PYTHON=$(PYTHON) tools/python/venv.sh $(PYENV)
+	@PYTHON=$(PYTHON) tools/python/venv.sh $(PYENV) torch==$(TORCH_NEWEST)
 	@PYTHON=$(PYTHON) tools/python/venv.sh $(PYENV_OLDEST) torch==$(TORCH_OLDEST)
 	@rm -rf $(PYWHEEL)
 	$(PYENV)/bin/pip wheel -q --disable-pip-version-check --no-deps --wheel-dir $(PYWHEEL) ./python

@@ -19,7 +19,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 SPEEDSCOPE_VERSION=1.25.0
-. tools/cache.sh # cache_root
+. tools/cache.sh    # cache_root
+. tools/progress.sh # progress
 speedscope_dir="$cache_root/speedscope-$SPEEDSCOPE_VERSION/node_modules/speedscope/dist/release"
 go_bin="${GO:-go}"
 python="${PYTHON:-python3}"
@@ -94,17 +95,20 @@ install_packages() {
     say "then run make test again"
     return 1
   fi
-  say "installing $pkgs with apt-get"
+  progress "tools/deps.sh: installing $pkgs with apt-get" "1-3 minutes" apt_install "$pkgs"
+}
+
+apt_install() {
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $1 >/dev/null
 }
 
 install_speedscope() {
   [ -f "$speedscope_dir/index.html" ] && return 0
-  say "installing speedscope@$SPEEDSCOPE_VERSION from npm into $cache_root"
   local prefix="$cache_root/speedscope-$SPEEDSCOPE_VERSION"
   mkdir -p "$prefix"
-  npm install --prefix "$prefix" --no-save --no-fund --no-audit --loglevel=error "speedscope@$SPEEDSCOPE_VERSION" >&2
+  progress "tools/deps.sh: installing speedscope@$SPEEDSCOPE_VERSION from npm into $prefix (once per machine)" "30 s" \
+    npm install --prefix "$prefix" --no-save --no-fund --no-audit --loglevel=error "speedscope@$SPEEDSCOPE_VERSION"
   [ -f "$speedscope_dir/index.html" ] || { say "npm installed speedscope but $speedscope_dir/index.html is missing"; return 1; }
 }
 
