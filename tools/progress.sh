@@ -17,10 +17,11 @@ progress() {
   counted="$(mktemp "${TMPDIR:-/tmp}/ncclprof-progress.XXXXXX")"
   echo "$label (about $expected the first time) ..." >&2
   (
-    t=0
+    start=$(date +%s) next=$every
     while sleep 1; do
-      t=$((t + 1))
-      if ((t % every == 0)); then
+      t=$(($(date +%s) - start)) # by the clock: on a loaded machine a second's sleep takes longer
+      if ((t >= next)); then
+        next=$((next + every))
         n=$(wc -l <"$counted" 2>/dev/null || echo 0)
         mods=""
         ((n > 0)) && mods=", $n Go modules downloaded"
@@ -46,7 +47,8 @@ _progress_filter() {
   local line
   while IFS= read -r line; do
     case $line in
-    "go: downloading "*" v"* | "go: added "* | "go: finding "* | "go: extracting "*) echo >>"$1" ;;
+    "go: downloading "*" v"*) echo >>"$1" ;;
+    "go: added "* | "go: finding "* | "go: extracting "* | "go: upgraded "*) ;;
     *) printf '%s\n' "$line" >&2 ;;
     esac
   done
