@@ -5,7 +5,7 @@
 #   make test     every test (Go, Python, sanitizers); needs no GPU; installs what it lacks first
 #                 (tools/deps.sh), or stops at once with the one command to run
 #   make wheel    the Python package as a platform wheel (carries the plugin and ncclmerge)
-#   make bench    the benchmarks (results go in the README)
+#   make bench    the benchmarks (results go in docs/benchmarks.md)
 
 GO      ?= go
 CC      ?= gcc

@@ -102,7 +102,7 @@ func TestDocLinksResolve(t *testing.T) {
 // No file the repository tracks points at the project notes beside it (../shared/...): a clone
 // does not have them.
 func TestNothingPointsOutside(t *testing.T) {
-	out, err := exec.Command("git", "-C", "..", "grep", "-n", "-I", "-e", `\.\./shared/`, "-e", `/work/shared`).CombinedOutput()
+	out, err := exec.Command("git", "-C", "..", "grep", "-n", "-I", "-e", `\.\./shared/`, "-e", `/work/shared`, "--", ".", ":!tools/docs_test.go").CombinedOutput()
 	if err == nil {
 		t.Errorf("files point outside the repository:\n%s", out)
 	} else if len(out) > 0 {
