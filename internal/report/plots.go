@@ -3,8 +3,8 @@ package report
 import (
 	"fmt"
 	"math"
-	"strings"
 	"sort"
+	"strings"
 
 	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/quantile"
