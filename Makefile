@@ -218,8 +218,9 @@ soak: all
 	NCCLPROF_SOAK_SECONDS=$(SOAK_SECONDS) NCCLPROF_SOAK_COMMS=64 $(GO) test -count=1 -v -run TestSoakShort -timeout 30m ./internal/hosttest
 
 # The embedded default: four simulated ranks through the real plugin, their traces merged with
-# synthesized torch.profiler traces into one timeline; no GPU, no collector.
-demo: all
+# synthesized torch.profiler traces into one timeline; no GPU, no collector. It builds only what
+# it runs (not the benchmark floor or the recording plugins `make` also builds).
+demo: $(PLUGIN) $(DRAIN) $(HOST) $(MERGE)
 	$(MERGE) demo --dir $(BUILD)/demo
 
 clean:
