@@ -162,7 +162,8 @@ func (s *summary) end(p *pkg, e *event) {
 		for t := range p.out {
 			tests = append(tests, t)
 		}
-		sort.Strings(tests) // "" (the package's own output, with the build error if any) first
+		// The failed tests in name order, then the package's own output ("", its FAIL line).
+		sort.Slice(tests, func(i, j int) bool { return tests[i] != "" && (tests[j] == "" || tests[i] < tests[j]) })
 		for _, t := range tests {
 			for _, l := range p.out[t] {
 				fmt.Fprintf(s.w, "    %s\n", l)
