@@ -216,9 +216,13 @@ func Read(paths []string, opt Options) (*Set, error) {
 		}
 		n += len(p.ops)
 	}
-	s.Ops = make([]Op, 0, n)
+	dup := dedupe(parts)
+	s.Ops = make([]Op, 0, n-dup)
 	for _, p := range parts {
 		s.add(p)
+	}
+	if dup > 0 {
+		s.Notes = append(s.Notes, duplicateNote(dup))
 	}
 	s.finish()
 	return s, nil

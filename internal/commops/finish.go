@@ -32,6 +32,7 @@ func (r *reader) finish(t *ptrace.Trace) error {
 		ops = append(ops, o)
 	}
 	r.p.ops = ops
+	r.keepHandles(moved)
 	r.sampling(t)
 	for i := range r.p.steps {
 		r.p.steps[i].at += base
@@ -160,6 +161,7 @@ func (r *reader) groupOp(k kernelLink, members []int32, dead map[int32]bool) *Op
 		}
 		g.Proc = m.Proc
 		dead[i] = true
+		r.groupOf[i] = int32(len(r.p.ops))
 	}
 	r.p.ops = append(r.p.ops, g)
 	r.arrive = append(r.arrive, true)
@@ -347,8 +349,8 @@ func cmpInt(a, b int64) int {
 }
 
 // summarizeSampling sums up the sampled traces among the inputs, with what a reader of the
-// analyses must know: counts are scaled, what the trigger added is left out of them, and a
-// process read from both a sampled and a full trace is counted twice.
+// analyses must know: counts are scaled, what the trigger added is left out of them, and how a
+// process read from both a sampled and a full trace is counted (dedupe keeps the full copy).
 func (s *Set) summarizeSampling() {
 	sm := &s.Sampling
 	kinds := map[int32][2]bool{} // proc → (has full, has sampled)
@@ -381,7 +383,7 @@ func (s *Set) summarizeSampling() {
 	}
 	for p := range s.Procs {
 		if k := kinds[int32(p)]; k[0] && k[1] {
-			s.Notes = append(s.Notes, fmt.Sprintf("process %s pid %d was read from both a sampled and a full trace: its operations in both are counted twice; pass one of them", s.Procs[p].Host, s.Procs[p].Pid))
+			s.Notes = append(s.Notes, fmt.Sprintf("process %s pid %d was read from both a sampled and a full trace: an operation in both counts once, from the full trace; its sampled operations outside the full trace stand for the operations they were sampled from", s.Procs[p].Host, s.Procs[p].Pid))
 		}
 	}
 }

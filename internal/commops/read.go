@@ -40,23 +40,28 @@ type part struct {
 	ops    []Op
 	notes  []string
 	others Others
+	// handles[i] is the plugin handle of ops[i] (0 for an operation standing for a kernel's
+	// group), members[i] the handles such a group took in: what dedupe matches across files.
+	handles []uint64
+	members map[int32][]uint64
 }
 
 // reader reads one file.
 type reader struct {
-	file   int32
-	path   string
-	opt    Options
-	p      part
-	groups map[int64]int32  // pid>>22 → local proc
-	comms  map[uint64]int32 // hash → local comm
-	keys   map[opKey]int32  // operation handle → index in p.ops
-	arrive []bool           // p.ops[i].Arrive was set from its Coll/P2p or completion
-	legs   map[opKey][]Leg
-	kerns  []kernelLink
-	strs   map[string]string // interned: nothing kept may point into the file's buffer
-	ev     ptrace.Event
-	last   time.Time
+	file    int32
+	path    string
+	opt     Options
+	p       part
+	groups  map[int64]int32  // pid>>22 → local proc
+	comms   map[uint64]int32 // hash → local comm
+	keys    map[opKey]int32  // operation handle → index in p.ops
+	arrive  []bool           // p.ops[i].Arrive was set from its Coll/P2p or completion
+	groupOf map[int32]int32  // an operation that a kernel's group took in → the group's operation
+	legs    map[opKey][]Leg
+	kerns   []kernelLink
+	strs    map[string]string // interned: nothing kept may point into the file's buffer
+	ev      ptrace.Event
+	last    time.Time
 }
 
 // kernelLink is a GPU kernel ncclmerge linked to plugin operations (its args.nccl).
@@ -75,7 +80,7 @@ func readFile(fi int32, path string, opt Options) (*part, error) {
 		return nil, err
 	}
 	r := &reader{file: fi, path: path, opt: opt, groups: map[int64]int32{}, comms: map[uint64]int32{},
-		keys: map[opKey]int32{}, legs: map[opKey][]Leg{}, strs: map[string]string{}, last: time.Now()}
+		keys: map[opKey]int32{}, legs: map[opKey][]Leg{}, strs: map[string]string{}, groupOf: map[int32]int32{}, last: time.Now()}
 	t, err := ptrace.Stream(path, data, traceevent.Options{Progress: r.progress}, r.visit)
 	if err != nil {
 		return nil, err
