@@ -47,12 +47,8 @@ func TestPluginTrace(t *testing.T) {
 
 // A merged rank times its operations by their kernels; a timeline keeps the ranks apart.
 func TestMergedAndTimeline(t *testing.T) {
-	dir := t.TempDir()
-	k, np := "../merge/testdata/tiny_kineto.json", "../merge/testdata/tiny_nccl.trace.json"
-	out := filepath.Join(dir, "m.json")
-	if _, err := merge.Run([]string{k}, []string{np}, out, merge.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	np := "../merge/testdata/tiny_nccl.trace.json"
+	out := mergeTiny(t, np)
 	s, err := Read([]string{out}, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +100,6 @@ func TestCutTrace(t *testing.T) {
 // timed by its kernel where the merge linked one, and a note says so.
 func TestPluginTraceBesideItsMerge(t *testing.T) {
 	dir := t.TempDir()
-	k := "../merge/testdata/tiny_kineto.json"
 	// The plugin names its host; the tiny trace leaves it empty (then each file is a process
 	// of its own, whose clock is its own).
 	data, err := os.ReadFile("../merge/testdata/tiny_nccl.trace.json")
@@ -115,10 +110,7 @@ func TestPluginTraceBesideItsMerge(t *testing.T) {
 	if err := os.WriteFile(np, bytes.Replace(data, []byte(`"host":""`), []byte(`"host":"node"`), 1), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(dir, "rank0.merged.json")
-	if _, err := merge.Run([]string{k}, []string{np}, out, merge.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	out := mergeTiny(t, np)
 	alone, err := Read([]string{out}, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -141,4 +133,15 @@ func TestPluginTraceBesideItsMerge(t *testing.T) {
 			t.Errorf("%v: no note says that duplicates were dropped: %q", paths, s.Notes)
 		}
 	}
+}
+
+// mergeTiny merges the tiny Kineto trace with the plugin trace np, as ncclmerge merge does, and
+// returns the merged rank's path.
+func mergeTiny(t *testing.T, np string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "rank0.merged.json")
+	if _, err := merge.Run([]string{"../merge/testdata/tiny_kineto.json"}, []string{np}, out, merge.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
