@@ -87,18 +87,22 @@ $(BUILD)/recorder/librecorder-badtable.so: $(REC_DEPS)
 SAN_SRC := $(CORE_SRC) testhost/cdrain.c
 $(BUILD)/asan/libnccl-profiler-ncclprof.so: $(SAN_SRC) $(CORE_HDR)
 	@mkdir -p $(BUILD)/asan
-	$(CC) -std=gnu11 -O1 -g -fPIC -shared -fsanitize=address,undefined -fno-omit-frame-pointer \
+	@$(PROGRESS) "building $@ (the C core under AddressSanitizer)" "30 s on 2 cores" \
+	  $(CC) -std=gnu11 -O1 -g -fPIC -shared -fsanitize=address,undefined -fno-omit-frame-pointer \
 	  -fno-sanitize-recover=undefined $(WARN) -o $@ $(SAN_SRC) -Wl,-z,nodelete -ldl -lpthread
 $(BUILD)/asan/ncclprof-testhost: $(HOST_SRC) $(HOST_HDR)
 	@mkdir -p $(BUILD)/asan
-	$(CC) $(HOST_CFLAGS) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
+	@$(PROGRESS) "building $@ (the test host under AddressSanitizer)" "30 s on 2 cores" \
+	  $(CC) $(HOST_CFLAGS) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
 	  -fno-sanitize-recover=undefined -o $@ $(HOST_SRC) -ldl -lpthread
 $(BUILD)/tsan/libnccl-profiler-ncclprof.so: $(SAN_SRC) $(CORE_HDR)
 	@mkdir -p $(BUILD)/tsan
-	$(CC) -std=gnu11 -O1 -g -fPIC -shared -fsanitize=thread -DNP_TSAN $(WARN) -o $@ $(SAN_SRC) -Wl,-z,nodelete -ldl -lpthread
+	@$(PROGRESS) "building $@ (the C core under ThreadSanitizer)" "30 s on 2 cores" \
+	  $(CC) -std=gnu11 -O1 -g -fPIC -shared -fsanitize=thread -DNP_TSAN $(WARN) -o $@ $(SAN_SRC) -Wl,-z,nodelete -ldl -lpthread
 $(BUILD)/tsan/ncclprof-testhost: $(HOST_SRC) $(HOST_HDR)
 	@mkdir -p $(BUILD)/tsan
-	$(CC) $(HOST_CFLAGS) -O1 -fsanitize=thread -o $@ $(HOST_SRC) -ldl -lpthread
+	@$(PROGRESS) "building $@ (the test host under ThreadSanitizer)" "30 s on 2 cores" \
+	  $(CC) $(HOST_CFLAGS) -O1 -fsanitize=thread -o $@ $(HOST_SRC) -ldl -lpthread
 
 sanitize: $(BUILD)/asan/libnccl-profiler-ncclprof.so $(BUILD)/asan/ncclprof-testhost \
           $(BUILD)/tsan/libnccl-profiler-ncclprof.so $(BUILD)/tsan/ncclprof-testhost
