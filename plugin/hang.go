@@ -167,6 +167,9 @@ func (w *watchdog) comm(c aggregate.Comm) hang.Comm {
 	for p, d := range prog.ByPeer {
 		hc.P2pCompleted = append(hc.P2pCompleted, hang.P2pCompleted{Peer: p, Sends: d.Sends, Recvs: d.Recvs})
 	}
+	for _, r := range prog.Recent {
+		hc.Recent = append(hc.Recent, call(r.P2p, r.Func, r.Seq, r.Peer, r.Root, r.Count, r.Dtype))
+	}
 	ops, steps := w.scan(c.Index)
 	for _, o := range open {
 		hc.Open = append(hc.Open, w.op(o, ops[o.Handle], steps))
@@ -191,13 +194,10 @@ func (w *watchdog) scan(comm uint32) (ops map[uint64][]*C.np_open_cell, steps ma
 }
 
 func (w *watchdog) op(o aggregate.OpenOp, live []*C.np_open_cell, steps map[uint64][]*C.np_open_cell) hang.Op {
-	h := hang.Op{Kind: hang.KindColl, Func: o.Func, Seq: o.Seq, Count: o.Count, Datatype: o.Dtype,
+	c := call(o.Kind == event.P2p, o.Func, o.Seq, o.Peer, o.Root, o.Count, o.Dtype)
+	h := hang.Op{Kind: c.Kind, Func: o.Func, Seq: o.Seq, Peer: c.Peer, Root: c.Root, Count: o.Count, Datatype: o.Dtype,
 		Algorithm: o.Algo, Protocol: o.Proto, NChannels: o.NChannels,
 		StartUnixNs: w.d.cpu.UnixNs(uint64(o.Start)), Launched: o.Launched}
-	if o.Kind == event.P2p {
-		peer := o.Peer
-		h.Kind, h.Peer = hang.KindP2p, &peer
-	}
 	for _, k := range o.Kernels {
 		h.Kernel = append(h.Kernel, hang.KernelCh{Channel: k.Channel, Started: true, Stopped: k.Stopped,
 			StartUnixNs: w.d.cpu.UnixNs(uint64(k.Start)), GPUStartNs: k.GPUStart, GPUStopNs: k.GPUStop})
@@ -210,6 +210,18 @@ func (w *watchdog) op(o aggregate.OpenOp, live []*C.np_open_cell, steps map[uint
 		h.Proxy = append(h.Proxy, w.liveProxy(cell, steps[uint64(cell.handle)]))
 	}
 	return h
+}
+
+// call is an operation as the dump records what ranks must agree on: a peer for P2P, a root for
+// the collectives that have one.
+func call(p2p bool, fn string, seq int64, peer, root int, count uint64, dtype string) hang.Call {
+	c := hang.Call{Kind: hang.KindColl, Func: fn, Seq: seq, Count: count, Datatype: dtype}
+	if p2p {
+		c.Kind, c.Peer = hang.KindP2p, &peer
+	} else if hang.Rooted(fn) {
+		c.Root = &root
+	}
+	return c
 }
 
 func direction(send bool) string {

@@ -11,7 +11,14 @@
  *           buffers (SendGPUWait) nor consumes what arrives (RecvGPUWait); with --scenario intra
  *           (no network, only KernelCh) its kernel is launched and never starts;
  *   link    the culprit's send to the next rank on --channel is handed to the network at step
- *           --step and never completes (SendWait); the receiver waits for it (RecvWait).
+ *           --step and never completes (SendWait); the receiver waits for it (RecvWait);
+ *   mismatch (--scenario mismatch --what function|count|datatype|root) the culprit calls another
+ *           collective (AllGather seq 0), or the same with a quarter of the count, another
+ *           datatype or another root, where the others call the hung operation: every rank starts
+ *           its operation and the ring stalls after STALL_STEPS steps (receivers post no more
+ *           buffers), as a user's diverging program leaves it;
+ *   order   (--scenario order) two communicators over every rank: the culprit calls AllGather on
+ *           the second before AllReduce on the first, the others the other way round.
  *
  * What every other rank shows follows from the fault: each process simulates the whole
  * communicator (the ring's data dependencies, NCCL_STEPS = 8 buffers per connection, a proxy
@@ -38,9 +45,11 @@
 
 #define HMAX_CH 32
 #define HSTEPS 8 /* NCCL_STEPS: buffers per connection */
+#define CHUNK (128 * 1024)
 
 enum { PAT_RING, PAT_CHAIN, PAT_INTRA };         /* ring AllReduce, chain Reduce, intra-node */
-enum { F_NONE, F_ABSENT, F_GPU, F_LINK };
+enum { F_NONE, F_ABSENT, F_GPU, F_LINK, F_MISMATCH, F_ORDER };
+#define STALL_STEPS 2 /* a mismatched ring moves this many steps, then stalls */
 
 typedef struct hstep {
   int step, state;
@@ -62,6 +71,11 @@ typedef struct hkch {
 /* One rank's part in one operation: what it starts and how far each piece gets. */
 typedef struct hplan {
   int present, open, launched;
+  /* The call as the rank made it (a mismatch's culprit makes another one). */
+  const char *func, *dtype;
+  long long seq;
+  size_t count;
+  int root;
   int npop;
   hpop pops[2 * HMAX_CH];
   hkch k[HMAX_CH];
@@ -74,12 +88,14 @@ typedef struct hspec {
   int n, first; /* ranks, and the job rank of its rank 0 (members are contiguous) */
   int pattern, fault, culprit, link_ch, link_step;
   const char* func;
+  const char* planted; /* the kind the truth names ("": none planted on this communicator) */
+  const char* differs; /* a mismatch: what differs */
   long long seq;
   hplan* plans; /* per rank, the hung operation (NULL when fault is F_NONE) */
 } hspec;
 
 typedef struct hcfg {
-  const char *lib, *truth, *plan, *scenario;
+  const char *lib, *truth, *plan, *scenario, *what;
   int rank, nranks, channels, kernel, abi, warmup, culprit, culprit2, channel, step, kind;
   int leaves; /* the absent culprit destroys its communicators after the warmup (left the loop early) */
   long long seq;
@@ -95,7 +111,10 @@ static int nspecs;
 static int steps_of(const hspec* s) { return s->pattern == PAT_CHAIN ? 16 : 2 * (s->n - 1); }
 static int has_send(const hspec* s, int r) { return s->pattern == PAT_RING || (s->pattern == PAT_CHAIN && r < s->n - 1); }
 static int has_recv(const hspec* s, int r) { return s->pattern == PAT_RING || (s->pattern == PAT_CHAIN && r > 0); }
-static int present(const hspec* s, int r) { return !(s->fault == F_ABSENT && r == s->culprit); }
+static int present(const hspec* s, int r) {
+  return s->fault == F_ORDER ? r == s->culprit : !(s->fault == F_ABSENT && r == s->culprit);
+}
+static int rooted(const char* func) { return !strcmp(func, "Broadcast") || !strcmp(func, "Reduce"); }
 static int gpu_ok(const hspec* s, int r) { return present(s, r) && !(s->fault == F_GPU && r == s->culprit); }
 
 /* The GPU's work on a channel, in steps: step g consumes receive *ri and produces send *si (-1:
@@ -120,8 +139,8 @@ typedef struct simr {
 /* Buffers the rank's proxy has posted for receiving: NCCL_STEPS ahead of what its GPU consumed. */
 static int posted(const hspec* s, const simr* x, int r) {
   if (!present(s, r) || !has_recv(s, r)) return 0;
-  int T = steps_of(s);
-  return x[r].cons + HSTEPS < T ? x[r].cons + HSTEPS : T;
+  int T = steps_of(s), lim = x[r].cons + HSTEPS < T ? x[r].cons + HSTEPS : T;
+  return s->fault == F_MISMATCH && lim > STALL_STEPS ? STALL_STEPS : lim;
 }
 
 /* Runs one channel until nothing can move. */
@@ -180,6 +199,23 @@ static void recv_pop(const hspec* s, const simr* m, hpop* p) {
     p->open[p->nopen++] = (hstep){.step = k, .state = k < m->arr ? NPABI_PROXY_STEP_RECV_GPU_WAIT : NPABI_PROXY_STEP_RECV_WAIT};
 }
 
+/* The call every rank makes (the culprit of a mismatch another, see plan_comm). */
+static void default_call(const hspec* s, hplan* p, long long seq) {
+  p->func = s->func;
+  p->dtype = "ncclFloat32";
+  p->seq = seq;
+  p->count = (size_t)steps_of(s) * CHUNK / 4;
+  p->root = s->pattern == PAT_CHAIN ? s->n - 1 : 0;
+}
+
+/* The mismatch's culprit calls something else at the same point. */
+static void mismatch_call(const hspec* s, hplan* p) {
+  if (!strcmp(s->differs, "function")) p->func = "AllGather", p->seq = 0;
+  else if (!strcmp(s->differs, "count")) p->count /= 4;
+  else if (!strcmp(s->differs, "datatype")) p->dtype = "ncclFloat16";
+  else p->root = 0; /* root: the others' root is the chain's last rank */
+}
+
 /* Every rank's part in the hung operation of a communicator. */
 static void plan_comm(hspec* s, int channels, int kernel) {
   s->plans = calloc((size_t)s->n, sizeof(hplan));
@@ -192,6 +228,8 @@ static void plan_comm(hspec* s, int channels, int kernel) {
     hplan* p = &s->plans[r];
     p->present = present(s, r);
     p->launched = p->present;
+    default_call(s, p, s->seq);
+    if (s->fault == F_MISMATCH && r == s->culprit) mismatch_call(s, p);
     /* Intra-node: the ring cannot finish without every rank, and a stopped GPU never starts
      * the kernel. With the network, the stopped GPU started it (and hangs in it). */
     for (int ch = 0; ch < channels; ch++)
@@ -232,8 +270,9 @@ static void plan_comm(hspec* s, int channels, int kernel) {
 }
 
 /* A completed operation: every step done, every channel stopped. */
-static hplan complete_plan(const hspec* s, int r, int channels, int kernel) {
+static hplan complete_plan(const hspec* s, int r, int channels, int kernel, long long seq) {
   hplan p = {.present = 1, .launched = 1};
+  default_call(s, &p, seq);
   int T = steps_of(s);
   for (int ch = 0; ch < channels; ch++) {
     p.k[ch].started = p.k[ch].stopped = kernel;
@@ -246,13 +285,15 @@ static hplan complete_plan(const hspec* s, int r, int channels, int kernel) {
 
 /* ------------------------------------------------------------------- scenarios */
 
-static const char* const scenario_names[] = {"absent", "gpu", "link", "intra", "twocomms", "finished"};
+static const char* const scenario_names[] = {"absent", "gpu", "link", "intra", "twocomms", "finished", "mismatch", "order"};
 
 static void add_spec(const char* name, uint64_t hash, int n, int first, int pattern, int fault, int culprit, const hcfg* c, long long seq) {
   hspec* s = &specs[nspecs++];
   *s = (hspec){.name = name, .hash = hash, .n = n, .first = first, .pattern = pattern, .fault = fault,
                .culprit = culprit, .link_ch = c->channel, .link_step = c->step, .seq = seq,
-               .func = pattern == PAT_CHAIN ? "Reduce" : "AllReduce"};
+               .func = pattern == PAT_CHAIN ? "Reduce" : "AllReduce", .differs = c->what};
+  static const char* const kinds[] = {"", "absent", "gpu", "link", "mismatch", ""};
+  s->planted = kinds[fault];
 }
 
 static void build_job(const hcfg* c) {
@@ -263,7 +304,14 @@ static void build_job(const hcfg* c) {
   else if (!strcmp(sc, "link")) add_spec("world", 0x48A6000000000003ull, n, 0, PAT_RING, F_LINK, c->culprit, c, c->seq);
   else if (!strcmp(sc, "intra")) add_spec("world", 0x48A6000000000004ull, n, 0, PAT_INTRA, c->kind, c->culprit, c, c->seq);
   else if (!strcmp(sc, "finished")) add_spec("world", 0x48A6000000000006ull, n, 0, PAT_CHAIN, F_LINK, c->culprit, c, c->seq);
-  else { /* twocomms: two halves hang at once, each its own way; the world communicator is idle */
+  else if (!strcmp(sc, "mismatch"))
+    add_spec("world", 0x48A6000000000007ull, n, 0, strcmp(c->what, "root") ? PAT_RING : PAT_CHAIN, F_MISMATCH, c->culprit, c, c->seq);
+  else if (!strcmp(sc, "order")) { /* the culprit is absent from the first because it is in the second */
+    add_spec("world", 0x48A6000000000008ull, n, 0, PAT_RING, F_ABSENT, c->culprit, c, c->seq);
+    specs[0].planted = "mismatch", specs[0].differs = "order";
+    add_spec("second", 0x48A6000000000018ull, n, 0, PAT_RING, F_ORDER, c->culprit, c, c->seq / 2);
+    specs[1].func = "AllGather";
+  } else { /* twocomms: two halves hang at once, each its own way; the world communicator is idle */
     add_spec("world", 0x48A6000000000005ull, n, 0, PAT_RING, F_NONE, 0, c, c->seq / 2);
     add_spec("half0", 0x48A6000000000015ull, h, 0, PAT_RING, F_GPU, c->culprit % h, c, c->seq);
     add_spec("half1", 0x48A6000000000025ull, h, h, PAT_RING, F_LINK, c->culprit2 % h, c, c->seq + 1000);
@@ -286,7 +334,6 @@ static int step_states(int final, int is_send, int* out) {
   return n;
 }
 
-#define CHUNK (128 * 1024)
 
 /* One step through net.cc's states, up to `final` (-1: all of them, then the stop). */
 static int64_t play_step(void* ctx, int rank, void* op, int step, int is_send, int final, size_t* cum) {
@@ -307,15 +354,14 @@ static int64_t play_step(void* ctx, int rank, void* op, int step, int is_send, i
  * API calls, the launch, the Group and Coll, then what the proxy thread reports — each
  * channel's KernelCh, each ProxyOp with its steps — as far as the plan says, recording the
  * times for the truth. */
-static void play_op(hcomm* c, const hspec* s, hplan* pl, long long seq, int channels) {
+static void play_op(hcomm* c, const hspec* s, hplan* pl, int channels) {
   host_plugin* p = &W.plugin;
-  int r = c->rank, chain = s->pattern == PAT_CHAIN;
-  size_t count = (size_t)steps_of(s) * CHUNK / 4;
+  int r = c->rank;
   host_ev ga = {.type = NPABI_GROUP_API, .depth = 1};
   void* gapi = start_event(c->ctx, &ga, 0);
   host_group_api_state(p, gapi, NPABI_GROUP_START_API_STOP);
-  host_ev ca = {.type = NPABI_COLL_API, .parent = gapi, .func = s->func, .count = count, .dtype = "ncclFloat32",
-                .root = chain ? s->n - 1 : 0, .stream = (void*)0x5000};
+  host_ev ca = {.type = NPABI_COLL_API, .parent = gapi, .func = pl->func, .count = pl->count, .dtype = pl->dtype,
+                .root = pl->root, .stream = (void*)0x5000};
   void* capi = start_event(c->ctx, &ca, 0); /* the Coll's parentObj from v5 on, as in NCCL */
   host_stop(p, capi);
   host_group_api_state(p, gapi, NPABI_GROUP_END_API_START);
@@ -324,8 +370,8 @@ static void play_op(hcomm* c, const hspec* s, hplan* pl, long long seq, int chan
   host_ev ge = {.type = NPABI_GROUP};
   void* grp = start_event(c->ctx, &ge, 0);
   host_ev ce = {.type = NPABI_COLL, .parent = capi, .parent_group = grp, .rank = r, .comm_name = c->name, .comm_hash = c->hash,
-                .seq = (uint64_t)seq, .func = s->func, .count = count, .dtype = "ncclFloat32", .algo = "RING",
-                .proto = "SIMPLE", .root = chain ? s->n - 1 : 0, .nchannels = (uint8_t)channels, .nwarps = 16};
+                .seq = (uint64_t)pl->seq, .func = pl->func, .count = pl->count, .dtype = pl->dtype, .algo = "RING",
+                .proto = "SIMPLE", .root = pl->root, .nchannels = (uint8_t)channels, .nwarps = 16};
   pl->start = real_ns_i();
   void* coll = start_event(c->ctx, &ce, 0);
   host_stop(p, coll);
@@ -379,10 +425,10 @@ static void write_planted(FILE* f) {
   int first = 1;
   for (int i = 0; i < nspecs; i++) {
     const hspec* s = &specs[i];
-    if (s->fault == F_NONE) continue;
-    static const char* const kinds[] = {"", "absent", "gpu", "link"};
+    if (!s->planted[0]) continue;
     fprintf(f, "%s{\"rank\":%d,\"kind\":\"%s\",\"comm\":\"0x%016llx\",\"comm_name\":\"%s\",\"seq\":%lld,\"func\":\"%s\"", first ? "" : ",",
-            s->culprit, kinds[s->fault], (unsigned long long)s->hash, s->name, s->seq, s->func);
+            s->culprit, s->planted, (unsigned long long)s->hash, s->name, s->seq, s->func);
+    if (!strcmp(s->planted, "mismatch")) fprintf(f, ",\"differs\":\"%s\"", s->differs);
     if (s->fault == F_LINK) fprintf(f, ",\"peer\":%d,\"channel\":%d,\"step\":%d", (s->culprit + 1) % s->n, s->link_ch, s->link_step);
     fprintf(f, "}");
     first = 0;
@@ -399,10 +445,32 @@ static void write_planted(FILE* f) {
 }
 
 /* The operation as the dump must show it (open ones only). */
-static void write_op(FILE* f, const hspec* s, const hplan* pl, int channels, int abi) {
-  fprintf(f, "{\"kind\":\"coll\",\"func\":\"%s\",\"seq\":%lld,\"count\":%zu,\"datatype\":\"ncclFloat32\",\"algorithm\":\"RING\","
-             "\"protocol\":\"SIMPLE\",\"nchannels\":%d,\"start_unix_ns\":%lld,\"age_ns\":0,",
-          s->func, s->seq, (size_t)steps_of(s) * CHUNK / 4, channels, (long long)pl->start);
+/* What ranks must agree on (the dump's Call): the function, seq, count, datatype, a root. */
+static void write_call(FILE* f, const hplan* pl) {
+  fprintf(f, "\"kind\":\"coll\",\"func\":\"%s\",\"seq\":%lld,\"count\":%zu,\"datatype\":\"%s\"", pl->func, pl->seq, pl->count, pl->dtype);
+  if (rooted(pl->func)) fprintf(f, ",\"root\":%d", pl->root);
+}
+
+/* The flight record: the operations the rank completed on the communicator, the last
+ * FLIGHT_RECORD of them (internal/hang.FlightRecord), oldest first. */
+#define FLIGHT_RECORD 16
+static void write_recent(FILE* f, const hspec* s, const hcfg* c, int r, int done_hung) {
+  int n = c->warmup + done_hung, first = n > FLIGHT_RECORD ? n - FLIGHT_RECORD : 0;
+  fprintf(f, "\"recent_ops\":[");
+  for (int i = first; i < n; i++) {
+    hplan p = i < c->warmup ? complete_plan(s, r, 0, 0, s->seq - c->warmup + i) : s->plans[r];
+    fprintf(f, "%s{", i > first ? "," : "");
+    write_call(f, &p);
+    fprintf(f, "}");
+  }
+  fprintf(f, "],");
+}
+
+static void write_op(FILE* f, const hplan* pl, int channels, int abi) {
+  fprintf(f, "{");
+  write_call(f, pl);
+  fprintf(f, ",\"algorithm\":\"RING\",\"protocol\":\"SIMPLE\",\"nchannels\":%d,\"start_unix_ns\":%lld,\"age_ns\":0,",
+          channels, (long long)pl->start);
   if (abi >= 5) fprintf(f, "\"launched\":%s,", pl->launched ? "true" : "false");
   fprintf(f, "\"kernel_channels\":[");
   for (int ch = 0, n = 0; ch < channels; ch++) {
@@ -453,11 +521,13 @@ static void write_truth(const char* path, const hcfg* c, int job_rank, const cha
     int done_hung = pl && pl->present && !pl->open;
     long long ops = c->warmup + done_hung, last = s->seq - 1 + done_hung;
     fprintf(f, "%s{\"comm_hash\":\"0x%016llx\",\"name\":\"%s\",\"rank\":%d,\"nranks\":%d,\"nnodes\":%d,\"abi_version\":%d,"
-               "\"completed\":[{\"func\":\"%s\",\"ops\":%lld,\"last_seq\":%lld}],\"p2p_completed\":[],\"ops_completed\":%lld,\"open_ops\":[",
+               "\"completed\":[{\"func\":\"%s\",\"ops\":%lld,\"last_seq\":%lld}],\"p2p_completed\":[],\"ops_completed\":%lld,",
             nc++ ? "," : "", (unsigned long long)s->hash, s->name, r, s->n, s->pattern == PAT_INTRA ? 1 : (s->n + 7) / 8, c->abi,
             s->func, ops, last, ops);
+    write_recent(f, s, c, r, done_hung);
+    fprintf(f, "\"open_ops\":[");
     if (pl && pl->present && pl->open) {
-      write_op(f, s, pl, c->channels, c->abi);
+      write_op(f, pl, c->channels, c->abi);
       has_open = 1;
     }
     fprintf(f, "]}");
@@ -510,15 +580,15 @@ static int live(const hcfg* c) {
   for (int i = 0; i < nspecs; i++) {
     if (!comms[i]) continue;
     for (int w = 0; w < c->warmup; w++) {
-      hplan done = complete_plan(&specs[i], comms[i]->rank, c->channels, c->kernel);
-      play_op(comms[i], &specs[i], &done, specs[i].seq - c->warmup + w, c->channels);
+      hplan done = complete_plan(&specs[i], comms[i]->rank, c->channels, c->kernel, specs[i].seq - c->warmup + w);
+      play_op(comms[i], &specs[i], &done, c->channels);
     }
   }
   int left = 0;
   for (int i = 0; i < nspecs; i++) {
     hspec* s = &specs[i];
     if (!comms[i] || s->fault == F_NONE) continue;
-    if (s->plans[comms[i]->rank].present) play_op(comms[i], s, &s->plans[comms[i]->rank], s->seq, c->channels);
+    if (s->plans[comms[i]->rank].present) play_op(comms[i], s, &s->plans[comms[i]->rank], c->channels);
     else left |= c->leaves;
   }
   if (left) world_finalize_all(); /* the plugin writes each communicator's summary */
@@ -548,7 +618,8 @@ static int live(const hcfg* c) {
 static void hang_usage(void) {
   fprintf(stderr,
           "usage: ncclprof-testhost (--lib PLUGIN.so --rank R | --plan DIR) --nranks N --scenario S [options] hang\n"
-          "  --scenario absent|gpu|link|intra|twocomms|finished   --kind absent|gpu (intra; gpu)\n"
+          "  --scenario absent|gpu|link|intra|twocomms|finished|mismatch|order   --kind absent|gpu (intra; gpu)\n"
+          "  --what function|count|datatype|root (mismatch: what the culprit calls differently; function)\n"
           "  --culprit C (1)  --culprit2 C (twocomms' second half, 2)  --channel L (link, 1)  --step K (link, 3)\n"
           "  --seq S (2398459)  --warmup W (3)  --channels CH (4)  --no-kernel  --abi N (6)\n"
           "  --culprit-leaves (absent: the culprit destroys its communicators instead, as a rank that left early)\n"
@@ -559,13 +630,13 @@ static void hang_usage(void) {
 
 static hcfg parse(int argc, char** argv) {
   hcfg c = {.nranks = 8, .channels = 4, .kernel = 1, .abi = 6, .warmup = 3, .culprit = 1, .culprit2 = 2, .channel = 1,
-            .step = 3, .kind = F_GPU, .seq = 2398459, .hold_s = 600, .scenario = "absent"};
+            .step = 3, .kind = F_GPU, .seq = 2398459, .hold_s = 600, .scenario = "absent", .what = "function"};
   const char* kind = "gpu";
   const struct {
     const char* flag;
     char type; /* s, i, l (long long), d */
     void* dst;
-  } opts[] = {{"--lib", 's', &c.lib}, {"--truth", 's', &c.truth}, {"--plan", 's', &c.plan}, {"--scenario", 's', &c.scenario},
+  } opts[] = {{"--lib", 's', &c.lib}, {"--truth", 's', &c.truth}, {"--plan", 's', &c.plan}, {"--scenario", 's', &c.scenario}, {"--what", 's', &c.what},
               {"--kind", 's', &kind}, {"--rank", 'i', &c.rank}, {"--nranks", 'i', &c.nranks}, {"--channels", 'i', &c.channels},
               {"--abi", 'i', &c.abi}, {"--warmup", 'i', &c.warmup}, {"--culprit", 'i', &c.culprit}, {"--culprit2", 'i', &c.culprit2},
               {"--channel", 'i', &c.channel}, {"--step", 'i', &c.step}, {"--seq", 'l', &c.seq}, {"--start-ns", 'l', &c.start_ns},
@@ -594,10 +665,11 @@ static hcfg parse(int argc, char** argv) {
   int known = 0;
   for (size_t i = 0; i < sizeof scenario_names / sizeof scenario_names[0]; i++) known |= !strcmp(c.scenario, scenario_names[i]);
   int twocomms = !strcmp(c.scenario, "twocomms");
+  int what_ok = !strcmp(c.what, "function") || !strcmp(c.what, "count") || !strcmp(c.what, "datatype") || !strcmp(c.what, "root");
   if (!known || (!c.lib && !c.plan) || c.nranks < (twocomms ? 6 : 3) || c.nranks > 8192 || (twocomms && c.nranks % 2) ||
       c.rank < 0 || c.rank >= c.nranks || c.culprit < 0 || c.culprit >= c.nranks || c.channels < 1 || c.channels > HMAX_CH ||
       c.channel < 0 || c.channel >= c.channels || c.step < 0 || c.warmup < 0 || c.seq < c.warmup || c.abi < 1 || c.abi > 6 ||
-      (!c.kernel && !strcmp(c.scenario, "intra")))
+      (!c.kernel && !strcmp(c.scenario, "intra")) || !what_ok)
     hang_usage();
   if (!c.start_ns) c.start_ns = real_ns_i();
   return c;

@@ -60,7 +60,8 @@ ncclmerge stats on it (--reps runs in child processes: median wall time, CPU, pe
 and of a quarter of that job (half the ranks, half the operations), and time ncclmerge skew on
 both: the ratio of their times against the ratio of their sizes (4) shows how it scales.
 
---what hang: the test host plants a hang of each kind (absent, gpu, link) on --ranks ranks
+--what hang: the test host plants a hang of each kind (absent, gpu, link, a count and a function
+mismatch, a cross-communicator order cycle) on --ranks ranks
 (1024 by default here) and lays out every rank's state; the dumps are written with the plugin's
 writer, and ncclmerge hang is timed over them (--reps runs: median wall time, CPU, peak RSS).
 Also reported: the bytes one in-flight operation adds to a dump, with --channels channels.

@@ -133,6 +133,13 @@ func medianChild(reps int, what string, inBytes int64, args ...string) (benchRes
 	return m, nil
 }
 
+// hangBenchScenarios are the hangs timed: a name, then the test host's options.
+var hangBenchScenarios = [][]string{
+	{"absent", "--scenario", "absent"}, {"gpu", "--scenario", "gpu"}, {"link", "--scenario", "link"},
+	{"mismatch-count", "--scenario", "mismatch", "--what", "count"}, {"mismatch-function", "--scenario", "mismatch", "--what", "function"},
+	{"order", "--scenario", "order"},
+}
+
 // benchHang times ncclmerge hang over the dumps of a job of --ranks ranks, for each kind of hang
 // the test host plants (its --plan: every rank's state, no plugin), the dumps written with the
 // plugin's own writer; and measures what one in-flight operation adds to a dump.
@@ -142,12 +149,13 @@ func benchHang(tmp, host string, ranks, channels, reps int) (*benchReport, error
 	}
 	rep := &benchReport{CPUs: runtime.NumCPU(), Source: fmt.Sprintf("in-flight dumps of %d ranks, one AllReduce each on %d channels (test host --plan)", ranks, channels)}
 	var perOp []int
-	for _, scenario := range []string{"absent", "gpu", "link"} {
+	for _, sc := range hangBenchScenarios {
+		scenario := sc[0]
 		plan, dumps := filepath.Join(tmp, "plan-"+scenario), filepath.Join(tmp, "dumps-"+scenario)
 		os.MkdirAll(plan, 0o755)
 		fmt.Fprintf(os.Stderr, "planting a %s hang on %d ranks …\n", scenario, ranks)
-		truths, err := hangtruth.Plan(host, plan, "--scenario", scenario, "--nranks", strconv.Itoa(ranks), "--channels", strconv.Itoa(channels),
-			"--culprit", strconv.Itoa(ranks/2+1), "--step", "5")
+		truths, err := hangtruth.Plan(host, plan, append(sc[1:], "--nranks", strconv.Itoa(ranks), "--channels", strconv.Itoa(channels),
+			"--culprit", strconv.Itoa(ranks/2+1), "--step", "5")...)
 		if err != nil {
 			return nil, err
 		}

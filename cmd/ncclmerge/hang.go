@@ -25,7 +25,7 @@ func hangCmd() *cobra.Command {
 	var format string
 	c := &cobra.Command{
 		Use:   "hang DIR...",
-		Short: "Name the rank, the operation and the link a hung job waits for, from the plugin's in-flight dumps",
+		Short: "Name the rank, the operation and the link a hung job waits for (or the ranks that disagree about it), from the plugin's in-flight dumps",
 		Long: `When an NCCL operation has been in flight for NCCLPROF_HANG_TIMEOUT_S seconds (60 by default), each
 rank's plugin writes ncclprof-hang-<host>-<pid>.json: every operation still open, per channel its
 kernel, per ProxyOp how far it got and the state of its open steps. ncclprof_dump_inflight()
@@ -33,6 +33,12 @@ kernel, per ProxyOp how far it got and the state of its open steps. ncclprof_dum
 (and, beside them, the plugin's communicator summaries and traces), matches the operations across
 ranks by (communicator, function, seq), and names who to blame:
 
+  mismatch ranks that disagree about the operation they are in: at the same point (after the
+          last operation they agree on) a rank called another collective, or the same one with
+          another count, datatype or root, or a point-to-point operation with another peer; or
+          the ranks called the collectives of two communicators in different orders (a cycle:
+          each side waits in one for the other). The smaller side is named, with what it called
+          and what the others called (every side when they split evenly);
   absent  a rank that never started the operation the others are in (a divergent code path, a
           stuck or crashed host process). A rank with nothing in flight writes no dump, so the
           absent rank is often the one without a dump: its peers' ProxyOps, its summary or

@@ -68,6 +68,32 @@ func refuseOverwrite(flag, out string, inputs ...[]string) error {
 	return nil
 }
 
+// refuseSameOutput returns an error when out names the same file as one of another flag's outputs,
+// existing or not yet (the same path spelt differently, or through a link): the second write
+// would replace the first, and the command would end as if both had been written.
+func refuseSameOutput(flag, out, otherFlag string, others []string) error {
+	for _, o := range others {
+		if sameOutput(out, o) {
+			return fmt.Errorf("%s %s is also the %s output %s: both would be written to one file and one lost; choose another file for %s", flag, out, otherFlag, o, flag)
+		}
+	}
+	return nil
+}
+
+// sameOutput says whether two output paths name one file: the same absolute path, the same
+// existing file, or the same name in the same directory.
+func sameOutput(a, b string) bool {
+	if sameFile(a, b) {
+		return true
+	}
+	aa, errA := filepath.Abs(a)
+	ab, errB := filepath.Abs(b)
+	if errA == nil && errB == nil && aa == ab {
+		return true
+	}
+	return filepath.Base(a) == filepath.Base(b) && sameFile(filepath.Dir(a), filepath.Dir(b))
+}
+
 // checkOutput refuses an output file that is one of the inputs, or a directory where a file is
 // wanted (example: a file name to suggest inside it).
 func checkOutput(flag, out, example string, inputs ...[]string) error {

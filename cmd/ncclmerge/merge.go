@@ -114,7 +114,11 @@ and 3, and HTA's analyses of them equal those of the Kineto traces alone).`,
 				}
 			}
 			if summaryPath != "" {
-				if err := checkOutput("--summary", summaryPath, "summary.json", kp, np, merge.Outputs(kp, out, timeline)); err != nil {
+				outs := merge.Outputs(kp, out, timeline)
+				if err := checkOutput("--summary", summaryPath, "summary.json", kp, np, outs); err != nil {
+					return err
+				}
+				if err := refuseSameOutput("--summary", summaryPath, "-o", outs); err != nil {
 					return err
 				}
 			}

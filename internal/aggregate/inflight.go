@@ -37,14 +37,42 @@ type FuncDone struct {
 // P2pDone counts the point-to-point operations completed with one peer.
 type P2pDone struct{ Sends, Recvs uint64 }
 
+// FlightRecord is how many completed operations per communicator Progress.Recent keeps (the hang
+// dump's flight record, internal/hang.FlightRecord).
+const FlightRecord = 16
+
+// Called is a completed operation as the application called it: what ranks must agree on.
+type Called struct {
+	P2p         bool
+	Func, Dtype string
+	Seq         int64 // collectives: NCCL's seq; P2P: the plugin's ordinal
+	Peer, Root  int   // Peer: P2P only (-1 otherwise); Root as NCCL gives it (collectives)
+	Count       uint64
+}
+
 // progress is a communicator's completed work.
 type progress struct {
 	byFunc map[string]*FuncDone
 	byPeer map[int]*P2pDone
 	ops    uint64
+	// recent is a ring of the last FlightRecord operations completed; next is where the next goes.
+	recent [FlightRecord]Called
+	next   uint64
+}
+
+// flight lists the ring's operations, oldest first.
+func (p *progress) flight() []Called {
+	n := min(p.next, FlightRecord)
+	out := make([]Called, 0, n)
+	for i := p.next - n; i < p.next; i++ {
+		out = append(out, p.recent[i%FlightRecord])
+	}
+	return out
 }
 
 func (p *progress) done(o *Op) {
+	p.recent[p.next%FlightRecord] = Called{P2p: o.Peer >= 0, Func: o.Func, Dtype: o.Dtype, Seq: int64(o.Seq), Peer: o.Peer, Root: o.Root, Count: o.Count}
+	p.next++
 	p.ops++
 	switch o.Func {
 	case "Send", "Recv":
@@ -84,6 +112,7 @@ type OpenOp struct {
 	Peer       int
 	Count      uint64
 	Dtype      string
+	Root       int // as NCCL gives it (collectives)
 	Algo       string
 	Proto      string
 	NChannels  int
@@ -101,6 +130,7 @@ type Progress struct {
 	ByFunc map[string]FuncDone
 	ByPeer map[int]P2pDone
 	Ops    uint64
+	Recent []Called // the last FlightRecord operations completed, oldest first
 }
 
 // InFlight gives communicator c's progress and the operations pending in it, oldest first.
@@ -112,7 +142,7 @@ func (a *Aggregator) InFlight(c Comm) (Progress, []OpenOp) {
 	if cs == nil || cs.info.Incarnation != c.Incarnation {
 		return Progress{}, nil
 	}
-	p := Progress{ByFunc: map[string]FuncDone{}, ByPeer: map[int]P2pDone{}, Ops: cs.progress.ops}
+	p := Progress{ByFunc: map[string]FuncDone{}, ByPeer: map[int]P2pDone{}, Ops: cs.progress.ops, Recent: cs.progress.flight()}
 	for f, d := range cs.progress.byFunc {
 		p.ByFunc[f] = *d
 	}
@@ -133,7 +163,7 @@ func (a *Aggregator) InFlight(c Comm) (Progress, []OpenOp) {
 func (a *Aggregator) openOp(cs *commState, e *opEntry) OpenOp {
 	o := &e.op
 	r := OpenOp{Handle: e.handle, Kind: event.Coll, Func: o.Func, Seq: int64(o.Seq), Peer: o.Peer,
-		Count: o.Count, Dtype: o.Dtype, Algo: o.Algo, Proto: o.Proto, NChannels: o.NChannels,
+		Count: o.Count, Dtype: o.Dtype, Root: o.Root, Algo: o.Algo, Proto: o.Proto, NChannels: o.NChannels,
 		Start: o.Start, Stopped: e.stopped, Kernels: slices.Clone(e.kernels),
 		Proxies: slices.Clone(e.proxies), OpenKids: e.open, AwaitsKern: a.awaitsKernel(cs, e)}
 	if o.Peer >= 0 {

@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/ncclprof/ncclprof/internal/words"
 )
 
 // Source says where an operation's time comes from.
@@ -136,10 +138,11 @@ type Comm struct {
 	NRanks int
 }
 
-// Label names a communicator for people: its name, else its hash.
+// Label names a communicator for people: its name (escaped: the application chooses it, and a
+// CR, LF or ESC in it must not forge a line of a text output), else its hash.
 func (c Comm) Label() string {
 	if c.Name != "" {
-		return c.Name
+		return words.Printable(c.Name)
 	}
 	return fmt.Sprintf("0x%016x", c.Hash)
 }

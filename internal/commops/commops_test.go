@@ -145,3 +145,10 @@ func mergeTiny(t *testing.T, np string) string {
 	}
 	return out
 }
+
+// A communicator's label escapes what would act on a terminal (issue 23, item 14).
+func TestLabelEscapes(t *testing.T) {
+	if got := (Comm{Name: "pp\nrank 3 is slow\x1b[0m"}).Label(); got != `pp\nrank 3 is slow\x1b[0m` {
+		t.Errorf("Label() = %q", got)
+	}
+}

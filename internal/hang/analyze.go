@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/ncclprof/ncclprof/internal/words"
 )
 
 // Bases of a suspicion: what says so.
@@ -50,7 +52,9 @@ type Suspect struct {
 	Waiting  int    `json:"waiting"` // ranks in the operation that wait for it
 	// BusyIn: the operation an absent rank's own dump shows it in instead.
 	BusyIn *OpRef `json:"busy_in,omitempty"`
-	Why    string `json:"why"`
+	// Mismatch: what a rank of kind mismatch called, and what the others called.
+	Mismatch *Mismatch `json:"mismatch,omitempty"`
+	Why      string    `json:"why"`
 }
 
 // OpRef names an operation on a communicator.
@@ -97,6 +101,7 @@ type RankState struct {
 	stepLo, stepHi int
 	op             *Op
 	facts          opFacts
+	called         *Call // a mismatch: what it called at this point
 }
 
 // DumpsRead says what was read.
@@ -128,13 +133,18 @@ func Analyze(in *Input) *Result {
 		res.Suspects = append(res.Suspects, sus...)
 	}
 	x.busyElsewhere(res)
+	x.orderCycles(res)
 	// Suspects the dumps show directly first; an absent rank busy in another hang last.
 	slices.SortStableFunc(res.Suspects, func(a, b Suspect) int {
 		return cmp.Or(cmp.Compare(b2i(a.BusyIn != nil), b2i(b.BusyIn != nil)), cmp.Compare(basisRank(a.Basis), basisRank(b.Basis)))
 	})
 	var lines []string
+	seen := map[string]bool{}
 	for _, s := range res.Suspects {
-		lines = append(lines, s.Why)
+		if !seen[s.Why] { // ranks that called the same share a line
+			seen[s.Why] = true
+			lines = append(lines, s.Why)
+		}
 	}
 	switch {
 	case len(lines) > 0:
@@ -231,14 +241,26 @@ type hangCtx struct {
 	v      *commView
 	key    opKey
 	ranks  []*RankState // by rank
+	inOp   []*RankState // the ranks with the operation open, by rank
 	sus    []Suspect
 	direct bool // a suspect the dumps show directly (own dump, summary)
+	// unseen counts the ranks not in the operation that may still wait for it (no dump, or
+	// took part by their peers' evidence), kept by setState so each verdict's text costs no pass.
+	unseen int
+	byPeer map[int][]rankProxy // proxiesWith
 }
 
 func (x *index) analyzeOp(v *commView, k opKey) (Hung, []Suspect) {
 	h := &hangCtx{x: x, v: v, key: k, ranks: make([]*RankState, v.nranks)}
 	for r := range h.ranks {
-		h.ranks[r] = h.evalRank(r)
+		rs := h.evalRank(r)
+		h.ranks[r] = rs
+		if rs.op != nil {
+			h.inOp = append(h.inOp, rs)
+		}
+		if unseen(rs) {
+			h.unseen++
+		}
 	}
 	if k.kind == KindP2p {
 		h.judgeP2p()
@@ -295,14 +317,22 @@ func p2pOldest(c *Comm) *Op {
 }
 
 // in lists the ranks that have the operation open.
-func (h *hangCtx) in() []*RankState {
-	var out []*RankState
-	for _, rs := range h.ranks {
-		if rs.op != nil {
-			out = append(out, rs)
-		}
+func (h *hangCtx) in() []*RankState { return h.inOp }
+
+// unseen: a rank not in the operation that may still wait for it, for all the dumps show.
+func unseen(rs *RankState) bool {
+	return rs.op == nil && (rs.State == StateNoDump || rs.State == StateTookPart)
+}
+
+// setState changes a rank's state, keeping the count of unseen ranks.
+func (h *hangCtx) setState(rs *RankState, st string) {
+	if unseen(rs) {
+		h.unseen--
 	}
-	return out
+	rs.State = st
+	if unseen(rs) {
+		h.unseen++
+	}
 }
 
 // judgeColl finds the suspects of a hung collective, the strongest evidence first: ranks whose own
@@ -315,8 +345,10 @@ func (h *hangCtx) judgeColl() {
 			kernelOthers++
 		}
 	}
+	h.judgeMismatch()
 	for _, rs := range h.in() {
 		switch {
+		case rs.State == StateMismatch: // in the wrong operation: its states say nothing more
 		case rs.facts.gpuStuck():
 			h.suspect(rs, StateGPU, BasisOwnDump, h.gpuWhy(rs, false))
 		case rs.facts.kernelNeverStarted(kernelOthers):
@@ -337,7 +369,7 @@ func (h *hangCtx) judgeColl() {
 // them.
 func (h *hangCtx) judgeLinks() {
 	for _, rs := range h.in() {
-		if rs.State == StateGPU {
+		if rs.State == StateGPU || rs.State == StateMismatch {
 			continue
 		}
 		byPeer := map[int][]Head{}
@@ -422,19 +454,19 @@ func (h *hangCtx) suspect(rs *RankState, kind, basis, why string) *Suspect {
 	if kind == "link" {
 		state = StateLinkSend
 	}
-	rs.State = state
+	h.setState(rs, state)
 	h.direct = h.direct || basis == BasisOwnDump || basis == BasisSummary
 	h.sus = append(h.sus, Suspect{Rank: rs.Rank, Kind: kind, Comm: h.v.hash, CommName: h.v.name, Seq: h.key.seq, Func: h.key.fn,
 		Host: rs.Host, PID: rs.PID, Basis: basis, Waiting: h.waiting(rs.Rank), Why: why})
 	return &h.sus[len(h.sus)-1]
 }
 
-// waiting counts the ranks with the operation open, other than the given ones.
+// waiting counts the ranks with the operation open, other than the given ones (distinct ranks).
 func (h *hangCtx) waiting(except ...int) int {
-	n := 0
-	for _, rs := range h.in() {
-		if !slices.Contains(except, rs.Rank) {
-			n++
+	n := len(h.inOp)
+	for _, r := range except {
+		if h.ranks[r].op != nil {
+			n--
 		}
 	}
 	return n
@@ -442,10 +474,10 @@ func (h *hangCtx) waiting(except ...int) int {
 
 func (h *hangCtx) waitText(except ...int) string {
 	n := h.waiting(except...)
-	missing := 0
-	for _, rs := range h.ranks {
-		if rs.op == nil && (rs.State == StateNoDump || rs.State == StateTookPart) && !slices.Contains(except, rs.Rank) {
-			missing++
+	missing := h.unseen
+	for _, r := range except {
+		if unseen(h.ranks[r]) {
+			missing--
 		}
 	}
 	s := plural(n, "rank") + " wait for it"
@@ -461,7 +493,7 @@ func (h *hangCtx) waitText(except ...int) string {
 func (h *hangCtx) who(rank int) string {
 	rs := h.ranks[rank]
 	if rs.Host != "" {
-		return fmt.Sprintf("rank %d (%s, pid %d)", rank, rs.Host, rs.PID)
+		return fmt.Sprintf("rank %d (%s, pid %d)", rank, words.Printable(rs.Host), rs.PID)
 	}
 	return fmt.Sprintf("rank %d", rank)
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const t0 = 1_800_000_000_000_000_000
@@ -218,5 +219,130 @@ func TestUnknownSize(t *testing.T) {
 	s := one(t, r)
 	if s.Rank != 3 || s.Kind != StateAbsent || s.Basis != BasisPeers || r.Hangs[0].NRanks != 4 {
 		t.Errorf("suspect %+v of %d ranks", s, r.Hangs[0].NRanks)
+	}
+}
+
+// P2P peer mismatch: rank 0's Send #0 to rank 1 waits for a buffer; rank 1 posted its Recv #0
+// from rank 2 instead. Rank 1 is named for the peer, not as absent.
+func TestP2pOtherPeer(t *testing.T) {
+	const h = "0x00000000000000bc"
+	sized := func(o Op) Op {
+		o.Count, o.Datatype = 4096, "ncclBfloat16"
+		return o
+	}
+	r := run(t, []*Dump{
+		proc("a", 1, comm(h, 0, 3, sized(p2p("Send", 0, 1, pop(Send, 1, 0, SendPeerWait))))),
+		proc("b", 2, comm(h, 1, 3, sized(p2p("Recv", 0, 2, pop(Recv, 2, 0, RecvWait))))),
+		proc("c", 3, comm(h, 2, 3)),
+	}, nil)
+	s := one(t, r)
+	if s.Rank != 1 || s.Kind != StateMismatch || s.Func != "Recv" || s.Seq != 0 || s.P2pPeer == nil || *s.P2pPeer != 0 ||
+		s.Mismatch == nil || s.Mismatch.Differs[0] != DiffPeer || *s.Mismatch.Called.Peer != 2 || *s.Mismatch.Others.Peer != 0 {
+		t.Fatalf("suspect %+v", s)
+	}
+	t.Log(s.Why)
+	if want := "rank 1 (b, pid 2) called Recv #0 with rank 2 (count 4096 ncclBfloat16) where rank 0 (a, pid 1) called Send #0 with rank 1 (count 4096 ncclBfloat16)"; !strings.Contains(s.Why, want) {
+		t.Errorf("verdict %q, want %q", s.Why, want)
+	}
+}
+
+// No mismatch where the ranks agree, or where a rank is merely behind: rank 2 of 3 is still in
+// AllGather seq 4, which the others completed; it is absent from AllReduce seq 9, not in a
+// different collective at the same point.
+func TestBehindIsNotMismatch(t *testing.T) {
+	const h = "0x00000000000000bd"
+	done := []Completed{{Func: "AllReduce", Ops: 9, LastSeq: 8}, {Func: "AllGather", Ops: 5, LastSeq: 4}}
+	c := func(rank int, open ...Op) Comm {
+		x := comm(h, rank, 3, open...)
+		x.Completed = done
+		return x
+	}
+	behind := comm(h, 2, 3, coll("AllGather", 4, pop(Recv, 1, 0, RecvWait)))
+	behind.Completed = []Completed{{Func: "AllReduce", Ops: 9, LastSeq: 8}, {Func: "AllGather", Ops: 4, LastSeq: 3}}
+	r := run(t, []*Dump{
+		proc("a", 1, c(0, coll("AllReduce", 9, pop(Recv, 2, 0, RecvWait)))),
+		proc("b", 2, c(1, coll("AllReduce", 9, pop(Recv, 0, 0, RecvWait)))),
+		proc("c", 3, behind),
+	}, nil)
+	s := one(t, r)
+	if s.Rank != 2 || s.Kind != StateAbsent || s.Mismatch != nil {
+		t.Errorf("suspect %+v", s)
+	}
+}
+
+// An even split names both sides and says the dumps cannot tell which is wrong.
+func TestMismatchEvenSplit(t *testing.T) {
+	const h = "0x00000000000000be"
+	op := func(count uint64) Op {
+		o := coll("AllReduce", 3, pop(Recv, 0, 0, RecvWait))
+		o.Count, o.Datatype = count, "ncclFloat32"
+		return o
+	}
+	r := run(t, []*Dump{
+		proc("a", 1, comm(h, 0, 2, op(100))),
+		proc("b", 2, comm(h, 1, 2, op(400))),
+	}, nil)
+	if len(r.Suspects) != 2 || r.Suspects[0].Kind != StateMismatch || r.Suspects[1].Kind != StateMismatch {
+		t.Fatalf("suspects %+v", r.Suspects)
+	}
+	if !strings.Contains(r.Verdict, "split evenly") || strings.Count(r.Verdict, "\n") != 1 {
+		t.Errorf("verdict %q", r.Verdict)
+	}
+}
+
+// The work follows what the dumps hold, not the ranks one dump claims: a communicator of 2^31
+// or 2^63-1 ranks is refused (it was a 16 GB allocation and a makeslice panic), and one of 2^17
+// ranks of which one dumped, or a dump listing 100,000 peers, is analyzed in seconds (it was
+// quadratic: 2^16 ranks took 14 s, 2^20 more than 30 s). Issue 23, item 9.
+func TestClaimedRanksBounded(t *testing.T) {
+	const h = "0x00000000000000bf"
+	for _, n := range []int{1 << 31, 1<<63 - 1} {
+		d := proc("a", 1, comm(h, 0, 4, coll("AllReduce", 1, pop(Recv, 1, 0, RecvWait))))
+		d.Comms[0].NRanks, d.FormatVersion = n, Version
+		if err := d.Validate(); err == nil || !strings.Contains(err.Error(), "ranks") {
+			t.Errorf("nranks %d accepted: %v", n, err)
+		}
+	}
+	big := func(nranks int, peers int) time.Duration {
+		c := comm(h, 0, nranks, coll("AllReduce", 1, pop(Recv, 1, 0, RecvWait)))
+		for p := 1; p <= peers; p++ {
+			c.P2pCompleted = append(c.P2pCompleted, P2pCompleted{Peer: p, Sends: 1, Recvs: 1})
+		}
+		start := time.Now()
+		r := run(t, []*Dump{proc("a", 1, c)}, nil)
+		took := time.Since(start)
+		if len(r.Hangs) != 1 || r.Hangs[0].NRanks != max(nranks, peers+1) {
+			t.Errorf("nranks %d, %d peers: %+v", nranks, peers, r.Hangs)
+		}
+		t.Logf("nranks %d, %d peers: %v", nranks, peers, took)
+		return took
+	}
+	// Quadratic, these took minutes; linear, about 3 s each on a loaded 2-core VM.
+	if took := big(1<<17, 0); took > 30*time.Second {
+		t.Errorf("2^17 ranks, one dump: %v", took)
+	}
+	if took := big(0, 100_000); took > 30*time.Second {
+		t.Errorf("100,000 peers: %v", took)
+	}
+}
+
+// A rank that, where the others call AllReduce seq 5, sends to a peer instead is named with
+// the function that differs, not as absent.
+func TestMismatchP2pInsteadOfCollective(t *testing.T) {
+	const h = "0x00000000000000c1"
+	c := func(rank int, open ...Op) Comm {
+		x := comm(h, rank, 3, open...)
+		x.Completed = []Completed{{Func: "AllReduce", Ops: 5, LastSeq: 4}}
+		return x
+	}
+	r := run(t, []*Dump{
+		proc("a", 1, c(0, coll("AllReduce", 5, pop(Recv, 2, 0, RecvWait)))),
+		proc("b", 2, c(1, coll("AllReduce", 5, pop(Recv, 0, 0, RecvWait)))),
+		proc("c", 3, c(2, p2p("Send", 0, 1, pop(Send, 1, 0, SendPeerWait)))),
+	}, nil)
+	s := one(t, r)
+	if s.Rank != 2 || s.Kind != StateMismatch || s.Mismatch.Differs[0] != DiffFunction || s.Mismatch.Called.Func != "Send" ||
+		!strings.Contains(s.Why, "rank 2 (c, pid 3) called Send #0 with rank 1 (count 0) where ranks 0 and 1 called AllReduce seq 5") {
+		t.Errorf("suspect %+v\n%s", s, s.Why)
 	}
 }

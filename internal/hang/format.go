@@ -123,8 +123,41 @@ type Comm struct {
 	// P2pCompleted counts, per peer, the sends and receives completed (the plugin's ordinals).
 	P2pCompleted []P2pCompleted `json:"p2p_completed"`
 	OpsCompleted uint64         `json:"ops_completed"` // every kind together
-	Open         []Op           `json:"open_ops"`      // oldest first
+	// Recent is the flight record: the last operations (at most FlightRecord) this rank
+	// completed on the communicator, in the order they completed. With the open operations it
+	// shows what each rank called at the point where the ranks stopped agreeing.
+	Recent []Call `json:"recent_ops"`
+	Open   []Op   `json:"open_ops"` // oldest first
 }
+
+// FlightRecord is how many completed operations per communicator a dump lists (recent_ops):
+// enough to show the last operation the ranks agree on, bounded so a dump stays small.
+const FlightRecord = 16
+
+// Call is an operation as the application called it: what ranks must agree on. Root is set for
+// the collectives that have one (Broadcast, Reduce), Peer for point-to-point operations. NCCL's
+// profiler API gives no reduction operator (no descriptor of ABI v1-v6 has one), so a dump
+// cannot carry it.
+type Call struct {
+	Kind     string `json:"kind"` // coll or p2p
+	Func     string `json:"func"`
+	Seq      int64  `json:"seq"` // as Op.Seq
+	Peer     *int   `json:"peer,omitempty"`
+	Count    uint64 `json:"count"`
+	Datatype string `json:"datatype"`
+	Root     *int   `json:"root,omitempty"`
+}
+
+// Equal says whether two calls are the same in every field.
+func (c Call) Equal(d Call) bool {
+	return c.Kind == d.Kind && c.Func == d.Func && c.Seq == d.Seq && c.Count == d.Count && c.Datatype == d.Datatype &&
+		eqPtr(c.Peer, d.Peer) && eqPtr(c.Root, d.Root)
+}
+
+func eqPtr(a, b *int) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
+
+// Rooted says whether a collective function has a root rank that every rank must agree on.
+func Rooted(fn string) bool { return fn == "Broadcast" || fn == "Reduce" }
 
 // Completed is the progress of one collective function on one rank.
 type Completed struct {
@@ -149,6 +182,8 @@ type Op struct {
 	// peer, direction), from 0, since NCCL gives P2P no seq.
 	Seq  int64 `json:"seq"`
 	Peer *int  `json:"peer,omitempty"` // P2P only
+	// Root: rooted collectives only (Rooted), as NCCL's Coll event gives it.
+	Root *int `json:"root,omitempty"`
 	// As NCCL's Coll/P2p event gives them.
 	Count     uint64 `json:"count"`
 	Datatype  string `json:"datatype"`
@@ -195,6 +230,11 @@ type Step struct {
 	Step        int    `json:"step"`
 	State       string `json:"state"`
 	SinceUnixNs int64  `json:"since_unix_ns"` // when it entered that state
+}
+
+// Call is the operation as the application called it (what ranks must agree on).
+func (o *Op) Call() Call {
+	return Call{Kind: o.Kind, Func: o.Func, Seq: o.Seq, Peer: o.Peer, Count: o.Count, Datatype: o.Datatype, Root: o.Root}
 }
 
 // Head is the oldest open step of the ProxyOp (nil: none open).

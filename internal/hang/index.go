@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/ncclprof/ncclprof/internal/commops"
+	"github.com/ncclprof/ncclprof/internal/words"
 )
 
 // rankView is one rank of a communicator as its process's dump shows it.
@@ -59,7 +60,8 @@ func buildIndex(in *Input) *index {
 			c := &l.Comms[j]
 			v := x.comms[c.Hash]
 			if v == nil {
-				v = &commView{hash: c.Hash, name: c.Name, nranks: c.NRanks, ranks: map[int]*rankView{}}
+				// The application names communicators: escaped, a name cannot forge a line.
+				v = &commView{hash: c.Hash, name: words.Printable(c.Name), nranks: c.NRanks, ranks: map[int]*rankView{}}
 				x.comms[c.Hash] = v
 				x.order = append(x.order, c.Hash)
 			}
@@ -111,7 +113,7 @@ func (x *index) readTraces() {
 	x.tracesRead = true
 	dumped := map[string]bool{}
 	for _, l := range x.in.Dumps {
-		dumped[fmt.Sprintf("%s/%d", l.Host, l.PID)] = true
+		dumped[procKey(l.Host, l.PID)] = true
 	}
 	var paths []string
 	for _, p := range x.in.Traces {

@@ -22,8 +22,9 @@ func (p *peerSigns) tookPart() bool { return p.posted || p.sent || p.stoppedOk }
 
 func (h *hangCtx) peerSigns(m int) peerSigns {
 	var s peerSigns
-	for _, rs := range h.in() {
-		for _, p := range h.proxyWith(rs, m) {
+	for _, pp := range h.proxiesWith()[m] {
+		rs, p := pp.rs, pp.p
+		{
 			head := p.Head()
 			switch {
 			case p.Stopped:
@@ -42,18 +43,25 @@ func (h *hangCtx) peerSigns(m int) peerSigns {
 	return s
 }
 
-// proxyWith lists a rank's ProxyOps with a peer in the hung operation.
-func (h *hangCtx) proxyWith(rs *RankState, peer int) []*ProxyOp {
-	var out []*ProxyOp
-	if rs.op == nil {
-		return nil
-	}
-	for i := range rs.op.Proxy {
-		if rs.op.Proxy[i].Peer == peer {
-			out = append(out, &rs.op.Proxy[i])
+// rankProxy is a ProxyOp of a rank in the hung operation.
+type rankProxy struct {
+	rs *RankState
+	p  *ProxyOp
+}
+
+// proxiesWith indexes, once, the ProxyOps of the ranks in the hung operation by their peer, so
+// that what the peers show about every rank without a dump takes one pass over them.
+func (h *hangCtx) proxiesWith() map[int][]rankProxy {
+	if h.byPeer == nil {
+		h.byPeer = map[int][]rankProxy{}
+		for _, rs := range h.in() {
+			for i := range rs.op.Proxy {
+				p := &rs.op.Proxy[i]
+				h.byPeer[p.Peer] = append(h.byPeer[p.Peer], rankProxy{rs, p})
+			}
 		}
 	}
-	return out
+	return h.byPeer
 }
 
 func holdsData(p *ProxyOp) bool {
@@ -104,7 +112,8 @@ func (h *hangCtx) judgeMissing() {
 		switch {
 		case si != nil && si.left:
 			if si.leftOps[h.key.fn] > doneBefore {
-				rs.State, rs.Text = StateFinished, fmt.Sprintf("no dump; destroyed the communicator after %d %s (its summary)", si.leftOps[h.key.fn], h.key.fn)
+				h.setState(rs, StateFinished)
+				rs.Text = fmt.Sprintf("no dump; destroyed the communicator after %d %s (its summary)", si.leftOps[h.key.fn], h.key.fn)
 				continue
 			}
 			h.suspect(rs, StateAbsent, BasisSummary, fmt.Sprintf("%s destroyed %s after %d %s (its summary %s), so it never started %s; %s",
@@ -115,9 +124,11 @@ func (h *hangCtx) judgeMissing() {
 		case sg.tookPart() && len(sg.gotNone) > 0 && !sg.sent:
 			silent = append(silent, rs)
 		case sg.tookPart():
-			rs.State, rs.Text = StateTookPart, "no dump; its peers show it took part"
+			h.setState(rs, StateTookPart)
+			rs.Text = "no dump; its peers show it took part"
 		case inTrace && traced0.seq >= h.key.seq:
-			rs.State, rs.Text = StateTookPart, fmt.Sprintf("no dump; its trace shows it started %s", h.key)
+			h.setState(rs, StateTookPart)
+			rs.Text = fmt.Sprintf("no dump; its trace shows it started %s", h.key)
 		case inTrace:
 			traced = append(traced, rs)
 		default:

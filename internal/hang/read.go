@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
+
+	"github.com/ncclprof/ncclprof/internal/tracefile"
 )
 
 // Loaded is a dump and the file it came from.
@@ -123,7 +127,7 @@ func (f *Found) Load() *Input {
 			in.Problems = append(in.Problems, Problem{dumps[i], errs[i].Error()})
 			continue
 		}
-		key := fmt.Sprintf("%s/%d", d.Host, d.PID)
+		key := procKey(d.Host, d.PID)
 		if j, ok := seen[key]; ok {
 			if in.Dumps[j].WrittenUnixNs < d.WrittenUnixNs {
 				in.Dumps[j] = Loaded{dumps[i], d}
@@ -147,11 +151,39 @@ func (f *Found) Load() *Input {
 
 // ReadFile reads and validates one dump. Its errors say what to make of the file.
 func ReadFile(path string) (*Dump, error) {
-	b, err := os.ReadFile(path)
+	b, err := readOwned(path, MaxDumpBytes, "a hang dump")
 	if err != nil {
 		return nil, err
 	}
 	return Parse(b)
+}
+
+// MaxDumpBytes bounds a dump file: a dump lists at most a process's open operations, some tens
+// of KB each (docs/hang.md), so anything larger is not one.
+const MaxDumpBytes = 256 << 20
+
+// readOwned reads a regular file of at most max bytes that the reading user owns. Dumps and
+// summaries decide whom a verdict blames, and in a shared sticky directory (NCCLPROF_OUTPUT_DIR=
+// /tmp) another user can create one under the name of an upcoming process: such a file is
+// refused, saying how to use it anyway. It never blocks (a FIFO is refused) and never holds
+// more than max (a link to /dev/zero is refused).
+func readOwned(path string, max int64, what string) ([]byte, error) {
+	f, st, err := tracefile.OpenRegular(path, what)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Getuid() {
+		return nil, fmt.Errorf("owned by uid %d, not by you (uid %d): not read, since in a shared directory another user can plant a file under a rank's name; if you trust it, copy it (the copy is yours) and give the copy", sys.Uid, os.Getuid())
+	}
+	if st.Size() > max {
+		return nil, fmt.Errorf("%d bytes, more than %d: not %s", st.Size(), max, what)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err == nil && int64(len(b)) > max {
+		err = fmt.Errorf("more than %d bytes: not %s", max, what)
+	}
+	return b, err
 }
 
 // Parse reads a dump from its bytes.
@@ -206,7 +238,7 @@ func readSummary(path string) (Summary, error) {
 			Count uint64 `json:"count"`
 		} `json:"operations"`
 	}
-	b, err := os.ReadFile(path)
+	b, err := readOwned(path, MaxDumpBytes, "a communicator summary")
 	if err == nil {
 		err = json.Unmarshal(b, &raw)
 	}
@@ -242,3 +274,6 @@ func parallel(n int, f func(i int)) {
 	close(next)
 	wg.Wait()
 }
+
+// procKey names a process across dumps, summaries and traces: its host and pid.
+func procKey(host string, pid int) string { return fmt.Sprintf("%s/%d", host, pid) }

@@ -8,7 +8,7 @@ import (
 )
 
 // stateOrder is the order groups are listed in: suspects first, then the evidence.
-var stateOrder = []string{StateAbsent, StateGPU, StateLinkSend, StateUnknown, StateLinkRecv, StateWaitData,
+var stateOrder = []string{StateMismatch, StateAbsent, StateGPU, StateLinkSend, StateUnknown, StateLinkRecv, StateWaitData,
 	StateWaitBuffers, StateWaitGPU, StateInKernel, StateEnqueued, StateTookPart, StateFinished, StateNoDump}
 
 var waitPrefix = map[string]string{
@@ -25,10 +25,14 @@ var waitPrefix = map[string]string{
 // report gives every rank its text and groups the ranks that read the same.
 func (h *hangCtx) report() Hung {
 	sus := map[int]bool{}
+	basis := map[int]string{} // each suspect rank's first basis
 	for _, s := range h.sus {
 		sus[s.Rank] = true
 		if s.Peer != nil {
 			sus[*s.Peer] = true
+		}
+		if _, ok := basis[s.Rank]; !ok {
+			basis[s.Rank] = s.Basis
 		}
 	}
 	isSus := func(r int) bool { return sus[r] }
@@ -38,7 +42,7 @@ func (h *hangCtx) report() Hung {
 	}
 	for _, rs := range h.ranks {
 		if rs.Text == "" {
-			rs.Text = h.rankText(rs, isSus)
+			rs.Text = h.rankText(rs, isSus, basis[rs.Rank])
 		}
 		if rs.op != nil {
 			hg.In++
@@ -50,7 +54,7 @@ func (h *hangCtx) report() Hung {
 	return hg
 }
 
-func (h *hangCtx) rankText(rs *RankState, isSus func(int) bool) string {
+func (h *hangCtx) rankText(rs *RankState, isSus func(int) bool, basis string) string {
 	if p, ok := waitPrefix[rs.State]; ok && rs.op != nil {
 		t := p + ": " + rs.facts.describe(rs.op, isSus)
 		if h.key.kind == KindP2p {
@@ -59,6 +63,8 @@ func (h *hangCtx) rankText(rs *RankState, isSus func(int) bool) string {
 		return t
 	}
 	switch rs.State {
+	case StateMismatch:
+		return "called " + callText(rs.called) + " instead"
 	case StateAbsent:
 		if rv := h.v.ranks[rs.Rank]; rv != nil {
 			t := "never started it"
@@ -75,22 +81,13 @@ func (h *hangCtx) rankText(rs *RankState, isSus func(int) bool) string {
 			BasisSummary: "destroyed the communicator before it (its summary)",
 			BasisTrace:   "no dump; its trace ends before it",
 			BasisNoDump:  "no dump, and no rank exchanged data with it",
-		}[h.basisOf(rs.Rank)]
+		}[basis]
 	case StateFinished:
 		return "completed it"
 	case StateUnknown:
 		return "no dump; it posted receive buffers but sent nothing"
 	}
 	return "no dump (nothing in flight there, or its dump was lost)"
-}
-
-func (h *hangCtx) basisOf(rank int) string {
-	for _, s := range h.sus {
-		if s.Rank == rank {
-			return s.Basis
-		}
-	}
-	return ""
 }
 
 // groups gathers ranks whose state and text are the same, suspects first.
@@ -159,6 +156,11 @@ func span(lo, hi string) string {
 // shows it instead: an older operation of the same communicator or one of another (often the
 // real hang, of which this absence is a consequence).
 func (x *index) busyElsewhere(res *Result) {
+	byProc := map[string]*Loaded{} // Load keeps one dump per process
+	for i := range x.in.Dumps {
+		l := &x.in.Dumps[i]
+		byProc[procKey(l.Host, l.PID)] = l
+	}
 	for i := range res.Suspects {
 		s := &res.Suspects[i]
 		if s.Kind != StateAbsent || s.Basis != BasisOwnDump || s.P2pPeer != nil {
@@ -166,10 +168,7 @@ func (x *index) busyElsewhere(res *Result) {
 		}
 		var best *Op
 		var bestComm string
-		for _, l := range x.in.Dumps {
-			if l.Host != s.Host || l.PID != s.PID {
-				continue
-			}
+		if l := byProc[procKey(s.Host, s.PID)]; l != nil {
 			for j := range l.Comms {
 				if o := oldest(&l.Comms[j]); o != nil && (best == nil || cmpOpStart(o, best) < 0) {
 					best, bestComm = o, l.Comms[j].Hash

@@ -39,6 +39,12 @@ func TestScenariosNamePlantedCulprit(t *testing.T) {
 		{"--scenario", "twocomms", "--culprit", "1", "--culprit2", "2"},
 		{"--scenario", "finished", "--culprit", "3", "--step", "2"},
 	}
+	eachPlanted(t, cases, nil)
+}
+
+// eachPlanted runs every case with only the ranks in flight dumping and with all of them, checks
+// that the verdict names exactly the planted culprits, then what more checks (nil: nothing).
+func eachPlanted(t *testing.T, cases [][]string, more func(*testing.T, *hang.Result, []hangtruth.Truth)) {
 	for _, args := range cases {
 		for _, mode := range []hangtruth.Mode{hangtruth.Watchdog, hangtruth.Requested} {
 			t.Run(fmt.Sprintf("%s/mode%d", strings.Join(args, " "), mode), func(t *testing.T) {
@@ -46,6 +52,9 @@ func TestScenariosNamePlantedCulprit(t *testing.T) {
 				dir, _ := hangtest.Synthesize(t, truths, mode)
 				res := analyze(t, dir)
 				hangtest.AssertPlanted(t, res, truths)
+				if more != nil {
+					more(t, res, truths)
+				}
 				if t.Failed() || testing.Verbose() {
 					var b strings.Builder
 					res.Write(&b, "text")
@@ -124,8 +133,11 @@ func TestThousandRanks(t *testing.T) {
 		{"--scenario", "absent", "--culprit", "517"},
 		{"--scenario", "gpu", "--culprit", "1000"},
 		{"--scenario", "link", "--culprit", "77", "--channel", "5", "--step", "40"},
+		{"--scenario", "mismatch", "--what", "count", "--culprit", "300"},
+		{"--scenario", "mismatch", "--what", "function", "--culprit", "1023"},
+		{"--scenario", "order", "--culprit", "0"},
 	} {
-		t.Run(args[1], func(t *testing.T) {
+		t.Run(strings.Join(args[1:4], " "), func(t *testing.T) {
 			truths := hangtest.Plan(t, append(args, "--nranks", "1024", "--channels", "8")...)
 			dir, _ := hangtest.Synthesize(t, truths, hangtruth.Watchdog)
 			start := time.Now()

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/ncclprof/ncclprof/internal/words"
 )
 
 // maxProblems is how many unusable files the text names.
@@ -47,7 +49,7 @@ func (r *Result) Write(w io.Writer, format string) error {
 			fmt.Fprintf(&b, "  … and %d more (--format json lists them all)\n", len(r.Dumps.Problems)-i)
 			break
 		}
-		fmt.Fprintf(&b, "  %s: %s\n", filepath.Base(p.Path), p.Msg)
+		fmt.Fprintf(&b, "  %s: %s\n", words.Printable(filepath.Base(p.Path)), words.Printable(p.Msg))
 	}
 	for _, n := range r.Notes {
 		b.WriteString("note: " + n + "\n")

@@ -37,12 +37,23 @@ func (c *Comm) validate() error {
 		return fmt.Errorf("comm_hash %q: want 0x and 16 lower-case hex digits", c.Hash)
 	}
 	// nranks 0: not known (NCCL 2.23-2.26, profiler ABI v1-v3, do not tell the plugin).
-	if c.NRanks < 0 || c.Rank < 0 || c.NRanks > 0 && c.Rank >= c.NRanks {
+	if c.NRanks > MaxRanks {
+		return fmt.Errorf("nranks %d: more ranks than the %d this reader accepts", c.NRanks, MaxRanks)
+	}
+	if c.NRanks < 0 || !rankIn(c.Rank, c.NRanks) {
 		return fmt.Errorf("rank %d of nranks %d", c.Rank, c.NRanks)
 	}
 	for i, p := range c.P2pCompleted {
 		if !rankIn(p.Peer, c.NRanks) {
 			return fmt.Errorf("p2p_completed[%d]: peer %d of nranks %d", i, p.Peer, c.NRanks)
+		}
+	}
+	if len(c.Recent) > FlightRecord {
+		return fmt.Errorf("recent_ops: %d operations, at most %d are written", len(c.Recent), FlightRecord)
+	}
+	for i := range c.Recent {
+		if err := c.Recent[i].validate(c.NRanks); err != nil {
+			return fmt.Errorf("recent_ops[%d]: %w", i, err)
 		}
 	}
 	for i := range c.Open {
@@ -53,7 +64,9 @@ func (c *Comm) validate() error {
 	return nil
 }
 
-func (o *Op) validate(nranks int) error {
+// validate checks what every operation must carry: a kind, a function, a seq, a peer for P2P
+// only, a root below nranks for rooted collectives only.
+func (o *Call) validate(nranks int) error {
 	switch o.Kind {
 	case KindColl:
 		if o.Peer != nil {
@@ -68,6 +81,17 @@ func (o *Op) validate(nranks int) error {
 	}
 	if o.Func == "" || o.Seq < 0 {
 		return fmt.Errorf("func %q, seq %d", o.Func, o.Seq)
+	}
+	if o.Root != nil && (!Rooted(o.Func) || !rankIn(*o.Root, nranks)) {
+		return fmt.Errorf("root %d of %s on nranks %d (only Broadcast and Reduce have one)", *o.Root, o.Func, nranks)
+	}
+	return nil
+}
+
+func (o *Op) validate(nranks int) error {
+	c := o.Call()
+	if err := c.validate(nranks); err != nil {
+		return err
 	}
 	for i, k := range o.Kernel {
 		if k.Channel < 0 || k.Channel >= MaxChannels {
@@ -110,5 +134,9 @@ func (p *ProxyOp) validate(nranks int) error {
 	return nil
 }
 
-// rankIn: a rank of a communicator of nranks (0: of unknown size).
-func rankIn(r, nranks int) bool { return r >= 0 && (nranks == 0 || r < nranks) }
+// rankIn: a rank of a communicator of nranks (0: of unknown size, at most MaxRanks).
+func rankIn(r, nranks int) bool { return r >= 0 && r < MaxRanks && (nranks == 0 || r < nranks) }
+
+// MaxRanks bounds the communicators a reader accepts: ten times the largest jobs run today, and
+// few enough that the analysis, which keeps a state per rank, stays within memory.
+const MaxRanks = 1 << 20

@@ -55,6 +55,9 @@ func (d *Dump) Canonical() {
 		if c.Open == nil {
 			c.Open = []Op{}
 		}
+		if c.Recent == nil {
+			c.Recent = []Call{}
+		}
 		slices.SortStableFunc(c.Completed, func(a, b Completed) int { return cmp.Compare(a.Func, b.Func) })
 		slices.SortStableFunc(c.P2pCompleted, func(a, b P2pCompleted) int { return cmp.Compare(a.Peer, b.Peer) })
 		slices.SortStableFunc(c.Open, func(a, b Op) int {

@@ -37,7 +37,7 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"ratio": func(a, b int64) float64 { return float64(a) / float64(b) },
 	"secs":  func(ns int64) string { return fmt.Sprintf("%.1f", float64(ns)/1e9) },
 	"suspect": func(state string) bool {
-		return state == hang.StateAbsent || state == hang.StateGPU || state == hang.StateLinkSend || state == hang.StateUnknown
+		return state == hang.StateMismatch || state == hang.StateAbsent || state == hang.StateGPU || state == hang.StateLinkSend || state == hang.StateUnknown
 	},
 	"lines": func(s string) []string { return strings.Split(s, "\n") },
 	// perfettoTs is a JSON ts in µs as Perfetto's trace processor stores it: ns.

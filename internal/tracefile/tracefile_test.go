@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -169,6 +170,40 @@ func TestSubmitKeepsOrder(t *testing.T) {
 		got, err := ReadFile(p)
 		if err != nil || string(got) != want.String() {
 			t.Fatalf("%s: read back %d bytes of %d, %v", name, len(got), want.Len(), err)
+		}
+	}
+}
+
+// Valid JSON inflating far more than any trace compresses (here 64 MiB of spaces from 64 KiB) is
+// refused from its own size, before it is held, whatever memory the machine has: under a
+// ulimit -v or a cgroup limit that MemAvailable does not show, four such bombs ran ncclmerge out
+// of memory (issue 23, item 8).
+func TestGzipBombBoundByInputSize(t *testing.T) {
+	InflationFloor = 1 << 20 // the default floor (256 MiB) would make the test hold that much
+	defer func() { InflationFloor = 256 << 20 }()
+	p := gzipFile(t, []byte(`{"traceEvents": [`), bytes.Repeat([]byte(" "), 64<<20), []byte(`]}`))
+	st, _ := os.Stat(p)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := ReadFile(p)
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "gzip bomb") || !strings.Contains(err.Error(), "gzip -dc") {
+		t.Fatalf("want a refusal that says why and what to do, got %v", err)
+	}
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > uint64(3*MaxInflation*st.Size()) {
+		t.Errorf("allocated %d bytes for a %d-byte file: more than its bound (%d times its size)", grown, st.Size(), MaxInflation)
+	}
+}
+
+// The memory a read may take is the tightest of the machine's, the cgroup's and ulimit -v's.
+func TestAvailableMemoryTightest(t *testing.T) {
+	a, m := availableMemory(), procValue("/proc/meminfo", "MemAvailable:")
+	if m > 0 && (a <= 0 || a > m) {
+		t.Errorf("available %d, MemAvailable %d", a, m)
+	}
+	for _, v := range []int64{cgroupRoom(), addressSpaceRoom()} {
+		if v > 0 && a > v {
+			t.Errorf("available %d above a tighter limit %d", a, v)
 		}
 	}
 }

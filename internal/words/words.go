@@ -1,10 +1,35 @@
-// Package words writes counts for people: "1 rank", "2 ranks", "0 collectives".
+// Package words writes counts for people: "1 rank", "2 ranks", "0 collectives"; and names that
+// come from inputs so that they print as what they are.
 package words
 
 import (
 	"strconv"
 	"strings"
+	"unicode"
 )
+
+// Printable escapes what a terminal would act on rather than show — control characters (CR, LF,
+// ESC...), invalid UTF-8 and the invisible formatting characters that reorder or hide text — as
+// Go escapes (\r, \n, \x1b, \u202e), so that a name chosen by an application (a communicator's)
+// cannot start a line of its own, rewrite one or recolour the terminal in a text output.
+func Printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if unsafeRune(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	q := strconv.QuoteToGraphic(s)
+	return strings.ReplaceAll(q[1:len(q)-1], `\"`, `"`)
+}
+
+func unsafeRune(r rune) bool {
+	return r == unicode.ReplacementChar || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029'
+}
 
 // Count is n and the noun, plural unless n is 1: Count(1, "rank") = "1 rank", Count(3, "process")
 // = "3 processes".

@@ -16,3 +16,21 @@ func TestCount(t *testing.T) {
 		}
 	}
 }
+
+// Names with CR, LF, ESC or a right-to-left override print escaped; others unchanged.
+func TestPrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"world":                        "world",
+		"pp stage 2 \"a\"":             "pp stage 2 \"a\"",
+		"x\nthe GPU of rank 0 stopped": `x\nthe GPU of rank 0 stopped`,
+		"a\rb\x1b[31mc":                `a\rb\x1b[31mc`,
+		"evil\u202egnp":                `evil\u202egnp`,
+		"bad\xffutf8":                  `bad\xffutf8`,
+		"日本":                           "日本",
+		`back\slash`:                   `back\slash`, // clean: unchanged
+	} {
+		if got := Printable(in); got != want {
+			t.Errorf("Printable(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

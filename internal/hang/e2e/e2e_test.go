@@ -144,6 +144,9 @@ func TestWatchdogDumps(t *testing.T) {
 		{"--scenario", "intra", "--kind", "absent", "--culprit", "6"},
 		{"--scenario", "twocomms", "--culprit", "1", "--culprit2", "2"},
 		{"--scenario", "finished", "--culprit", "3", "--step", "2"},
+		{"--scenario", "mismatch", "--what", "root", "--culprit", "2"},
+		{"--scenario", "mismatch", "--what", "function", "--culprit", "5"},
+		{"--scenario", "order", "--culprit", "6"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			j := runJob(t, lib, 8, []string{"NCCLPROF_HANG_TIMEOUT_S=" + strconv.Itoa(timeoutS)}, args...)
@@ -221,6 +224,9 @@ func compare(t *testing.T, tr hangtruth.Truth, d *hang.Dump) {
 			t.Errorf("%s: %s %s rank %d/%d abi %d completed %v, want %s %s rank %d/%d abi %d completed %v", where,
 				g.Hash, g.Name, g.Rank, g.NRanks, g.ABI, g.Completed, w.Hash, w.Name, w.Rank, w.NRanks, w.ABI, w.Completed)
 		}
+		if !slices.EqualFunc(g.Recent, w.Recent, hang.Call.Equal) {
+			t.Errorf("%s: flight record %+v, want %+v", where, g.Recent, w.Recent)
+		}
 		if len(g.Open) != len(w.Open) {
 			t.Errorf("%s: %d open operations, want %d", where, len(g.Open), len(w.Open))
 			continue
@@ -234,7 +240,7 @@ func compare(t *testing.T, tr hangtruth.Truth, d *hang.Dump) {
 func compareOp(t *testing.T, where string, g, w *hang.Op) {
 	t.Helper()
 	near := func(a, b int64) bool { return time.Duration(a-b).Abs() <= timeTolerance }
-	if g.Kind != w.Kind || g.Func != w.Func || g.Seq != w.Seq || g.Count != w.Count || g.Datatype != w.Datatype || g.Algorithm != w.Algorithm ||
+	if !g.Call().Equal(w.Call()) || g.Algorithm != w.Algorithm ||
 		g.Protocol != w.Protocol || g.NChannels != w.NChannels || (g.Launched == nil) != (w.Launched == nil) || g.Launched != nil && *g.Launched != *w.Launched ||
 		!near(g.StartUnixNs, w.StartUnixNs) {
 		t.Errorf("%s: operation %+v, want %+v", where, *g, *w)

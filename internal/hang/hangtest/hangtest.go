@@ -50,19 +50,20 @@ type Suspect struct {
 	Comm    string
 	Seq     int64
 	Func    string
-	Peer    int // -1: none
-	Channel int // -1: none
+	Peer    int    // -1: none
+	Channel int    // -1: none
+	Differs string // a mismatch: what differs ("count", "count and datatype"...)
 }
 
 func (s Suspect) String() string {
-	return fmt.Sprintf("%s rank %d %s seq %d comm %s peer %d channel %d", s.Kind, s.Rank, s.Func, s.Seq, s.Comm, s.Peer, s.Channel)
+	return fmt.Sprintf("%s rank %d %s seq %d comm %s peer %d channel %d differs %q", s.Kind, s.Rank, s.Func, s.Seq, s.Comm, s.Peer, s.Channel, s.Differs)
 }
 
 // Want is the planted culprits as suspects.
 func Want(truths []hangtruth.Truth) []Suspect {
 	var out []Suspect
 	for _, p := range truths[0].Planted {
-		s := Suspect{Rank: p.Rank, Kind: p.Kind, Comm: p.Comm, Seq: p.Seq, Func: p.Func, Peer: -1, Channel: -1}
+		s := Suspect{Rank: p.Rank, Kind: p.Kind, Comm: p.Comm, Seq: p.Seq, Func: p.Func, Peer: -1, Channel: -1, Differs: p.Differs}
 		if p.Peer != nil {
 			s.Peer, s.Channel = *p.Peer, *p.Channel
 		}
@@ -81,6 +82,9 @@ func Got(res *hang.Result) []Suspect {
 		}
 		if s.Channel != nil {
 			g.Channel = *s.Channel
+		}
+		if s.Mismatch != nil {
+			g.Differs = strings.Join(s.Mismatch.Differs, " and ")
 		}
 		out = append(out, g)
 	}

@@ -26,6 +26,7 @@ type Planted struct {
 	Peer     *int   `json:"peer"`
 	Channel  *int   `json:"channel"`
 	Step     *int   `json:"step"`
+	Differs  string `json:"differs"` // a mismatch: what the culprit called differently
 }
 
 // Truth is what one rank's dump must show (times as the host read them; the header's time
