@@ -14,7 +14,8 @@
 # prefix), and the OpenTelemetry Collector (tools/otelcol/build.sh), both cached under
 #   ${NCCLPROF_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ncclprof}  (tools/cache.sh)
 # `make test-go` builds Prometheus 3.x (tools/prometheus/build.sh) and HTA's venvs
-# (tools/hta/venv.sh); `make test-python` the Python venv (build/py: pytest, torch).
+# (tools/hta/venv.sh); `make test-python` the Python venvs (tools/python/venv.sh: build/py with
+# pytest and torch). All of them are made once per machine in that cache and shared by clones.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
