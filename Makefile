@@ -29,7 +29,8 @@ CORE_SRC := $(wildcard plugin/*.c)
 CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h plugin/drainapi.h plugin/chain.h
 HOST_SRC := testhost/main.c testhost/emit.c testhost/calllog.c testhost/world.c testhost/scenarios.c \
             testhost/fuzz.c testhost/bench.c testhost/soak.c testhost/skew.c testhost/hang.c \
-            testhost/drainbench.c testhost/job.c testhost/races.c testhost/samplebench.c
+            testhost/drainbench.c testhost/job.c testhost/races.c testhost/samplebench.c \
+            testhost/api_patterns.c
 HOST_HDR := testhost/emit.h testhost/calllog.h testhost/world.h testhost/scenarios.h plugin/abi.h plugin/core.h
 GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(wildcard go.sum)
 
@@ -211,6 +212,8 @@ bench: all hta
 	@tools/bench/faults.sh $(HOST) $(PLUGIN) $(EMPTY) $(BUILD)/bench-faults 7
 	@echo "== ncclmerge per trace shape (512 MiB each): plain read, merge, HTA's parser =="
 	$(MERGE) bench --size 512MiB --python $(BUILD)/hta-pandas3/bin/python $(foreach t,$(BENCH_TRACES),--source $(t))
+	@echo "== ncclmerge why over merged traces (plugin detail + torch.profiler compute), 16 x 2000 and 8 x 1000 =="
+	$(MERGE) bench --what why --ranks 16 --ops 2000 --reps 3
 	@echo "== ncclmerge hang over 1024 ranks' in-flight dumps (absent, gpu, link), 8 and 32 channels =="
 	$(MERGE) bench --what hang --ranks 1024 --testhost $(HOST)
 	$(MERGE) bench --what hang --ranks 1024 --channels 32 --testhost $(HOST)

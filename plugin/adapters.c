@@ -80,6 +80,16 @@ NP_HOT np_comm* np_target(void* ctx, int type, uint64_t parent) {
 
 NP_HOT int np_rank_or_comm(np_comm* c, int rank) { return rank ? rank : np_comm_rank(c); }
 
+/* A lost Coll's CollApi (v5+), in the lost table's type above the event type (the drainer's
+ * LostOp.API): recorded, so the aggregator must not count the call as an operation of its own
+ * too, or dropped as well, so the call is no lost API-only operation
+ * (internal/aggregate/apionly.go). */
+enum { NP_LOST_API_KEPT = 1 << 8, NP_LOST_API_DROPPED = 2 << 8 };
+static int np_lost_api(int abi, uint64_t parent) {
+  if (abi < 5) return 0;
+  return (parent & 1) ? NP_LOST_API_KEPT : parent == NP_H_DROPPED ? NP_LOST_API_DROPPED : 0;
+}
+
 /* Group, ProxyCtrl, and other events with no fields of their own. */
 NP_HOT void np_start_plain(void* ctx, int type, int abi, void** eh, uint64_t parent) {
   np_comm* c = np_target(ctx, type, parent);
@@ -97,7 +107,8 @@ NP_HOT void np_start_coll(void* ctx, int abi, void** eh, uint64_t parent, int ra
   np_pending p;
   if (!c) return;
   if (!np_begin(c, NP_T_COLL, abi, parent, rank, np_sample_flags(c, seq), eh, &p)) {
-    if (*eh == (void*)NP_H_DROPPED) np_lost_add(c, NP_T_COLL, func, dtype, algo, proto, nch, count);
+    if (*eh == (void*)NP_H_DROPPED) np_lost_add(c, NP_T_COLL | np_lost_api(abi, parent), func, dtype,
+                                                algo, proto, nch, count);
     return;
   }
   p.ev->u.coll.seq = seq;
@@ -354,15 +365,18 @@ NP_START_V2_V3(3)
 /* v1–v3 state arguments: ProxyOp states carry cumulative bytes, ProxyCtrl the appended count.
  * A transfer's size reaches its ProxyStep through the op state NCCL records right before the
  * step state, on the same thread: the bytes that state adds to the op's running total are
- * remembered there and handed to that step as its own size. */
+ * remembered there and handed to that step as its own size.
+ * NCCL 2.23 (v1 only) starts a ProxyStep per raw step, sliceSteps per network transfer, and
+ * records the step states of all of them after one op state (transport/net.cc at v2.23.4-1):
+ * the first takes the size, the others are not transfers and do not count as ones. */
 static npabi_result_t np_own_record_v1(void* h, npabi_state_t s, npabi_args_v1_t* a) {
   if ((s == NPABI_PROXY_STEP_SEND_WAIT || s == NPABI_PROXY_STEP_RECV_FLUSH_WAIT) && a == NULL) {
     np_thread* t = np_tls;
     if (t && t->memo_valid) {
       t->memo_valid = 0;
       np_state(h, s, t->memo_size, 0, 1);
-      return NPABI_SUCCESS;
     }
+    return NPABI_SUCCESS; /* no op state before it: another raw step of 2.23's transfer */
   }
   if ((s == NPABI_PROXY_OP_SEND_TRANSMITTED || s == NPABI_PROXY_OP_RECV_RECEIVED) && a) {
     uint64_t added = np_op_running_total(h, s, a->proxyOp.transSize);
@@ -489,7 +503,14 @@ NP_HOT void np_start_v5_members(void* ctx, void** eh, int abi, int type,
     return;
   case NP_T_COLL_API:
     c = np_target(ctx, type, parent);
-    if (!c || !np_begin(c, type, abi, parent, np_comm_rank(c), 0, eh, &p)) return;
+    if (!c) return;
+    if (!np_begin(c, type, abi, parent, np_comm_rank(c), 0, eh, &p)) {
+      /* An API-only operation must stay counted (a captured call never counts on its own). */
+      if (*eh == (void*)NP_H_DROPPED && !d->collApi.graphCaptured)
+        np_lost_add(c, NP_T_COLL_API, d->collApi.func, d->collApi.datatype, "", "", 0,
+                    d->collApi.count);
+      return;
+    }
     p.ev->u.api.func = d->collApi.func;
     p.ev->u.api.count = d->collApi.count;
     p.ev->u.api.dtype = d->collApi.datatype;

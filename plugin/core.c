@@ -118,6 +118,20 @@ uint32_t np_parse_mask(const char* s, int* ok) {
   return mask;
 }
 
+/* NCCL starts the events above every type asked for (a ProxyStep's ProxyOp and operation; its
+ * profiler.cc at every tag, docs/nccl-api-patterns.md "Masks"), and what ncclprof records counts
+ * only under its operation: an orphan step counts nowhere. So the operations and ProxyOps above
+ * what is asked for are recorded too. NCCL 2.23–2.25 (ABI v1, v2) start P2p events only under
+ * the Coll, ProxyOp or ProxyStep bit, not P2p's own: there P2p alone also asks for Coll. */
+uint32_t np_mask_ancestors(uint32_t m, int abi) {
+  if (m & NPABI_NET_PLUGIN) m |= NPABI_PROXY_STEP;
+  if (m & NPABI_PROXY_STEP) m |= NPABI_PROXY_OP;
+  if (m & (NPABI_PROXY_OP | NPABI_KERNEL_CH)) m |= NPABI_COLL | NPABI_P2P;
+  if (abi <= 2 && (m & NPABI_P2P) && !(m & (NPABI_COLL | NPABI_PROXY_OP | NPABI_PROXY_STEP)))
+    m |= NPABI_COLL;
+  return m;
+}
+
 static uint64_t np_env_u64(const char* name, uint64_t def, uint64_t lo, uint64_t hi) {
   const char* s = getenv(name);
   if (s == NULL || *s == 0) return def;
@@ -508,6 +522,24 @@ static void np_map_p2p(np_comm* c, int nranks) {
   c->p2p_peers = peers;
 }
 
+/* The ABI version NCCL calls (np_mask_ancestors), from the first init. */
+static int np_mask_abi;
+
+/* At each init: the mask in force gets the ancestors NCCL of this ABI version starts, said
+ * once when that adds something. */
+static void np_mask_complete(int abi) {
+  __atomic_store_n(&np_mask_abi, abi, __ATOMIC_RELEASE);
+  uint32_t m = np_get_mask(), full = np_mask_ancestors(m, abi);
+  if (full == m) return;
+  __atomic_store_n(&np_record_mask, full, __ATOMIC_RELEASE);
+  static int said;
+  if (!__atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL))
+    np_logf(NPABI_LOG_INFO,
+            "event mask 0x%x: NCCL also starts the events above the types asked for; ncclprof "
+            "records the operations and ProxyOps among them, so that what it records counts "
+            "(mask 0x%x)", m, full);
+}
+
 void* np_init_comm(int abi, uint64_t comm_hash, const char* name, int nnodes, int nranks,
                    int rank, npabi_logger_t logfn, int* mask_ptr) {
   np_setup();
@@ -522,6 +554,7 @@ void* np_init_comm(int abi, uint64_t comm_hash, const char* name, int nnodes, in
     np_count(NP_C_INIT_DISABLED);
     return NULL;
   }
+  np_mask_complete(abi);
   /* The mask is one process-wide int; keep its address so the control API can change it. */
   if (mask_ptr) {
     /* the mask in force, a run-time change included; NCCL's other threads may be reading it */
@@ -1434,6 +1467,8 @@ int np_uses_membarrier(void) { return !np_fence_mode; }
 /* Runtime mask changes (control API): NCCL reads the int per operation. */
 int np_set_mask(uint32_t mask) {
   int* p = __atomic_load_n(&np_mask_ptr, __ATOMIC_ACQUIRE);
+  int abi = __atomic_load_n(&np_mask_abi, __ATOMIC_ACQUIRE);
+  if (abi) mask = np_mask_ancestors(mask, abi); /* before the first init: np_mask_complete */
   __atomic_store_n(&np_record_mask, mask & NPABI_ALL_TYPES, __ATOMIC_RELEASE);
   __atomic_store_n(&np_mask_from_api, 1, __ATOMIC_RELEASE);
   if (p == NULL || !np_drain_live()) return 0; /* not yet, or the plugin turned itself off */

@@ -150,7 +150,7 @@ func (d *drain) run() {
 		pass := startPass()
 		req := uint64(C.np_flush_pending())
 		dumpReq := uint64(C.np_dump_pending())
-		d.agg.KernelRecorded = C.np_get_mask()&C.NPABI_KERNEL_CH != 0
+		d.agg.RecordingKernels(C.np_get_mask()&C.NPABI_KERNEL_CH != 0, event.Ticks(C.np_now()))
 		d.clock.Refresh()
 		C.np_set_tick_rate(C.double(d.clock.TicksPerNs()))
 		d.mu.Lock()
@@ -313,7 +313,7 @@ func (d *drain) syncPlugin(i uint32, c aggregate.Comm, info *C.np_comm_info) {
 	m := int(C.np_lost_read(C.uint32_t(i), &lost[0], C.int(len(lost))))
 	ops := make([]aggregate.LostOp, 0, m)
 	for _, l := range lost[:m] {
-		ops = append(ops, aggregate.LostOp{Type: event.Type(l._type), Func: d.str(l._func),
+		ops = append(ops, aggregate.LostOp{Type: event.Type(l._type & 0xff), API: uint8(l._type >> 8), Func: d.str(l._func),
 			Dtype: d.str(l.dtype), Algo: d.str(l.algo), Proto: d.str(l.proto),
 			NChannels: int(l.nchannels), N: uint64(l.n), SumCount: uint64(l.sum_count)})
 	}

@@ -746,7 +746,7 @@ func (t *traceSink) op(o *aggregate.Op) {
 	mark, slow := "", false
 	if t.sample != nil {
 		slow = t.sample.observe(o) // the trigger watches every operation, traced or not
-		if t.w == nil || !o.HasCompletion {
+		if t.w == nil || !opSpan(o) {
 			return
 		}
 		if mark = t.sample.opMark(o, slow); mark == "" {
@@ -754,7 +754,7 @@ func (t *traceSink) op(o *aggregate.Op) {
 		}
 		defer t.maybeRotate()
 	}
-	if t.w == nil || !o.HasCompletion {
+	if t.w == nil || !opSpan(o) {
 		return
 	}
 	start, stop := t.cpu.UnixNs(uint64(o.Start)), t.cpu.UnixNs(uint64(o.End))
@@ -783,10 +783,16 @@ func (t *traceSink) op(o *aggregate.Op) {
 		}
 		t.w.Event('M', "thread_name", "", t.pid, tid).Args().Str("name", name).End()
 	}
-	e := t.w.Event('X', o.Func, "nccl_op", t.pid, tid).Ts("ts", start).Dur("dur", stop-start).Args()
+	cat, interval := "nccl_op", "completion"
+	if o.APIOnly { // not a completion: ncclmerge must not take the API call's time for the operation's
+		cat, interval = "nccl_op_api", "api"
+	}
+	e := t.w.Event('X', o.Func, cat, t.pid, tid).Ts("ts", start).Dur("dur", stop-start).Args()
 	e.Hex("id", o.Handle^0x8000000000000000).Hex("op", o.Handle).Hex("comm", o.Comm.Hash).Int("rank", int64(o.Comm.Rank))
-	e.Str("interval", "completion").Str("func", o.Func).Str("algo", o.Algo).Str("proto", o.Proto)
-	opSeq(e, o.Peer >= 0, o.Seq)
+	e.Str("interval", interval).Str("func", o.Func).Str("algo", o.Algo).Str("proto", o.Proto)
+	if !o.APIOnly { // NCCL numbers only the collectives it starts a Coll for
+		opSeq(e, o.Peer >= 0, o.Seq)
+	}
 	e.Uint("count", o.Count).Uint("bytes", o.Bytes).Int("nchannels", int64(o.NChannels))
 	e.Float("enqueue_us", o.EnqueueNs/1000, 3).Uint("transfers", o.Transfers).Uint("transfer_bytes", o.TransferBytes)
 	if o.HasGPU {
@@ -794,6 +800,9 @@ func (t *traceSink) op(o *aggregate.Op) {
 	}
 	if o.Rebuilt {
 		e.Int("members", int64(o.Members))
+	}
+	if o.APIOnly {
+		e.Bool("api_only", true)
 	}
 	if mark != "" {
 		e.Str("traced", mark)
@@ -805,6 +814,10 @@ func (t *traceSink) op(o *aggregate.Op) {
 	t.link(o.Handle, tid, start, stop)
 	t.w.Spill()
 }
+
+// opSpan: the operation has a span to draw: its completion, or for one NCCL reported only by
+// API events, its API call.
+func opSpan(o *aggregate.Op) bool { return o.HasCompletion || o.APIOnly && o.End > o.Start }
 
 // opSeq writes an operation's sequence number: NCCL's seq for a collective; for a P2P the
 // plugin's ordinal per (communicator, peer, direction), under its own name, since it numbers a

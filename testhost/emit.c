@@ -94,9 +94,13 @@ void host_unload(host_plugin* p) {
 
 int host_has_type(const host_plugin* p, uint64_t t) { return (npabi_types_of(p->abi) & t) != 0; }
 
-/* NCCL starts an event when the mask holds its bit or any descendant's (§2.5). */
+/* NCCL starts an event when the mask holds its bit or any descendant's (§2.5). NCCL 2.23–2.25
+ * (v1, v2) start P2p tasks only under the Coll, ProxyOp or ProxyStep bit, not P2p's own
+ * (misc/profiler.cc, ncclProfilerStartTaskEvents). */
 static int host_wants(const host_plugin* p, uint64_t t) {
-  return host_mask_wants(__atomic_load_n(&((host_plugin*)p)->mask, __ATOMIC_RELAXED), t);
+  int m = __atomic_load_n(&((host_plugin*)p)->mask, __ATOMIC_RELAXED);
+  if (p->abi <= 2 && t == NPABI_P2P) return m & (NPABI_COLL | NPABI_PROXY_OP | NPABI_PROXY_STEP);
+  return host_mask_wants(m, t);
 }
 
 int host_mask_wants(int m, uint64_t t) { return npabi_mask_wants(m, t); }
@@ -415,6 +419,11 @@ static void* start_v6(host_plugin* p, void* ctx, const host_ev* e) {
 
 void* host_start(host_plugin* p, void* ctx, const host_ev* e) {
   if (!host_has_type(p, e->type) || !host_wants(p, e->type)) return NULL;
+  if (p->abi <= 3 && e->comm_name) { /* NCCL 2.23–2.26 never set comm->commName: always NULL */
+    host_ev unnamed = *e;
+    unnamed.comm_name = NULL;
+    return host_start_raw(p, ctx, &unnamed);
+  }
   return host_start_raw(p, ctx, e);
 }
 

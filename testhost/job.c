@@ -11,7 +11,10 @@
  * Coll, ProxyOps with timed steps, KernelCh) and counts itself arrived. Its proxy thread starts
  * the network work only once every rank has arrived (run_job waits on the count), so the
  * collective ends on every rank after the last arrival, as a ring does. Steps of JOB_STEP_OPS
- * operations are labelled "step N" with ncclprof_set_step.
+ * operations are labelled "step N" with ncclprof_set_step. For ncclmerge why's demo, a rank may
+ * also have its GPU start one operation late while its CPU calls on time (--gpu-late-op: its
+ * KernelCh starts late and the others' network work waits for it), or its sends of one
+ * operation run slow (--net-slow-op).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -115,9 +118,13 @@ void scenario_job(const opts* o) {
     sleep_until_real(at);
     op_spec op = {.func = "AllReduce", .count = job_counts[i % 4], .dtype = "ncclFloat32", .algo = "RING",
                   .proto = "SIMPLE", .nchannels = o->channels, .kernel = o->kernel, .chunk = 256 * 1024};
+    if (i == o->gpu_late_op) op.gpu_delay_ns = o->slow_us * 1e3;
+    if (i == o->net_slow_op) op.send_slow_ns = o->slow_us * 1e3 / o->channels;
     W.op_barrier = &s->arrived[i]; /* this operation's network work waits for every rank */
     launch_group(c, &op, 1, 1);
     W.op_barrier = NULL;
+    /* A GPU that is behind arrives when its kernel starts: the other ranks wait until then. */
+    if (op.gpu_delay_ns > 0) sleep_until_real(at + (uint64_t)op.gpu_delay_ns);
     __atomic_add_fetch(&s->arrived[i], 1, __ATOMIC_ACQ_REL); /* after its Coll start was recorded */
   }
   proxy_stop();

@@ -32,6 +32,19 @@ static void usage(void) {
           "  manycomms  --comms communicators (1100), more than the plugin's table holds\n"
           "  fork       allreduce with a fork() halfway; the child exits without NCCL\n"
           "  flood      AllReduces in 64-byte chunks: thousands of ProxySteps per operation\n"
+          "  apionly    ordinary collectives among ones NCCL reports only by API events (symmetric\n"
+          "             kernels, CE collectives, multi-root Broadcasts), --iters at --rate (2000)/s\n"
+          "  graphreplay  a CUDA graph of an all-to-all and an AllReduce, captured once and\n"
+          "             replayed --iters times at --rate (2000)/s on a host-callback thread\n"
+          "  v1order    NCCL 2.23's sends (--abi 1): a ProxyStep per raw step, SendTransmitted\n"
+          "             before the transfer's size is added\n"
+          "  pxn        rank 0 of 2x2: its sends' ProxyOps run in another process (PXN), its\n"
+          "             proxy runs another rank's; --iters operations at --rate (2000)/s\n"
+          "  maskchange AllReduces with the event mask changed at run time to p2p,p2papi for\n"
+          "             the middle third (NCCL stops its last CollApi handle again), --rate /s\n"
+          "  nonblocking  a non-blocking communicator: each group launched on a thread of its\n"
+          "             own after ncclGroupEnd returned; every other one a symmetric kernel\n"
+          "  netstops   AllReduces with NCCL's NetPlugin stops of events never started (NULL)\n"
           "  stalefin   a finalize of a context whose table entry another communicator took over\n"
           "  finwhile   finalize while another thread keeps calling into the communicator\n"
           "             (--slack-ms: the finalizing thread's timer slack)\n"
@@ -43,7 +56,9 @@ static void usage(void) {
           "  skew       ranks on one schedule with a planted slow rank (its own options: see skew.c)\n"
           "  hang       ranks of a job that stops, the culprit planted (its own options: see hang.c)\n"
           "  job        AllReduces on ranks that wait for each other (--sync FILE, shared and new),\n"
-          "             --slow-rank R late by --slow-us D (3000) on odd steps (ncclmerge demo)\n"
+          "             --slow-rank R late by --slow-us D (3000) on odd steps (ncclmerge demo);\n"
+          "             --gpu-late-op I: this rank's GPU starts operation I D late, its CPU on time;\n"
+          "             --net-slow-op I: this rank's sends of operation I take D longer in all\n"
           "options:\n"
           "  --abi N (1-6, default 6)  --rank R (0)  --nranks N (4)  --iters N (50)\n"
           "  --channels N (2)  --kernel (emit KernelCh)  --comms N  --cycles N (3)\n"
@@ -69,7 +84,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && !strcmp(argv[argc - 1], "hang")) return scenario_hang(argc, argv);
   opts o = {.abi = 6, .rank = 0, .nranks = 4, .iters = 50, .channels = 2, .cycles = 3,
             .realtime = 1, .seconds = 5, .threads = 3, .reps = 7, .seed = 1,
-            .mask_api = -1, .slow_rank = -1, .slow_us = 3000, .slow_op = -1};
+            .mask_api = -1, .slow_rank = -1, .slow_us = 3000, .slow_op = -1,
+            .gpu_late_op = -1, .net_slow_op = -1};
   for (int i = 1; i < argc; i++) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -102,6 +118,8 @@ int main(int argc, char** argv) {
     else if (ARG("--sync")) o.sync = v;
     else if (ARG("--slow-rank")) o.slow_rank = atoi(v);
     else if (ARG("--slow-us")) o.slow_us = atof(v);
+    else if (ARG("--gpu-late-op")) o.gpu_late_op = atoi(v);
+    else if (ARG("--net-slow-op")) o.net_slow_op = atoi(v);
     else if (!strcmp(a, "--fast")) o.realtime = 0;
     else if (ARG("--chain")) setenv("NCCLPROF_CHAIN", v, 1), o.chain = v;
     else if (ARG("--bad-ptimer")) o.bad_ptimer = strtoull(v, NULL, 0);
@@ -148,6 +166,13 @@ int main(int argc, char** argv) {
   else if (!strcmp(o.scenario, "manycomms")) scenario_manycomms(&o);
   else if (!strcmp(o.scenario, "fork")) scenario_fork(&o);
   else if (!strcmp(o.scenario, "flood")) scenario_flood(&o);
+  else if (!strcmp(o.scenario, "apionly")) scenario_apionly(&o);
+  else if (!strcmp(o.scenario, "graphreplay")) scenario_graphreplay(&o);
+  else if (!strcmp(o.scenario, "v1order")) scenario_v1order(&o);
+  else if (!strcmp(o.scenario, "pxn")) scenario_pxn(&o);
+  else if (!strcmp(o.scenario, "maskchange")) scenario_maskchange(&o);
+  else if (!strcmp(o.scenario, "nonblocking")) scenario_nonblocking(&o);
+  else if (!strcmp(o.scenario, "netstops")) scenario_netstops(&o);
   else if (!strcmp(o.scenario, "job")) scenario_job(&o);
   else if (!strcmp(o.scenario, "stalefin")) scenario_stalefin(&o);
   else if (!strcmp(o.scenario, "finwhile")) scenario_finwhile(&o);

@@ -15,7 +15,7 @@
 
 #include "world.h"
 
-static size_t dtype_size(const char* d) {
+size_t dtype_size(const char* d) {
   if (!strcmp(d, "ncclFloat32") || !strcmp(d, "ncclInt32") || !strcmp(d, "ncclUint32")) return 4;
   if (!strcmp(d, "ncclFloat64") || !strcmp(d, "ncclInt64") || !strcmp(d, "ncclUint64")) return 8;
   if (!strcmp(d, "ncclFloat16") || !strcmp(d, "ncclBfloat16")) return 2;
@@ -43,6 +43,13 @@ static uint64_t op_bytes(const op_spec* o, int nranks) {
 static uint64_t wire_bytes(const op_spec* o, int nranks) {
   uint64_t b = (uint64_t)o->count * dtype_size(o->dtype);
   if (!strcmp(o->func, "AllGather") || !strcmp(o->func, "ReduceScatter")) b *= (uint64_t)nranks;
+  return b;
+}
+
+/* nccl-tests' size of a call from its API event (v5+, which passes the communicator size). */
+uint64_t api_bytes(const host_ev* api, int nranks) {
+  uint64_t b = (uint64_t)api->count * dtype_size(api->dtype);
+  if (!strcmp(api->func, "AllGather") || !strcmp(api->func, "ReduceScatter")) b *= (uint64_t)nranks;
   return b;
 }
 
@@ -96,32 +103,62 @@ static int plan_jobs(hcomm* c, const op_spec* o, void* handle, int truth, int ch
   return n + 1;
 }
 
-static void* group_api_begin(hcomm* c, int depth) {
-  host_ev e = {.type = NPABI_GROUP_API, .depth = depth};
-  void* g = start_event(c->ctx, &e, 0);
-  host_group_api_state(&W.plugin, g, NPABI_GROUP_START_API_STOP);
-  return g;
+/* NCCL keeps the CollApi handle in thread-local state and never clears it at the stop
+ * (plugin/profiler.cc ncclProfilerStopCollApiEvent, 2.28–2.30): a collective whose CollApi the
+ * mask no longer starts stops the last one started on the thread again. P2pApi's is cleared. */
+static void* api_handle_kept(int p2p, void* started) {
+  static __thread void* coll_api;
+  if (p2p) return started;
+  if (started) coll_api = started;
+  return coll_api;
 }
 
-/* One ncclGroupEnd's worth of work: the API calls, the launch, the Group and its tasks with
- * their proxy work queued, in NCCL's order (§3.2). `depth` is 1 for a lone call. */
-void launch_group(hcomm* c, op_spec* ops, int n, int depth) {
+/* The API side of one ncclGroupEnd's worth of work, in NCCL's order (§3.2): the GroupApi
+ * (`depth` 1 for a lone call; captured in a CUDA graph with `graph`), each call's API event
+ * (handles in api[]), and the KernelLaunch when a call has a task on the plan's queues
+ * (ncclProfilerStartKernelLaunchEvent looks for its mask there; api_only ones have none). Returns the
+ * GroupApi, still open. Calls NCCL runs without a Coll (op_spec.api_only) get their truth here
+ * and, for CE collectives, their CE events. */
+void* api_calls(hcomm* c, op_spec* ops, int n, int depth, int graph, void** api) {
   host_plugin* p = &W.plugin;
-  void* gapi = group_api_begin(c, depth);
-  void* api[64];
+  host_ev ga = {.type = NPABI_GROUP_API, .depth = depth, .graph = graph};
+  void* gapi = start_event(c->ctx, &ga, 0);
+  host_group_api_state(p, gapi, NPABI_GROUP_START_API_STOP);
+  int launch = 0;
   for (int i = 0; i < n; i++) {
     op_spec* o = &ops[i];
     host_ev e = {.type = o->is_p2p ? NPABI_P2P_API : NPABI_COLL_API, .parent = gapi,
                  .func = o->api_func ? o->api_func : o->func, .count = o->api_count ? o->api_count : o->count,
                  .dtype = o->api_dtype ? o->api_dtype : o->dtype, .root = o->root,
-                 .stream = (void*)0x5000};
+                 .stream = (void*)0x5000, .graph = graph};
     api[i] = start_event(c->ctx, &e, 0);
-    host_stop(p, api[i]);
+    if (api[i] && o->api_only && !graph)
+      truth_op_add(c, e.func, "", "", 0, api_bytes(&e, c->nranks));
+    if (o->api_only == API_ONLY_CE) ce_events(c, api[i]);
+    host_stop(p, api_handle_kept(o->is_p2p, api[i]));
+    launch |= !o->api_only;
   }
   host_group_api_state(p, gapi, NPABI_GROUP_END_API_START);
-  host_ev kl = {.type = NPABI_KERNEL_LAUNCH, .parent = gapi, .stream = (void*)0x5000};
-  void* launch = start_event(c->ctx, &kl, 0);
-  host_stop(p, launch);
+  if (launch) {
+    host_ev kl = {.type = NPABI_KERNEL_LAUNCH, .parent = gapi, .stream = (void*)0x5000};
+    host_stop(p, start_event(c->ctx, &kl, 0));
+  }
+  return gapi;
+}
+
+/* One ncclGroupEnd's worth of work: the API calls, the launch, and the plan's tasks. */
+void launch_group(hcomm* c, op_spec* ops, int n, int depth) {
+  void* api[64];
+  void* gapi = api_calls(c, ops, n, depth, 0, api);
+  plan_tasks(c, ops, n, api);
+  host_stop(&W.plugin, gapi);
+}
+
+/* What hostStreamPlanTask does for a plan (enqueue.cc): the Group and each task NCCL plans (not
+ * the api_only ones), each with its API call as parent, their proxy work queued. A CUDA graph
+ * replay does this again with the capture's API handles. */
+void plan_tasks(hcomm* c, op_spec* ops, int n, void** api) {
+  host_plugin* p = &W.plugin;
   host_ev ge = {.type = NPABI_GROUP};
   void* grp = start_event(c->ctx, &ge, 0);
   double t0 = now_ns();
@@ -129,6 +166,7 @@ void launch_group(hcomm* c, op_spec* ops, int n, int depth) {
   int nj = 0;
   for (int i = 0; i < n; i++) {
     op_spec* o = &ops[i];
+    if (o->api_only) continue;
     host_ev e = {.type = o->is_p2p ? NPABI_P2P : NPABI_COLL, .parent = api[i],
                  .parent_group = grp, .rank = c->rank, .comm_name = c->name,
                  .comm_hash = c->hash, .func = o->func, .count = o->count, .dtype = o->dtype,
@@ -141,18 +179,19 @@ void launch_group(hcomm* c, op_spec* ops, int n, int depth) {
       truth = truth_op_add(c, o->func, o->is_p2p ? "" : o->algo, o->is_p2p ? "" : o->proto,
                            o->is_p2p && p->abi < 4 ? 0 : o->nchannels, op_bytes(o, c->nranks));
     int first = nj;
-    for (int ch = 0; ch < o->nchannels && nj < 120; ch++) nj += plan_jobs(c, o, h, truth, ch, &jobs[nj]);
+    for (int ch = 0; ch < o->nchannels && nj < 120 && !o->pxn; ch++) nj += plan_jobs(c, o, h, truth, ch, &jobs[nj]);
     for (int k = first; k < nj; k++) {
       jobs[k].t_op_start = t0;
       jobs[k].last_of_op = k == nj - 1;
-      jobs[k].slow_ns = o->slow_ns;
+      /* A planted slow send: its steps share the delay (ProxyOps run one after another). */
+      jobs[k].slow_ns = o->slow_ns + (jobs[k].is_send && jobs[k].nsteps > 0 ? o->send_slow_ns / jobs[k].nsteps : 0);
+      jobs[k].gpu_delay_ns = o->gpu_delay_ns;
       jobs[k].arrived = W.op_barrier;
     }
     host_stop(p, h); /* "enqueued", long before the proxy finishes */
   }
   for (int k = 0; k < nj; k++) proxy_submit(&jobs[k]);
   host_stop(p, grp);
-  host_stop(p, gapi);
 }
 
 /* ------------------------------------------------------------------- scenarios */
@@ -306,7 +345,7 @@ static void net_events(hcomm* c, void* step) {
 
 /* PXN: another process's proxy runs our... no: we run *another process's* op. Its context and
  * parent are that process's pointers; the plugin must not dereference them. */
-static void pxn_ops(hcomm* c) {
+void pxn_ops(hcomm* c) {
   host_plugin* p = &W.plugin;
   static char foreign_ctx[64];
   host_ev e = {.type = NPABI_PROXY_OP, .parent = (void*)0x7f00deadbeef, .rank = (c->rank + 1) % c->nranks,
@@ -356,7 +395,7 @@ static void* replay_main(void* a) {
   return NULL;
 }
 
-static void ce_events(hcomm* c, void* coll_api) {
+void ce_events(hcomm* c, void* coll_api) {
   host_plugin* p = &W.plugin;
   host_ev e = {.type = NPABI_CE_COLL, .parent = coll_api, .rank = c->rank, .func = "AllGather",
                .count = 1 << 20, .dtype = "ncclInt8", .sync = "UC", .ce_seq = 5, .seq = 5,
@@ -382,12 +421,9 @@ void scenario_mixed(const opts* op) {
   }
   proxy_start();
   /* Capture: the CollApi handle of a captured AllReduce, replayed later. */
-  void* gapi = group_api_begin(cs[0], 1);
-  host_ev capi = {.type = NPABI_COLL_API, .parent = gapi, .func = "AllReduce", .count = 4096,
-                  .dtype = "ncclFloat32", .graph = 1, .stream = (void*)0x6000};
-  void* captured = start_event(cs[0]->ctx, &capi, 0);
-  host_stop(&W.plugin, captured);
-  host_stop(&W.plugin, gapi);
+  op_spec capture = {.func = "AllReduce", .count = 4096, .dtype = "ncclFloat32"};
+  void* captured;
+  host_stop(&W.plugin, api_calls(cs[0], &capture, 1, 1, 1, &captured));
 
   static const char* const funcs[] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce"};
   for (int i = 0; i < op->iters; i++) {

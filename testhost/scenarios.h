@@ -33,6 +33,9 @@ typedef struct opts {
    * -1: none), and a pause of pace_us between iterations (a training step's compute). */
   int slow_op;
   double pace_us;
+  /* job: this rank's GPU starts operation gpu_late_op slow_us late while its CPU calls on time;
+   * its sends of operation net_slow_op take slow_us longer in all (-1: none). */
+  int gpu_late_op, net_slow_op;
 } opts;
 
 /* One API call: a collective or a point-to-point operation. */
@@ -48,10 +51,24 @@ typedef struct op_spec {
   size_t api_count;
   const char* api_dtype;
   int no_truth; /* part of a rebuilt operation: the truth is the whole */
+  /* NCCL runs it without a Coll event (api_patterns.c): API_ONLY_KERNEL (symmetric kernels,
+   * Broadcasts of several roots on 2.29+) or API_ONLY_CE (CE collectives: CeColl events). */
+  int api_only;
+  int pxn; /* its network work runs in another process's proxy (PXN): no ProxyOp here */
   double slow_ns; /* planted: each of its steps takes this much longer */
+  double send_slow_ns; /* planted: each of its send ProxyOps takes this much longer */
+  double gpu_delay_ns; /* planted: its kernel starts this long after the call */
 } op_spec;
 
+enum { API_ONLY_KERNEL = 1, API_ONLY_CE = 2 };
+
 void launch_group(hcomm* c, op_spec* ops, int n, int depth);
+void* api_calls(hcomm* c, op_spec* ops, int n, int depth, int graph, void** api);
+void plan_tasks(hcomm* c, op_spec* ops, int n, void** api);
+void ce_events(hcomm* c, void* coll_api); /* CeColl, CeSync, CeBatch under a CollApi (v6) */
+void pxn_ops(hcomm* c); /* a ProxyOp this process's proxy runs for another process (PXN) */
+size_t dtype_size(const char* d);
+uint64_t api_bytes(const host_ev* api, int nranks);
 
 /* The callback-cost bench's plugin handle and NCCL-shaped call sequence (bench.c), also used
  * by the drainer bench (drainbench.c). */
@@ -96,6 +113,13 @@ int scenario_soak(const opts* o);
 void scenario_manycomms(const opts* o);
 void scenario_fork(const opts* o);
 void scenario_flood(const opts* o);
+void scenario_apionly(const opts* o);     /* api_patterns.c */
+void scenario_graphreplay(const opts* o);
+void scenario_v1order(const opts* o);
+void scenario_pxn(const opts* o);
+void scenario_maskchange(const opts* o);
+void scenario_nonblocking(const opts* o);
+void scenario_netstops(const opts* o);
 void scenario_job(const opts* o); /* ranks that wait for each other, a straggler (job.c) */
 void scenario_stalefin(const opts* o); /* races.c */
 void scenario_finwhile(const opts* o);

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -238,6 +239,12 @@ static void step_end(const job* j, void* op, inflight* f, size_t* cum) {
 void run_job(const job* j) {
   host_plugin* p = &W.plugin;
   void* kch = NULL;
+  if (j->gpu_delay_ns > 0) { /* a GPU behind its CPU: sleep (ms, on a shared machine), no spin */
+    double at = j->t_op_start + j->gpu_delay_ns;
+    struct timespec ts = {.tv_sec = (time_t)(at / 1e9), .tv_nsec = (long)(at - (double)(time_t)(at / 1e9) * 1e9)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
+  }
   if (j->kernel) {
     /* The proxy sees the GPU's start counter some polling delay after the GPU wrote it. */
     host_ev k = {.type = NPABI_KERNEL_CH, .parent = j->parent, .channel = (uint8_t)j->channel,

@@ -61,6 +61,7 @@ typedef struct job {
   double t_op_start; /* host CLOCK_MONOTONIC ns when the Coll started */
   int last_of_op;    /* the op completes when this job finishes */
   double slow_ns;    /* planted delay added to each step (--slow-op), in any timing mode */
+  double gpu_delay_ns; /* planted: the kernel starts this long after t_op_start (job.c) */
   const uint32_t* arrived; /* non-NULL: ranks of the job that called the op (a count shared by
                               their processes); the network work waits for all (job.c) */
 } job;

@@ -136,6 +136,7 @@ func runPlanted(host, lib string) (string, time.Duration, error) {
 // skew as planned, but a rank that catches up faster or slower than the others does not.
 func scheduleError(dir string) (time.Duration, error) {
 	var errs [][]float64 // per rank, per collective in schedule order: actual − planned
+	var worst float64
 	for r := 0; r < plantedRanks; r++ {
 		b, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("truth-%d.json", r)))
 		var tr skewTruth
@@ -149,12 +150,26 @@ func scheduleError(dir string) (time.Duration, error) {
 		tb, _ := os.ReadFile(p[0])
 		base := gjson.GetBytes(tb, "baseTimeNanoseconds").Int()
 		var starts []float64
+		coll, gpu := map[string]float64{}, map[string]float64{} // op → Coll start, earliest KernelCh start (µs)
 		gjson.GetBytes(tb, "traceEvents").ForEach(func(_, e gjson.Result) bool {
-			if e.Get("cat").Str == "nccl_coll" {
+			switch e.Get("cat").Str {
+			case "nccl_coll":
 				starts = append(starts, float64(base-tr.StartNs)+e.Get("ts").Float()*1000)
+				coll[e.Get("args.id").Str] = e.Get("ts").Float()
+			case "nccl_gpu":
+				if op, ts := e.Get("args.op").Str, e.Get("ts").Float(); gpu[op] == 0 || ts < gpu[op] {
+					gpu[op] = ts
+				}
 			}
 			return true
 		})
+		// skew compares GPU-side arrivals (KernelCh starts), which the test host's proxy thread
+		// stamps when it wakes: a late wake is off the plan too.
+		for op, at := range coll {
+			if g, ok := gpu[op]; ok {
+				worst = math.Max(worst, (g-at)*1000)
+			}
+		}
 		slices.Sort(starts)
 		if len(starts) != len(tr.Arrivals) {
 			return 0, fmt.Errorf("rank %d: %d Coll events, %d planned", r, len(starts), len(tr.Arrivals))
@@ -164,7 +179,6 @@ func scheduleError(dir string) (time.Duration, error) {
 		}
 		errs = append(errs, starts)
 	}
-	var worst float64
 	for i := range errs[0] {
 		col := make([]float64, len(errs))
 		for r := range errs {

@@ -25,6 +25,11 @@ type output struct{ path, example string }
 
 // readOps expands the arguments and reads their operations, with progress on stderr unless quiet.
 func readOps(cmd *cobra.Command, args []string, quiet, legs bool, out ...output) (*commops.Set, error) {
+	return readOpsWith(cmd, args, quiet, commops.Options{Legs: legs}, out...)
+}
+
+// readOpsWith is readOps with commops' options (Log is set here).
+func readOpsWith(cmd *cobra.Command, args []string, quiet bool, opt commops.Options, out ...output) (*commops.Set, error) {
 	if len(args) == 0 {
 		return nil, fmt.Errorf("give the traces to read: ncclmerge %s TRACE... (files, quoted globs or directories; see --help)", cmd.Name())
 	}
@@ -44,7 +49,8 @@ func readOps(cmd *cobra.Command, args []string, quiet, legs bool, out ...output)
 	// The traces are held in memory one at a time per CPU; collect garbage sooner than the
 	// default so the peak stays near the largest file's size.
 	debug.SetGCPercent(20)
-	set, err := commops.Read(paths, commops.Options{Legs: legs, Log: log})
+	opt.Log = log
+	set, err := commops.Read(paths, opt)
 	if err != nil {
 		return nil, err
 	}

@@ -41,7 +41,7 @@ func benchCmd() *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure merge, stats, skew or hang throughput and memory on large synthesized inputs",
+		Short: "Measure merge, stats, skew, why or hang throughput and memory on large synthesized inputs",
 		Long: `--what merge (the default): for each --source (one trace shape each), synthesize a Kineto trace
 of --size bytes by repeating the real one (each copy later in time, with its own correlation ids) and
 its plugin trace, then measure:
@@ -60,6 +60,10 @@ ncclmerge stats on it (--reps runs in child processes: median wall time, CPU, pe
 and of a quarter of that job (half the ranks, half the operations), and time ncclmerge skew on
 both: the ratio of their times against the ratio of their sizes (4) shows how it scales.
 
+--what why: the same jobs with the plugin's full detail (ProxyOp steps, KernelCh), a synthesized
+torch.profiler trace per rank (compute before every collective), merged per rank; times
+ncclmerge why over the merged traces.
+
 --what hang: the test host plants a hang of each kind (absent, gpu, link, a count and a function
 mismatch, a cross-communicator order cycle) on --ranks ranks
 (1024 by default here) and lays out every rank's state; the dumps are written with the plugin's
@@ -72,6 +76,7 @@ The temporary files are deleted unless --keep.`,
       --source testdata/kineto/negative_queue_length_values_check_rank0.json.gz
   ncclmerge bench --what stats --size 1GiB
   ncclmerge bench --what skew --ranks 64 --ops 10000
+  ncclmerge bench --what why --ranks 64 --ops 10000
   ncclmerge bench --what hang --ranks 1024`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			n, err := parseSize(size)
@@ -93,13 +98,15 @@ The temporary files are deleted unless --keep.`,
 				res, err = benchStats(tmp, n, reps)
 			case "skew":
 				res, err = benchSkew(tmp, ranks, ops, reps)
+			case "why":
+				res, err = benchWhy(tmp, ranks, ops, reps)
 			case "hang":
 				if !cmd.Flags().Changed("ranks") {
 					ranks = 1024
 				}
 				res, err = benchHang(tmp, testhost, ranks, channels, reps)
 			default:
-				return fmt.Errorf("--what %q: want merge, stats, skew or hang", what)
+				return fmt.Errorf("--what %q: want merge, stats, skew, why or hang", what)
 			}
 			if err != nil {
 				return err
@@ -120,7 +127,7 @@ The temporary files are deleted unless --keep.`,
 	f.StringVar(&pythonPath, "python", "python3", "the Python that has HolisticTraceAnalysis")
 	f.BoolVar(&keep, "keep", false, "keep the temporary files")
 	f.StringVar(&jsonOut, "json", "", "also write the results as JSON to this file")
-	f.StringVar(&what, "what", "merge", "what to measure: merge, stats, skew or hang")
+	f.StringVar(&what, "what", "merge", "what to measure: merge, stats, skew, why or hang")
 	f.IntVar(&reps, "reps", 3, "stats, skew, hang: runs of each measurement (the median is reported)")
 	f.IntVar(&ranks, "ranks", 64, "skew: ranks of the larger job; hang: ranks of the job (default 1024 there)")
 	f.IntVar(&channels, "channels", 8, "hang: channels of the hung operation")

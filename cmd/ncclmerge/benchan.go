@@ -11,6 +11,8 @@ import (
 
 	"github.com/ncclprof/ncclprof/internal/hang"
 	"github.com/ncclprof/ncclprof/internal/hang/hangtruth"
+	"github.com/ncclprof/ncclprof/internal/merge"
+	"github.com/ncclprof/ncclprof/internal/ptrace"
 	"github.com/ncclprof/ncclprof/internal/synth"
 )
 
@@ -42,30 +44,40 @@ func benchStats(tmp string, size int64, reps int) (*benchReport, error) {
 // benchSkew times ncclmerge skew on a job of ranks × ops and on one of half the ranks and half
 // the operations: the ratio of their times against the ratio of their sizes shows the scaling.
 func benchSkew(tmp string, ranks, ops, reps int) (*benchReport, error) {
+	return benchScaling(tmp, ranks, ops, reps, "skew", "synthesized plugin traces", func(dir string, ranks, ops int) (string, error) {
+		_, err := synth.Job(dir, synth.DefaultJob(ranks, ops))
+		return dir, err
+	})
+}
+
+// benchScaling times `ncclmerge <command> -q` on the traces write puts in a directory for a job of
+// ranks × ops, and for one of half the ranks and half the operations.
+func benchScaling(tmp string, ranks, ops, reps int, command, source string, write func(dir string, ranks, ops int) (string, error)) (*benchReport, error) {
 	if ranks < 4 || ops < 20 {
 		return nil, fmt.Errorf("--ranks at least 4 and --ops at least 20")
 	}
-	rep := &benchReport{CPUs: runtime.NumCPU(), Source: fmt.Sprintf("synthesized plugin traces: %d ranks × %d collectives, and %d × %d",
-		ranks, ops, ranks/2, ops/2)}
+	rep := &benchReport{CPUs: runtime.NumCPU(), Source: fmt.Sprintf("%s: %d ranks × %d collectives, and %d × %d",
+		source, ranks, ops, ranks/2, ops/2)}
 	var secs [2]float64
 	for i, size := range [][2]int{{ranks / 2, ops / 2}, {ranks, ops}} {
-		dir := filepath.Join(tmp, fmt.Sprintf("skew-%dx%d", size[0], size[1]))
+		dir := filepath.Join(tmp, fmt.Sprintf("%s-%dx%d", command, size[0], size[1]))
 		fmt.Fprintf(os.Stderr, "synthesizing %d ranks × %d collectives …\n", size[0], size[1])
-		paths, err := synth.Job(dir, synth.DefaultJob(size[0], size[1]))
+		in, err := write(dir, size[0], size[1])
 		if err != nil {
 			return nil, err
 		}
-		var in int64
-		for _, p := range paths {
+		var bytes int64
+		files, _ := filepath.Glob(filepath.Join(in, "*"))
+		for _, p := range files {
 			if st, err := os.Stat(p); err == nil {
-				in += st.Size()
+				bytes += st.Size()
 			}
 		}
-		r, err := medianChild(reps, fmt.Sprintf("ncclmerge skew %d × %d", size[0], size[1]), in, "skew", "-q", dir)
+		r, err := medianChild(reps, fmt.Sprintf("ncclmerge %s %d × %d", command, size[0], size[1]), bytes, command, "-q", in)
 		if err != nil {
 			return nil, err
 		}
-		r.Note += fmt.Sprintf("; %d operations, %s of traces, %.0f ns per operation", size[0]*size[1], fmtBytes(in),
+		r.Note += fmt.Sprintf("; %d operations, %s of traces, %.0f ns per operation", size[0]*size[1], fmtBytes(bytes),
 			r.Seconds*1e9/float64(size[0]*size[1]))
 		secs[i] = r.Seconds
 		rep.Results = append(rep.Results, r)
@@ -213,4 +225,40 @@ func opBytes(path string) (int, error) {
 		return 0, fmt.Errorf("no open operation")
 	}
 	return (len(full) - len(bare)) / ops, nil
+}
+
+// benchWhy times ncclmerge why like benchSkew, over each rank's merged trace: the plugin's full
+// detail, a synthesized torch.profiler trace with compute before every collective, merged.
+func benchWhy(tmp string, ranks, ops, reps int) (*benchReport, error) {
+	return benchScaling(tmp, ranks, ops, reps, "why", "synthesized and merged traces (plugin detail + torch.profiler compute)", mergedJob)
+}
+
+// mergedJob writes a job's plugin traces (full detail, rank 1 late on every 10th collective),
+// a torch.profiler trace per rank, and their merge per rank into dir/merged, which it returns.
+func mergedJob(dir string, ranks, ops int) (string, error) {
+	o := synth.DefaultJob(ranks, ops)
+	o.Detail = true
+	traces, err := synth.Job(filepath.Join(dir, "nccl"), o)
+	if err != nil {
+		return "", err
+	}
+	merged := filepath.Join(dir, "merged")
+	for r, p := range traces {
+		t, err := ptrace.Read(p)
+		if err != nil {
+			return "", err
+		}
+		data, _ := synth.KinetoFromPlugin(t, synth.KinetoOptions{Rank: r, WorldSize: ranks, Work: synth.DefaultWork()})
+		kp := filepath.Join(dir, fmt.Sprintf("rank%d.pt.trace.json", r))
+		if err := os.WriteFile(kp, data, 0o644); err != nil {
+			return "", err
+		}
+		out := filepath.Join(merged, fmt.Sprintf("rank%d.merged.json", r))
+		if _, err := merge.Run([]string{kp}, []string{p}, out, merge.Options{}); err != nil {
+			return "", err
+		}
+		os.Remove(kp) // what is measured is the merged trace
+		os.Remove(p)
+	}
+	return merged, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ncclprof/ncclprof/internal/skew"
 	"github.com/ncclprof/ncclprof/internal/stats"
 	"github.com/ncclprof/ncclprof/internal/synth"
+	"github.com/ncclprof/ncclprof/internal/why"
 	"github.com/ncclprof/ncclprof/internal/words"
 	"github.com/spf13/cobra"
 )
@@ -35,7 +36,12 @@ func demoCmd() *cobra.Command {
 NCCL does and replays NCCL's calls (build both with make). In the default scenario, job, the
 ranks run AllReduces on one schedule and wait for each other as a real job's ranks do (each
 collective ends on every rank after the last one arrived), and one rank (--slow-rank) arrives
---slow-ms late on every collective of the odd training steps.
+--slow-ms late on every collective of the odd training steps, its launching thread in the data
+loader (host). One more cause of lateness of each kind is planted, each --slow-ms long, on the
+ranks after it: the next rank's GPU starts collective 10 late behind longer compute kernels
+while its CPU calls on time (gpu_compute), the one after's GPU starts collective 2 late behind a
+copy on another stream (dependency), and the one after's sends of collective 12 run slow
+(network). ncclmerge why names each on its rank and step.
 
 Each rank's plugin writes its NCCL trace; ncclmerge then writes a matching torch.profiler-format
 trace for each rank, synthesized from the plugin trace and labelled SIMULATED, merges all ranks
@@ -114,7 +120,11 @@ func runDemo(o demoOptions) error {
 		}
 	}
 	page := filepath.Join(o.dir, "report.html")
-	if err := o.analyse(traces, page); err != nil {
+	causes, err := o.explain(out)
+	if err != nil {
+		return err
+	}
+	if err := o.analyse(traces, page, causes); err != nil {
 		return err
 	}
 	fmt.Printf("\nOpen %s in https://ui.perfetto.dev and %s in a browser (the inputs are SIMULATED: the C test host stands in for NCCL and the Kineto traces are synthesized).\n", out, page)
@@ -133,6 +143,9 @@ func (o demoOptions) runRanks(ncclDir string) error {
 		}
 		defer os.Remove(sync)
 		args = append(args, "--sync", sync, "--slow-rank", strconv.Itoa(o.slowRank), "--slow-us", strconv.FormatFloat(o.slowMs*1000, 'f', -1, 64))
+		for _, p := range o.plants() {
+			fmt.Printf("planted: %s\n", p)
+		}
 		if o.slowRank >= 0 {
 			fmt.Printf("running %d simulated ranks that wait for each other (%d AllReduces each, %d per step); rank %d arrives %g ms late on every collective of the odd steps …\n",
 				o.ranks, o.iters, 5, o.slowRank, o.slowMs)
@@ -143,7 +156,7 @@ func (o demoOptions) runRanks(ncclDir string) error {
 		fmt.Printf("running %d simulated ranks (%s, %d operations each; these ranks do not wait for each other) …\n", o.ranks, o.scenario, o.iters)
 	}
 	return runRanks(o.ranks, func(r int) *exec.Cmd {
-		cmd := exec.Command(o.host, append(append([]string{"--rank", strconv.Itoa(r)}, args...), o.scenario)...)
+		cmd := exec.Command(o.host, append(append(append([]string{"--rank", strconv.Itoa(r)}, args...), o.plantArgs(r)...), o.scenario)...)
 		cmd.Env = append(os.Environ(), "NCCLPROF_TRACE=1", "NCCLPROF_SIMULATED=1", "NCCLPROF_EVENT_MASK=default,kernelch",
 			"NCCLPROF_TRACE_DIR="+ncclDir, "NCCLPROF_OUTPUT_DIR="+ncclDir)
 		return cmd
@@ -159,7 +172,11 @@ func (o demoOptions) synthesizeKineto(traces []string, kinDir string) ([]string,
 			return nil, err
 		}
 		rank := pluginRankOf(t)
-		data, n := synth.KinetoFromPlugin(t, synth.KinetoOptions{Rank: rank, WorldSize: o.ranks, Device: rank % 8})
+		ko := synth.KinetoOptions{Rank: rank, WorldSize: o.ranks, Device: rank % 8}
+		if o.scenario == "job" {
+			ko.Work = o.work(rank)
+		}
+		data, n := synth.KinetoFromPlugin(t, ko)
 		kp := filepath.Join(kinDir, fmt.Sprintf("%s_%d.simulated.pt.trace.json", t.Host, t.Pid))
 		if err := os.WriteFile(kp, data, 0o644); err != nil {
 			return nil, err
@@ -171,8 +188,9 @@ func (o demoOptions) synthesizeKineto(traces []string, kinDir string) ([]string,
 	return kinPaths, nil
 }
 
-// analyse says which ranks ncclmerge skew finds slow and writes the report.
-func (o demoOptions) analyse(traces []string, page string) error {
+// analyse says which ranks ncclmerge skew finds slow and why (causes: nil when nothing was
+// planted) and writes the report.
+func (o demoOptions) analyse(traces []string, page string, causes *why.Result) error {
 	set, err := commops.Read(traces, commops.Options{})
 	if err != nil {
 		return err
@@ -186,7 +204,12 @@ func (o demoOptions) analyse(traces []string, page string) error {
 		fmt.Printf("ncclmerge skew: rank %d of %s is slow: late on %d of %d collectives, by %.2f ms (median), in %s\n",
 			r.Rank, r.Comm, r.Late, r.Matched, float64(r.LateMedianNs)/1e6, stepNames(r.Steps))
 	}
+	if causes != nil {
+		fmt.Printf("\nncclmerge why %s (late by %.2g ms or more):\n", o.dir, o.slowMs/3)
+		causes.WriteTable(os.Stdout)
+	}
 	rep := report.Build(set, stats.Compute(set), res, fmt.Sprintf("ncclmerge demo: %s, SIMULATED", words.Count(o.ranks, "rank")))
+	rep.Why = causes
 	if err := writeAtomic(page, rep.Write); err != nil {
 		return err
 	}

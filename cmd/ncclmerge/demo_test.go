@@ -1,10 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +17,8 @@ import (
 	"github.com/ncclprof/ncclprof/internal/tracecheck"
 	"github.com/ncclprof/ncclprof/internal/traceevent"
 	"github.com/ncclprof/ncclprof/internal/tracefile"
+	"github.com/ncclprof/ncclprof/internal/why"
+	"github.com/ncclprof/ncclprof/internal/words"
 	"github.com/tidwall/gjson"
 )
 
@@ -47,7 +51,7 @@ func TestDemo(t *testing.T) {
 		if set, err = commops.Read(traces, commops.Options{}); err != nil {
 			t.Fatal(err)
 		}
-		off := offSchedule(set, slow, slowMs*time.Millisecond)
+		off := max(offSchedule(set, slow, slowMs*time.Millisecond), gpuOffSchedule(set, o))
 		if off < demoSlack {
 			break
 		}
@@ -108,7 +112,14 @@ func TestDemo(t *testing.T) {
 	if strings.Join(planted, ", ") != "step 1, step 3" {
 		t.Errorf("rank %d late by about %d ms in %v, planted in step 1, step 3 (%+v)", slow, slowMs, planted, res.Slow[0].Steps)
 	}
+	whyNamesThePlants(t, demoOptions{dir: dir, scenario: "job", ranks: nranks, iters: iters, slowRank: slow, slowMs: slowMs}, out)
+	whyMergesFirst(t, dir, out)
 	html := string(mustRead(t, filepath.Join(dir, "report.html")))
+	for _, cause := range []string{why.Host, why.GPUCompute, why.Dependency, why.Network} {
+		if !strings.Contains(html, `<td class="l">`+cause+`</td>`) {
+			t.Errorf("the demo's report names no %s cause", cause)
+		}
+	}
 	if !strings.Contains(html, fmt.Sprintf(`<tr class="slow"><td class="l">world</td><td>%d</td>`, slow)) {
 		t.Errorf("the demo's report does not name rank %d as slow", slow)
 	}
@@ -236,4 +247,107 @@ func abs64(v int64) int64 {
 		return -v
 	}
 	return v
+}
+
+// gpuOffSchedule is how far the worst GPU-side arrival (KernelCh start) was after its Coll start,
+// on the collectives whose GPU was not planted late: the test host's proxy thread stamps it, and
+// on a busy machine it wakes late now and then.
+func gpuOffSchedule(set *commops.Set, o demoOptions) time.Duration {
+	planted := map[[2]int]bool{}
+	for _, p := range o.plants() {
+		if p.cause == why.GPUCompute || p.cause == why.Dependency {
+			planted[[2]int{p.rank, p.op}] = true
+		}
+	}
+	var worst int64
+	for _, op := range set.Ops {
+		if op.GPUFrom != commops.NoGPU && !planted[[2]int{int(op.Rank), int(op.Seq)}] {
+			worst = max(worst, op.GPUArrive-op.Arrive)
+		}
+	}
+	return time.Duration(worst)
+}
+
+// whyNamesThePlants: ncclmerge why on the demo's timeline names every planted cause on its rank
+// and collective (so its step), late by the plant (a slow send by its share of it, the plant
+// split over the channels), and the slow rank's other late collectives of its odd steps as
+// carried over from the first; nothing else is late by the slack or more. skew finds the
+// GPU-late rank late on its GPU while its CPU called on time.
+func whyNamesThePlants(t *testing.T, o demoOptions, timeline string) {
+	t.Helper()
+	set, err := commops.Read([]string{timeline}, commops.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acts, err := why.ReadAll(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := why.Defaults
+	opt.Skew.MinLateNs = int64(demoSlack)
+	res := why.Analyze(set, acts, opt)
+	var buf strings.Builder
+	res.WriteText(&buf)
+	t.Log(buf.String())
+	plantNs := int64(o.slowMs * 1e6)
+	found := map[demoPlant]bool{}
+	for _, r := range res.Rows {
+		p := demoPlant{r.Cause, r.Rank, int(r.Seq)}
+		switch {
+		case r.CarriedFrom != nil && r.Cause == why.Host && r.Rank == o.slowRank && *r.CarriedFrom == r.Seq/demoStepOps*demoStepOps:
+			continue // the rest of the slow rank's odd step
+		case !slices.Contains(o.plants(), p):
+			t.Errorf("rank %d, collective %d: %s named where nothing was planted: %s", r.Rank, r.Seq, r.Cause, r.Summary)
+			continue
+		}
+		found[p] = true
+		want := plantNs
+		if r.Cause == why.Network {
+			want = plantNs / 2 // each of the 2 channels' sends carries half
+		}
+		// A busy machine only adds: a sleeping thread wakes late, a spinning one is preempted.
+		if r.LateNs < want-int64(demoSlack) || r.LateNs > 2*want+int64(demoSlack) || r.Step != fmt.Sprintf("step %d", r.Seq/demoStepOps) {
+			t.Errorf("%s: late by %s in %s, planted %s in step %d", p, words.Ns(r.LateNs), r.Step, words.Ns(want), r.Seq/demoStepOps)
+		}
+	}
+	for _, p := range o.plants() {
+		if !found[p] {
+			t.Errorf("planted %s: not named", p)
+		}
+	}
+	sk := skew.Defaults
+	sk.Each, sk.MinLateNs = true, int64(demoSlack)
+	i := slices.IndexFunc(o.plants(), func(p demoPlant) bool { return p.cause == why.GPUCompute })
+	gpuLate := o.plants()[i]
+	for _, e := range skew.Analyze(set, sk).Each {
+		if e.Rank == gpuLate.rank && e.Seq == int64(gpuLate.op) {
+			if !e.Late || e.Arrival != "gpu" || e.CPUArriveNs == nil || *e.CPUArriveNs > int64(demoSlack) {
+				t.Errorf("skew on the GPU-late rank %d, collective %d: %+v; want late on the GPU, on time on the CPU", e.Rank, e.Seq, e)
+			}
+		}
+	}
+}
+
+// whyMergesFirst: ncclmerge why given the plugin traces and --kineto merges them first and names
+// the same causes on the same ranks and collectives as over the demo's timeline.
+func whyMergesFirst(t *testing.T, dir, timeline string) {
+	t.Helper()
+	t.Setenv("TMPDIR", t.TempDir()) // where it keeps what it merged
+	causes := func(args ...string) string {
+		out, err := run(t, append([]string{"why", "-q", "--json", "--min-late", demoSlack.String()}, args...)...)
+		var res why.Result
+		if err != nil || json.Unmarshal([]byte(out), &res) != nil {
+			t.Fatalf("why %v: %v\n%s", args, err, out)
+		}
+		var got []string
+		for _, r := range res.Rows {
+			got = append(got, fmt.Sprintf("%s rank %d #%d", r.Cause, r.Rank, r.Seq))
+		}
+		slices.Sort(got)
+		return strings.Join(got, "; ")
+	}
+	merged, direct := causes("--kineto", filepath.Join(dir, "kineto"), filepath.Join(dir, "nccl")), causes(timeline)
+	if merged != direct || merged == "" {
+		t.Errorf("why --kineto: %s\nover the timeline: %s", merged, direct)
+	}
 }

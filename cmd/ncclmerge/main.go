@@ -60,6 +60,6 @@ steps, GPU channel times, bus bandwidth) beside PyTorch's. Open the result in ui
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(flagError)
-	root.AddCommand(mergeCmd(), checkCmd(), statsCmd(), skewCmd(), pprofCmd(), reportCmd(), hangCmd(), demoCmd(), benchCmd())
+	root.AddCommand(mergeCmd(), checkCmd(), statsCmd(), skewCmd(), whyCmd(), pprofCmd(), reportCmd(), hangCmd(), demoCmd(), benchCmd())
 	return root
 }

@@ -5,10 +5,12 @@ import (
 	"io"
 	"slices"
 
+	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/hang"
 	"github.com/ncclprof/ncclprof/internal/report"
 	"github.com/ncclprof/ncclprof/internal/skew"
 	"github.com/ncclprof/ncclprof/internal/stats"
+	"github.com/ncclprof/ncclprof/internal/why"
 	"github.com/ncclprof/ncclprof/internal/words"
 	"github.com/spf13/cobra"
 )
@@ -104,9 +106,12 @@ func buildReport(cmd *cobra.Command, args []string, title string, quiet bool, ou
 }
 
 func reportOfTraces(cmd *cobra.Command, args []string, title string, quiet bool, out output) (*report.Page, error) {
-	set, err := readOps(cmd, args, quiet, false, out)
+	col := why.NewCollector() // the why table's inputs, read in the same pass
+	set, err := readOpsWith(cmd, args, quiet, commops.Options{Also: col.Hook}, out)
 	if err != nil {
 		return nil, err
 	}
-	return report.Build(set, stats.Compute(set), skew.Analyze(set, skew.Defaults), title), nil
+	page := report.Build(set, stats.Compute(set), skew.Analyze(set, skew.Defaults), title)
+	page.Why = why.Analyze(set, col.Activities(set), why.Defaults)
+	return page, nil
 }

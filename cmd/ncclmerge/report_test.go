@@ -111,6 +111,10 @@ func TestReportRendersInChromium(t *testing.T) {
 			t.Errorf("the heat map does not say %q", want)
 		}
 	}
+	// Plugin traces alone: the why table says what it needs instead of a row per late arrival.
+	if !strings.Contains(html, "<h2>Why they were late</h2>") || !strings.Contains(html, "No rank's torch.profiler trace is among the inputs") || strings.Contains(html, "<td class=\"l\">unknown</td>") {
+		t.Error("the why section of plugin traces alone does not say to merge the torch.profiler traces, or lists unknowns")
+	}
 	if !strings.Contains(html, "SELECT * FROM slice WHERE ts = ") {
 		t.Error("the slowest operations have no Perfetto reference")
 	}

@@ -22,13 +22,21 @@ func skewCmd() *cobra.Command {
 		Use:   "skew TRACE...",
 		Short: "Find the ranks that arrive late at collectives and make the others wait",
 		Long: fmt.Sprintf(`Match each collective across ranks by NCCL's (communicator, function, seq), measure how late
-each rank arrived (its Coll start) after the collective's median arrival, and flag:
+each rank arrived after the collective's median arrival, and flag:
 
   late arrival  lateness > median + k·MAD of all lateness in the communicator (k = --k, %g),
                 and at least --min-late (%s) after the median;
   slow rank     late on at least --min-count (%d) collectives, and more often than chance
                 allows: at the rate of late arrivals of the communicator's other ranks, being
                 late that often has a probability below --alpha (%g).
+
+Arrival is where the waiting happens: on the GPU. With --arrival auto (the default) a collective is
+compared on its NCCL kernels' starts when every rank's is known: the Kineto kernel linked in a
+merged trace, else the plugin's KernelCh start (placed by its GPU clock estimate), else the first
+send step's release from SendGPUWait; otherwise on Coll starts (when the CPU call reached NCCL).
+A PyTorch job's CPU enqueues collectives ahead of its GPU, so a rank whose GPU is slow calls NCCL
+on time while the others' kernels wait for its kernel. The output says which arrival it compared;
+--arrival cpu compares Coll starts only, --arrival gpu leaves out collectives without GPU starts.
 
 The median absolute deviation is used, not the standard deviation: stragglers are the outliers,
 and a few very late arrivals inflate a standard deviation until they hide inside it.
@@ -66,6 +74,9 @@ the ranks present.
 			default:
 				return fmt.Errorf("--align %q: want ends or none", align)
 			}
+			if !slices.Contains(skew.Arrivals, opt.Arrival) {
+				return fmt.Errorf("--arrival %q: want auto, gpu or cpu", opt.Arrival)
+			}
 			if opt.K <= 0 || opt.Alpha <= 0 || opt.Alpha >= 1 {
 				return fmt.Errorf("--k must be above 0 and --alpha between 0 and 1 (e.g. --k 5 --alpha 0.001)")
 			}
@@ -99,6 +110,7 @@ the ranks present.
 	f.Float64Var(&opt.Alpha, "alpha", opt.Alpha, "slow: late more often than this probability allows at the other ranks' rate")
 	f.IntVar(&opt.MinLate, "min-count", opt.MinLate, "slow: and late on at least this many collectives")
 	f.IntVar(&opt.Top, "top", opt.Top, "how many of the most skewed collectives to list")
+	f.StringVar(&opt.Arrival, "arrival", opt.Arrival, "compare auto (GPU-side where every rank's is known, else CPU), gpu or cpu arrivals")
 	f.StringVar(&align, "align", "ends", "ends (align hosts' clocks on collective ends) or none")
 	f.StringVar(&format, "format", "table", "table, csv (one row per rank) or json")
 	f.BoolVar(&jsonOut, "json", false, "print the result as JSON (--format json)")

@@ -62,7 +62,11 @@ type Op struct {
 	TransferNs               float64 // Σ over its transfers of SendWait → stop
 	Incomplete, Rebuilt      bool
 	Members                  int // P2P tasks of a rebuilt operation
-	AlgBWGBps, BusBWGBps     float64
+	// APIOnly: NCCL reported this operation only through its API events (CollApi, no Coll:
+	// symmetric kernels, CE collectives, Broadcast's own path on 2.29+; apionly.go). It has
+	// Func, Count, Dtype, Root, Bytes and its API time; Start/End are the API call's interval.
+	APIOnly              bool
+	AlgBWGBps, BusBWGBps float64
 	// Untimed > 0: this Op stands for that many operations the plugin counted without records
 	// (no room for them): only Func, Algo, Proto, NChannels, Comm and Bytes (their total) are set.
 	Untimed uint64
@@ -107,7 +111,10 @@ type Aggregator struct {
 	// KernelRecorded: NCCL is asked for KernelCh events (ABI v3+), so every operation's kernel
 	// reports its channels; an operation none of whose channels has started is in flight (its
 	// kernel has not begun), not complete.
+	// Set through RecordingKernels, which also notes since when.
 	KernelRecorded bool
+	kernelSince    event.Ticks // when KernelCh was asked for after the first mask seen
+	maskSeen       bool
 	// HoldNs: while a hang watchdog is on, pending operations and their open children are not
 	// given up before this age (its timeout and a margin), so a hang stays visible to it.
 	HoldNs float64
@@ -140,9 +147,10 @@ type opEntry struct {
 	born, last     event.Ticks // creation and latest child activity
 	api            *apiEntry
 	gpuMin, gpuMax uint64
-	expired        bool    // a child was given up
-	pinned         bool    // shown in a hang dump: never given up by age (InFlight)
-	slowNs         float64 // SlowNs's threshold for it (0: none)
+	group          *groupEntry // the group it is rebuilt in (AlltoAll, …; one per graph replay)
+	expired        bool        // a child was given up
+	pinned         bool        // shown in a hang dump: never given up by age (InFlight)
+	slowNs         float64     // SlowNs's threshold for it (0: none)
 	// What a hang dump shows of it while it is in flight (inflight.go).
 	p2pSeq  int64        // P2P: the plugin's ordinal of this (communicator, peer, direction)
 	kernels []KernelSeen // its KernelCh channels
@@ -157,13 +165,22 @@ type proxyEntry struct {
 	born event.Ticks
 }
 
-// apiEntry is a CollApi/P2pApi call: its interval (the API time of its operation) and group.
+// apiEntry is a CollApi/P2pApi call: its interval (the API time of its operation), its group,
+// and what an operation known only from it needs (apionly.go).
 type apiEntry struct {
+	handle      uint64
 	start, stop event.Ticks
 	open        bool
 	p2p         bool // a P2pApi (else CollApi)
 	linked      bool // a P2pApi whose P2p task has been seen (rebuilding AlltoAll, Gather, …)
 	group       *groupEntry
+	fn, dtype   string
+	count       uint64
+	root        int
+	graph       bool        // captured in a CUDA graph: its tasks come at each replay
+	tasks       int         // Coll/P2p tasks seen with this call as parent (one per replay if graph)
+	used        event.Ticks // its latest task (a captured call lives while its replays come)
+	counted     bool        // counted as an operation known only from its API events
 }
 
 // groupEntry is a GroupApi: the calls in it, for rebuilding what NCCL expanded.
@@ -171,7 +188,8 @@ type groupEntry struct {
 	handle   uint64
 	depth    int32
 	open     bool
-	launched bool // a KernelLaunch of this group was seen (ABI v5+)
+	stop     event.Ticks // its stop, once seen
+	launched bool        // a KernelLaunch of this group was seen (ABI v5+)
 	p2pAPIs  int
 	collAPIs int
 	linked   int // P2pApi calls whose P2p task has been seen
@@ -179,6 +197,10 @@ type groupEntry struct {
 	members  []Op
 	born     event.Ticks
 	finished bool
+	// A graph replay's stand-in for its captured group (apionly.go): the group and the
+	// replay's ordinal, its key in commState.replays.
+	capture *groupEntry
+	replayN int
 }
 
 type commState struct {
@@ -193,6 +215,9 @@ type commState struct {
 	apis     map[uint64]*apiEntry
 	groups   map[uint64]*groupEntry
 	grOrder  []*groupEntry // the same, in the order they were read
+	apiOrder []*apiEntry   // CollApi calls not yet known to have a Coll (apionly.go)
+	lostAPIs map[string]*lostCalls
+	replays  map[replayKey]*groupEntry
 	// Progress, for hang dumps and for telling a hang from a ghost (inflight.go).
 	progress progress
 	others   map[uint64]event.Ticks // open events of types not aggregated (Group, …): born
@@ -217,6 +242,7 @@ func (a *Aggregator) state(c Comm) *commState {
 			proxies: map[uint64]*proxyEntry{},
 			kernels: map[uint64]*proxyEntry{}, apis: map[uint64]*apiEntry{},
 			groups: map[uint64]*groupEntry{}, others: map[uint64]event.Ticks{},
+			replays: map[replayKey]*groupEntry{}, lostAPIs: map[string]*lostCalls{},
 			done: map[uint64]event.Ticks{}}
 		a.comms[c.Index] = cs
 	}
@@ -278,6 +304,7 @@ func (a *Aggregator) since(cs *commState, t event.Ticks, ns float64) bool {
 func (a *Aggregator) Finalize(c Comm) *Result {
 	cs := a.state(c)
 	a.sweep(cs, true)
+	a.countLostAPIOnly(cs)
 	delete(a.comms, c.Index)
 	return cs.res
 }
@@ -299,22 +326,12 @@ func (a *Aggregator) record(cs *commState, r *event.Record) {
 	case event.Late:
 		a.late(cs, r)
 	case event.GroupAPI:
-		g := &groupEntry{handle: r.Handle, depth: r.N, open: r.Flags&event.Open != 0, born: r.Start}
+		g := &groupEntry{handle: r.Handle, depth: r.N, open: r.Flags&event.Open != 0, born: r.Start,
+			stop: r.Stop}
 		cs.groups[r.Handle] = g
 		cs.grOrder = append(cs.grOrder, g)
 	case event.CollAPI, event.P2pAPI:
-		e := &apiEntry{start: r.Start, stop: r.Stop, open: r.Flags&event.Open != 0,
-			p2p: r.Type == event.P2pAPI}
-		cs.qAPIs.push(r.Start, r.Handle)
-		if g := a.group(r.Parent); g != nil {
-			e.group = g
-			if r.Type == event.P2pAPI {
-				g.p2pAPIs++
-			} else {
-				g.collAPIs++
-			}
-		}
-		cs.apis[r.Handle] = e
+		a.apiCall(cs, r)
 	case event.Coll, event.P2p:
 		a.track(cs, r)
 	case event.ProxyOp:
@@ -396,14 +413,9 @@ func (a *Aggregator) track(cs *commState, r *event.Record) {
 		o.Enqueued = r.Stop
 	}
 	if api := cs.apis[r.Parent]; api != nil {
-		e.api = api
-		if g := api.group; g != nil {
-			if api.p2p && !api.linked {
-				api.linked = true
-				g.linked++
-			}
-			g.pending++
-		}
+		a.linkTask(cs, e, api, r.Start)
+	} else if r.Type == event.Coll && r.Flags&event.ParentDropped != 0 {
+		a.tally(cs, o.Func).gone(1, o.Bytes) // its CollApi was lost: that call had a Coll
 	}
 	if a.SlowNs != nil {
 		e.slowNs = a.SlowNs(o)
@@ -562,12 +574,14 @@ func (a *Aggregator) late(cs *commState, r *event.Record) {
 			e.op.Enqueued = r.Start
 		}
 	case cs.apis[h] != nil:
-		if stop {
-			cs.apis[h].stop, cs.apis[h].open = r.Start, false
+		// Only its first stop: NCCL stops a CollApi handle again at every collective whose
+		// CollApi the mask no longer starts (docs/nccl-api-patterns.md).
+		if e := cs.apis[h]; stop && e.open {
+			e.stop, e.open = r.Start, false
 		}
 	case cs.groups[h] != nil:
 		if stop {
-			cs.groups[h].open = false
+			cs.groups[h].open, cs.groups[h].stop = false, r.Start
 		}
 	case cs.others[h] != 0:
 		if stop {
@@ -612,15 +626,14 @@ func (a *Aggregator) sweep(cs *commState, all bool) {
 		cs.grOrder = due(cs.grOrder, func(g *groupEntry) bool { return quiet(g.born) }, func(g *groupEntry) bool {
 			if g.linked == g.p2pAPIs && g.pending == 0 && !g.open || old(g.born) {
 				a.finishGroup(cs, g)
-				delete(cs.groups, g.handle)
+				a.forgetGroup(cs, g)
 				return true
 			}
 			return false
 		})
+		a.decideAPIs(cs, quiet, old)
 	}
-	for h, ok := cs.qAPIs.pop(old); ok; h, ok = cs.qAPIs.pop(old) {
-		delete(cs.apis, h)
-	}
+	a.expireAPIs(cs, old)
 	for h, ok := cs.qOthers.pop(old); ok; h, ok = cs.qOthers.pop(old) {
 		delete(cs.others, h)
 	}
@@ -717,11 +730,12 @@ func (a *Aggregator) complete(cs *commState, e *opEntry) {
 		o.HasGPU = true
 		o.GPUNs = float64(e.gpuMax - e.gpuMin) // GPU globaltimer is in ns
 	}
-	if api := e.api; api != nil && !api.open && api.stop >= api.start {
+	// A graph replay's API call was the capture, long before: its time is not this replay's.
+	if api := e.api; api != nil && !api.graph && !api.open && api.stop >= api.start {
 		o.APINs = a.ns(api.stop - api.start)
 	}
-	if e.api != nil && e.api.group != nil {
-		e.api.group.pending-- // every member counts, or the group would wait out MaxAgeNs
+	if e.group != nil {
+		e.group.pending-- // every member counts, or the group would wait out MaxAgeNs
 	}
 	cs.progress.done(o)
 	if g := a.rebuildGroup(e); g != nil {
@@ -734,11 +748,8 @@ func (a *Aggregator) complete(cs *commState, e *opEntry) {
 // rebuildGroup is the group an operation belongs to when its API call was one AlltoAll,
 // Gather or Scatter that NCCL expanded into P2P tasks.
 func (a *Aggregator) rebuildGroup(e *opEntry) *groupEntry {
-	if e.api == nil || e.api.group == nil {
-		return nil
-	}
-	g := e.api.group
-	if g.finished || g.depth != 1 || g.p2pAPIs < 2 || g.collAPIs > 0 {
+	g := e.group
+	if g == nil || g.finished || g.depth != 1 || g.p2pAPIs < 2 || g.collAPIs > 0 {
 		return nil
 	}
 	return g
@@ -838,6 +849,9 @@ func (a *Aggregator) emit(cs *commState, o *Op) {
 	}
 	if o.Incomplete {
 		s.Incomplete++
+	}
+	if o.APIOnly {
+		s.APIOnly++
 	}
 	if o.AlgBWGBps > 0 {
 		s.AlgBW.add(finite(o.AlgBWGBps))

@@ -201,7 +201,18 @@ func (a *Aggregator) OldestInFlight(c Comm) (event.Ticks, bool) {
 // awaitsKernel: KernelCh is recorded and none of the operation's channels has started, so its
 // kernel has not begun: it is in flight however quiet it looks.
 func (a *Aggregator) awaitsKernel(cs *commState, e *opEntry) bool {
-	return a.KernelRecorded && cs.info.ABI >= 3 && len(e.kernels) == 0
+	return a.KernelRecorded && e.op.Start >= a.kernelSince && cs.info.ABI >= 3 && len(e.kernels) == 0
+}
+
+// RecordingKernels says whether NCCL is asked for KernelCh now (the event mask, which can change
+// at run time), now being the plugin's clock. NCCL fixes an operation's mask when it is enqueued
+// (enqueue.cc: task->eActivationMask), so an operation that started before KernelCh was asked
+// for gets no kernel channels and is not waited for: it would look hung.
+func (a *Aggregator) RecordingKernels(on bool, now event.Ticks) {
+	if on && !a.KernelRecorded && a.maskSeen { // the mask the run started with covers its start
+		a.kernelSince = now
+	}
+	a.KernelRecorded, a.maskSeen = on, true
 }
 
 // Carried reports whether communicator c has ProxyOps that were open when read (their stops

@@ -6,14 +6,22 @@ import "github.com/ncclprof/ncclprof/internal/event"
 // or P2p events that found no slot, counted so operation counts and bytes stay exact. Counts
 // are cumulative since the communicator started.
 type LostOp struct {
-	Type                     event.Type // Coll or P2p
+	Type                     event.Type // Coll or P2p; CollApi: a call that may be API-only
+	API                      uint8      // a lost Coll's CollApi (v5+): LostAPIKept, LostAPIDropped or 0
 	Func, Dtype, Algo, Proto string
 	NChannels                int
 	N, SumCount              uint64
 }
 
+// What became of a lost Coll's CollApi (plugin/adapters.c np_lost_api).
+const (
+	LostAPIKept    = 1 // recorded: the call must not also count as an API-only operation
+	LostAPIDropped = 2 // lost too
+)
+
 type lostKey struct {
 	typ                    event.Type
+	api                    uint8
 	fn, dtype, algo, proto string
 	nch                    int
 }
@@ -27,7 +35,7 @@ func (a *Aggregator) SetLost(c Comm, lost []LostOp) {
 		cs.lostSeen = map[lostKey][2]uint64{}
 	}
 	for _, l := range lost {
-		k := lostKey{l.Type, l.Func, l.Dtype, l.Algo, l.Proto, l.NChannels}
+		k := lostKey{l.Type, l.API, l.Func, l.Dtype, l.Algo, l.Proto, l.NChannels}
 		seen := cs.lostSeen[k]
 		if l.N <= seen[0] {
 			continue
@@ -38,18 +46,29 @@ func (a *Aggregator) SetLost(c Comm, lost []LostOp) {
 			NChannels: l.NChannels, Peer: -1, Root: -1, Untimed: dn}
 		_, mul := Factor(l.Func, cs.info.NRanks)
 		o.Bytes = dc * event.DtypeSize(l.Dtype) * mul
-		s := cs.res.Ops[opKey(o)]
-		if s == nil {
-			s = &OpStats{}
-			cs.res.Ops[opKey(o)] = s
+		if a.lostCall(cs, l, dn, o.Bytes) {
+			continue
 		}
-		s.Count += dn
-		s.Bytes += o.Bytes
-		s.Untimed += dn
-		cs.res.Health.UntimedOps += dn
-		if a.OnOp != nil {
-			a.OnOp(o)
-		}
+		a.emitUntimed(cs, o)
+	}
+}
+
+// emitUntimed records operations counted without records (o.Untimed of them) and hands them on.
+func (a *Aggregator) emitUntimed(cs *commState, o *Op) {
+	s := cs.res.Ops[opKey(o)]
+	if s == nil {
+		s = &OpStats{}
+		cs.res.Ops[opKey(o)] = s
+	}
+	s.Count += o.Untimed
+	s.Bytes += o.Bytes
+	s.Untimed += o.Untimed
+	if o.APIOnly {
+		s.APIOnly += o.Untimed
+	}
+	cs.res.Health.UntimedOps += o.Untimed
+	if a.OnOp != nil {
+		a.OnOp(o)
 	}
 }
 

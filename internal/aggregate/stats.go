@@ -85,7 +85,10 @@ type OpStats struct {
 	Incomplete   uint64 `json:"incomplete"`    // ops given up with children still open
 	// Untimed operations are in Count and Bytes but have no times: their records found no
 	// room (the plugin counted them in its lost-operation table instead).
-	Untimed       uint64  `json:"untimed"`
+	Untimed uint64 `json:"untimed"`
+	// APIOnly operations are in Count and Bytes from their API events alone (NCCL started no
+	// Coll for them: symmetric kernels, CE collectives, …): they have API times only.
+	APIOnly       uint64  `json:"api_only"`
 	Transfers     uint64  `json:"transfers"`      // send transfers of these operations
 	TransferBytes uint64  `json:"transfer_bytes"` // their bytes
 	TransferNs    float64 `json:"transfer_ns"`    // Σ of their times (SendWait → stop)
@@ -147,6 +150,10 @@ type Health struct {
 	TraceDropped     map[string]uint64 `json:"trace_dropped,omitempty"`
 	TransfersUnkeyed uint64            `json:"transfers_unkeyed"` // counted in no pair or channel
 	UntimedOps       uint64            `json:"untimed_ops"`       // see OpStats.Untimed
+	// APIOnlyRecounted: operations counted from their API events alone whose Coll came later
+	// (more than QuietNs after their group ended): the summary took them back, the metrics
+	// already exported have them twice.
+	APIOnlyRecounted uint64 `json:"api_only_recounted"`
 }
 
 // Partial says, in words, which figures of the result are incomplete and why; empty when
@@ -167,11 +174,34 @@ func (r *Result) Partial() []string {
 		out = append(out, fmt.Sprintf("%d transfers are in no rank pair or channel (the sum table "+
 			"was full)", h.TransfersUnkeyed))
 	}
+	if n := r.sizelessSends(); n > 0 {
+		out = append(out, fmt.Sprintf("%d send transfers have no size: NCCL 2.23 (ABI v1) records "+
+			"a send's size only after its step, so rank-pair and channel bytes and fits miss them "+
+			"(NCCL 2.24 and later pass it)", n))
+	}
+	if h.APIOnlyRecounted > 0 {
+		out = append(out, fmt.Sprintf("%d operations first counted from their API events alone "+
+			"got their Coll later: the summary counts them once, the metrics exported before "+
+			"count them twice", h.APIOnlyRecounted))
+	}
 	if h.Expired > 0 {
 		out = append(out, fmt.Sprintf("%d events were given up waiting for their stop: their "+
 			"operations are marked incomplete", h.Expired))
 	}
 	return out
+}
+
+// sizelessSends counts the send transfers of rank pairs that moved no bytes: NCCL 2.23 records
+// SendTransmitted before adding the transfer's size (transport/net.cc at v2.23.4-1), so ABI v1
+// send steps come without one.
+func (r *Result) sizelessSends() uint64 {
+	var n uint64
+	for _, p := range r.Pairs {
+		if r.Comm.ABI == 1 && p.SendTransfers > 0 && p.SentBytes == 0 {
+			n += p.SendTransfers
+		}
+	}
+	return n
 }
 
 // untrackedEffect names the figures an untracked event of type t leaves out.

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ncclprof/ncclprof/internal/ptrace"
+	"github.com/ncclprof/ncclprof/internal/traceevent"
 	"github.com/ncclprof/ncclprof/internal/words"
 )
 
@@ -106,7 +108,34 @@ type Op struct {
 	// Traced: why its trace holds it; Every: N of its sampled trace (0 in a full trace).
 	Traced Traced
 	Every  int32
+	// GPUArrive is when the operation started on its GPU (Unix ns; 0: not known), from GPUFrom.
+	// In a PyTorch job the CPU enqueues collectives ahead of the GPU: a rank whose GPU is behind
+	// calls NCCL on time while the other ranks' kernels wait for its kernel.
+	GPUArrive int64
+	GPUFrom   GPUSource
 }
+
+// GPUSource says where an operation's GPU-side arrival comes from, best first.
+type GPUSource uint8
+
+const (
+	// NoGPU: not known.
+	NoGPU GPUSource = iota
+	// FromKernel: the start of the Kineto kernel ncclmerge linked to it.
+	FromKernel
+	// FromKernelCh: its earliest KernelCh start, placed by the plugin's GPU clock estimate.
+	FromKernelCh
+	// FromSendGPUWait: its earliest release from SendGPUWait (the proxy saw the GPU's data
+	// ready to send): later than the kernel's start by the time the kernel took to fill a slot.
+	FromSendGPUWait
+)
+
+func (g GPUSource) String() string {
+	return [...]string{"none", "kernel", "kernelch", "send_gpu_wait"}[g]
+}
+
+// better reports whether a GPU arrival from g should replace one from h.
+func (g GPUSource) better(h GPUSource) bool { return h == NoGPU || g != NoGPU && g < h }
 
 // Weight is how many operations o stands for in counts and totals: 1 from a full trace, N when
 // a sampled trace chose it (1 in N), and 0 when the trigger added it (the operations around a
@@ -181,6 +210,17 @@ type Options struct {
 	// Log receives progress: a line per file read when there are many, and every few seconds
 	// inside a large one (nil: silent).
 	Log io.Writer
+	// Also, when set, sees every event of file i (in Files order) as it is read, and the file's
+	// trace (its base, header) once it is read: so that another analysis reads the files in the
+	// same pass (ncclmerge why). Files are read several at once; calls for one file come from
+	// one goroutine.
+	Also func(file int32) EventVisitor
+}
+
+// EventVisitor sees the events of one file: Visit each, then Done with the trace read.
+type EventVisitor interface {
+	Visit(t *ptrace.Trace, e *traceevent.Event) error
+	Done(t *ptrace.Trace)
 }
 
 // Read reads the operations of every trace in paths (several at once, in file order).

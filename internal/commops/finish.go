@@ -13,6 +13,7 @@ import (
 // finish puts a file's operations on the Unix clock (its base is known only now: a merged trace
 // may write it after its events), applies the kernel links and names the processes.
 func (r *reader) finish(t *ptrace.Trace) error {
+	r.applyGPU()
 	dead := r.applyKernels()
 	base := t.Base
 	// Where each operation goes once the group members are dropped (-1: dropped).
@@ -27,6 +28,9 @@ func (r *reader) finish(t *ptrace.Trace) error {
 		o.Arrive += base
 		if o.Source != NoTime {
 			o.Done += base
+		}
+		if o.GPUFrom != NoGPU {
+			o.GPUArrive += base
 		}
 		moved[i] = int32(len(ops))
 		ops = append(ops, o)
@@ -132,6 +136,7 @@ func (r *reader) applyKernels() map[int32]bool {
 			o = r.groupOp(k, members, dead)
 		}
 		o.Time, o.Source, o.Done, o.Ref = k.dur, Kernel, k.start+k.dur, k.ref
+		o.GPUArrive, o.GPUFrom = k.start, FromKernel
 		n := k.nccl
 		o.Comm, o.Rank = r.comm(hashOf(n.Get("comm"))), int32(n.Get("rank").Int())
 		if cn := n.Get("comm_name").Str; cn != "" && r.p.comms[o.Comm].Name == "" {

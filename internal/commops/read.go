@@ -59,6 +59,7 @@ type reader struct {
 	groupOf map[int32]int32  // an operation that a kernel's group took in → the group's operation
 	legs    map[opKey][]Leg
 	kerns   []kernelLink
+	gpu     gpuArrivals
 	strs    map[string]string // interned: nothing kept may point into the file's buffer
 	ev      ptrace.Event
 	last    time.Time
@@ -81,9 +82,23 @@ func readFile(fi int32, path string, opt Options) (*part, error) {
 	}
 	r := &reader{file: fi, path: path, opt: opt, groups: map[int64]int32{}, comms: map[uint64]int32{},
 		keys: map[opKey]int32{}, legs: map[opKey][]Leg{}, strs: map[string]string{}, groupOf: map[int32]int32{}, last: time.Now()}
-	t, err := ptrace.Stream(path, data, traceevent.Options{Progress: r.progress}, r.visit)
+	visit := r.visit
+	var also EventVisitor
+	if opt.Also != nil {
+		also = opt.Also(fi)
+		visit = func(t *ptrace.Trace, e *traceevent.Event) error {
+			if err := r.visit(t, e); err != nil {
+				return err
+			}
+			return also.Visit(t, e)
+		}
+	}
+	t, err := ptrace.Stream(path, data, traceevent.Options{Progress: r.progress}, visit)
 	if err != nil {
 		return nil, err
+	}
+	if also != nil {
+		also.Done(t)
 	}
 	if err := r.finish(t); err != nil {
 		return nil, err
@@ -127,13 +142,24 @@ func (r *reader) visit(t *ptrace.Trace, e *traceevent.Event) error {
 		}
 		r.op(&r.ev)
 	case ptrace.KernelCh, ptrace.ProxyOp:
-		if !r.opt.Legs {
-			return nil
-		}
 		if err := t.Decode(e, &r.ev); err != nil {
 			return err
 		}
-		r.leg(&r.ev)
+		r.gpu.see(&r.ev)
+		if r.opt.Legs {
+			r.leg(&r.ev)
+		}
+	case ptrace.ProxyStep:
+		if e.Name == "Step 0" { // the first step: its SendGPUWait release is the GPU's arrival
+			if err := t.Decode(e, &r.ev); err != nil {
+				return err
+			}
+			r.gpu.see(&r.ev)
+		}
+	case ptrace.StepState:
+		if e.Name == "SendGPUWait" {
+			r.gpu.release(e.Pid.Num>>timelineShift, e.Ts, e.Ts+e.Dur)
+		}
 	case ptrace.KindOther:
 		if strings.EqualFold(e.Cat, "kernel") {
 			r.kernel(e)

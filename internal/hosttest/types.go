@@ -135,6 +135,7 @@ type SummaryOp struct {
 	API           Dist   `json:"api_ns"`
 	NoCompletion  uint64 `json:"no_completion"`
 	Incomplete    uint64 `json:"incomplete"`
+	APIOnly       uint64 `json:"api_only"`
 	Transfers     uint64 `json:"transfers"`
 	TransferBytes uint64 `json:"transfer_bytes"`
 	BusBW         Dist   `json:"busbw_gbps"`

@@ -20,6 +20,7 @@ import (
 	"github.com/ncclprof/ncclprof/internal/hang"
 	"github.com/ncclprof/ncclprof/internal/skew"
 	"github.com/ncclprof/ncclprof/internal/stats"
+	"github.com/ncclprof/ncclprof/internal/why"
 	"github.com/ncclprof/ncclprof/internal/words"
 )
 
@@ -71,6 +72,8 @@ type Page struct {
 	Traces bool
 	// Hang is the analysis of the in-flight dumps found beside the traces (nil: none).
 	Hang *hang.Result
+	// Why names the cause of each late arrival and slow collective (nil: not asked).
+	Why *why.Result
 }
 
 // SlowOp is one of the slowest operations, with where to find it.

@@ -1,11 +1,17 @@
 // Package skew finds the ranks that make everyone wait. It matches the same collective across
-// ranks by NCCL's (communicator, function, seq), measures how late each rank arrived (its
-// Coll start) against the median arrival of that collective, and flags as late the arrivals above
+// ranks by NCCL's (communicator, function, seq), measures how late each rank arrived against the
+// median arrival of that collective, and flags as late the arrivals above
 // median + k·MAD of all arrivals of the communicator. The median absolute deviation is used rather
 // than the standard deviation because stragglers are exactly the outliers: a few very late arrivals
 // inflate a standard deviation until it hides them, while they move the median and MAD hardly at
 // all. A rank is slow when it is late on clearly more of its operations than the typical rank.
 // Hosts whose clocks differ are aligned first on collective ends (internal/align).
+//
+// A rank's arrival is taken where the waiting happens, on the GPU, when every rank's GPU-side
+// arrival of the collective is known (commops.Op.GPUArrive: its NCCL kernel's start), else its
+// Coll start (when the CPU call reached NCCL). In a PyTorch job the CPU enqueues collectives
+// ahead of the GPU: a rank whose GPU is slow calls NCCL on time while every other rank's kernel
+// waits for its kernel.
 //
 // It also measures each rank's completion against the collective's median completion. The verdict
 // stays on arrivals: a rank that arrives late makes the others wait, while a spread of completions
@@ -41,11 +47,17 @@ type Options struct {
 	Top int
 	// Each: list every rank's arrival and completion on every matched collective (Result.Each).
 	Each bool
+	// Arrival: "auto" (the GPU-side arrival where every rank of a collective has one, else the
+	// CPU's), "gpu" (only collectives whose GPU-side arrivals are all known) or "cpu".
+	Arrival string
 }
+
+// Arrivals Options.Arrival accepts.
+var Arrivals = []string{"auto", "gpu", "cpu"}
 
 // Defaults: K = 5 with the raw MAD is a modified z-score of 3.4 (Iglewicz and Hoaglin's outlier
 // cut is 3.5): about 1 in 3,000 arrivals of a normal spread is late by chance.
-var Defaults = Options{K: 5, MinLateNs: 10_000, Alpha: 1e-3, MinLate: 3, Align: true, Top: 20}
+var Defaults = Options{K: 5, MinLateNs: 10_000, Alpha: 1e-3, MinLate: 3, Align: true, Top: 20, Arrival: "auto"}
 
 // RankRow is one rank of one communicator.
 type RankRow struct {
@@ -123,6 +135,8 @@ type OpRow struct {
 	Last     int    `json:"last_rank"`
 	LateNs   int64  `json:"last_late_ns"` // last arrival − median arrival
 	ArriveNs int64  `json:"median_arrival_unix_ns"`
+	// Arrival: which arrival was compared: "gpu" (the NCCL kernels' starts) or "cpu" (Coll starts).
+	Arrival string `json:"arrival"`
 	// Completion: last − first completion, the rank that completed strictly last (-1: a tie, or
 	// fewer than two completions known) and its completion − the median completion.
 	DoneSpreadNs int64 `json:"completion_spread_ns"`
@@ -156,6 +170,10 @@ type EachRow struct {
 	// ArriveNs: arrival − the collective's median arrival; Late: above the communicator's threshold.
 	ArriveNs int64 `json:"arrival_ns"`
 	Late     bool  `json:"late"`
+	// Arrival: which arrival ArriveNs is of ("gpu" or "cpu"); CPUArriveNs: where it is "gpu", the
+	// Coll start − the collective's median Coll start (a GPU late while its CPU was on time).
+	Arrival     string `json:"arrival"`
+	CPUArriveNs *int64 `json:"cpu_arrival_ns,omitempty"`
 	// DoneNs: completion − the collective's median completion (nil: not known); DoneLast: it
 	// completed strictly last.
 	DoneNs   *int64 `json:"completion_ns"`
@@ -203,6 +221,11 @@ type Result struct {
 	Alignment *Alignment `json:"alignment,omitempty"`
 	Notes     []string   `json:"notes,omitempty"`
 	Points    []Point    `json:"-"`
+	// Arrivals counts the collectives compared on each arrival: "gpu" (kernel, kernelch or
+	// send_gpu_wait: the weakest source among its ranks) and "cpu"; Skipped those left out by
+	// Options.Arrival "gpu".
+	Arrivals map[string]int `json:"arrivals"`
+	Skipped  int            `json:"skipped_no_gpu_arrival,omitempty"`
 	// Sampled: "sampled 1/N" when the traces are sampled: the collectives matched are those
 	// every rank chose (seq % N == 0), and the counts of late collectives are of those.
 	Sampled string `json:"sampled,omitempty"`
@@ -217,7 +240,7 @@ type matchKey struct {
 
 // Analyze finds the slow ranks of s.
 func Analyze(s *commops.Set, opt Options) *Result {
-	res := &Result{Options: opt, Notes: slices.Clone(s.Notes), Sampled: s.Sampling.Label()}
+	res := &Result{Options: opt, Notes: slices.Clone(s.Notes), Sampled: s.Sampling.Label(), Arrivals: map[string]int{}}
 	keys, groups := match(s)
 	shift := map[string]int64{}
 	if opt.Align {
@@ -340,6 +363,8 @@ type analysis struct {
 	samples map[int32][]sample
 	keys    []matchKey
 	groups  [][]int32
+	onGPU   []bool  // per group: compared on GPU-side arrivals
+	group   []int32 // per operation: its group (-1: none)
 }
 
 type sample struct {
@@ -354,10 +379,20 @@ func (a *analysis) measure(keys []matchKey, groups [][]int32) {
 	a.keys, a.groups = keys, groups
 	a.samples = map[int32][]sample{}
 	a.comms = map[int32]*CommRow{}
+	a.onGPU = make([]bool, len(groups))
+	a.group = make([]int32, len(a.s.Ops))
+	for i := range a.group {
+		a.group[i] = -1
+	}
+	for g, idx := range groups {
+		for _, i := range idx {
+			a.group[i] = int32(g)
+		}
+	}
 	arr := make([]int64, 0, 64)
 	done := make([]int64, 0, 64)
 	for g, idx := range groups {
-		if len(idx) < 2 {
+		if len(idx) < 2 || !a.chooseArrival(g, idx) {
 			continue
 		}
 		arr = arr[:0]
@@ -440,11 +475,24 @@ func (a *analysis) doneOffset(p *Point, i int32) *int64 {
 
 // each lists every rank of the collective (Options.Each).
 func (a *analysis) each(p *Point, idx []int32, med int64) {
+	gpu := a.onGPU[p.group]
+	var cpuMed int64
+	if gpu {
+		cpu := make([]int64, len(idx))
+		for n, i := range idx {
+			cpu[n] = a.cpuArrive(i)
+		}
+		cpuMed = quantile.MedianInPlace(cpu)
+	}
 	for _, i := range idx {
 		o := &a.s.Ops[i]
 		row := EachRow{Comm: a.s.Comms[o.Comm].Label(), Func: o.Func, Seq: o.Seq, Rank: int(o.Rank),
 			GlobalRank: a.s.Procs[o.Proc].Rank, ArriveNs: a.arrive(i) - med, DoneNs: a.doneOffset(p, i),
-			DoneLast: p.doneLast == i, op: i}
+			DoneLast: p.doneLast == i, Arrival: arrivalName(gpu), op: i}
+		if gpu {
+			c := a.cpuArrive(i) - cpuMed
+			row.CPUArriveNs = &c
+		}
 		if o.Step >= 0 {
 			row.Step = a.s.Steps[o.Step]
 		}
@@ -452,7 +500,43 @@ func (a *analysis) each(p *Point, idx []int32, med int64) {
 	}
 }
 
+// chooseArrival decides which arrival group g is compared on (a.onGPU) and counts it; false: the
+// group is left out (Options.Arrival "gpu" and a rank's GPU-side arrival unknown).
+func (a *analysis) chooseArrival(g int, idx []int32) bool {
+	worst := commops.NoGPU
+	for _, i := range idx {
+		from := a.s.Ops[i].GPUFrom
+		if from == commops.NoGPU {
+			worst = commops.NoGPU
+			break
+		}
+		worst = max(worst, from)
+	}
+	switch {
+	case worst != commops.NoGPU && a.opt.Arrival != "cpu":
+		a.onGPU[g] = true
+		a.res.Arrivals["gpu ("+worst.String()+")"]++
+	case a.opt.Arrival == "gpu":
+		a.res.Skipped++
+		return false
+	default:
+		a.res.Arrivals["cpu"]++
+	}
+	return true
+}
+
+// arrive is operation i's arrival as its collective is compared (a.onGPU), clocks aligned.
 func (a *analysis) arrive(i int32) int64 {
+	o := &a.s.Ops[i]
+	at := o.Arrive
+	if g := a.group[i]; g >= 0 && a.onGPU[g] {
+		at = o.GPUArrive
+	}
+	return at + a.shift[a.s.Procs[o.Proc].Host]
+}
+
+// cpuArrive is operation i's Coll start, clocks aligned.
+func (a *analysis) cpuArrive(i int32) int64 {
 	o := &a.s.Ops[i]
 	return o.Arrive + a.shift[a.s.Procs[o.Proc].Host]
 }
@@ -471,6 +555,13 @@ func (a *analysis) point(g int, idx []int32, med int64) {
 	a.rank(last).Last++
 	a.res.Points = append(a.res.Points, Point{AtNs: med, SkewNs: a.arrive(last) - a.arrive(first),
 		Comm: int(a.keys[g].comm), Last: int(a.s.Ops[last].Rank), op: last, ranks: len(idx), group: int32(g)})
+}
+
+func arrivalName(gpu bool) string {
+	if gpu {
+		return "gpu"
+	}
+	return "cpu"
 }
 
 func (a *analysis) rank(i int32) *RankRow {
@@ -607,3 +698,6 @@ func binomTail(k, n int, p float64) float64 {
 	}
 	return math.Min(sum, 1)
 }
+
+// Op is the index in the analysed commops.Set of the operation the row is about.
+func (e *EachRow) Op() int32 { return e.op }

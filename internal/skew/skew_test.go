@@ -380,3 +380,74 @@ func TestSampledTracesLineUp(t *testing.T) {
 		t.Errorf("Sampled %q; text:\n%s", r.Sampled, buf.String())
 	}
 }
+
+// A rank whose GPU starts three collectives 500 µs late while its CPU calls NCCL on time (its
+// KernelCh, not its Coll, is late): judged on the GPU-side arrival, exactly those three are late
+// and only on that rank; judged on Coll starts (--arrival cpu), nothing is late.
+func TestGPULateWhileCPUOnTime(t *testing.T) {
+	o := synth.DefaultJob(8, 100)
+	o.SlowRank, o.Detail = -1, true
+	o.GPUSlowRank, o.GPUSlowNs, o.GPUSlowOps = 3, 500_000, []int{25, 50, 75}
+	paths, err := synth.Job(t.TempDir(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := Defaults
+	opt.Each = true
+	r := analyze(t, paths, opt)
+	if r.Arrivals["gpu (kernelch)"] != 100 || len(r.Arrivals) != 1 {
+		t.Errorf("arrivals compared %v, want 100 on the GPU (KernelCh)", r.Arrivals)
+	}
+	var late []string
+	for _, e := range r.Each {
+		if e.Arrival != "gpu" || e.CPUArriveNs == nil {
+			t.Fatalf("%+v: want a GPU-side arrival with its CPU one beside it", e)
+		}
+		if !e.Late {
+			continue
+		}
+		late = append(late, fmt.Sprintf("rank %d seq %d", e.Rank, e.Seq))
+		// 500 µs after the median, give or take the 20 µs of jitter; the CPU on time.
+		if e.ArriveNs < 480_000 || e.ArriveNs > 520_000 || *e.CPUArriveNs > 20_000 {
+			t.Errorf("%s: GPU late by %d ns, CPU by %d ns; want 500 µs and on time", late[len(late)-1], e.ArriveNs, *e.CPUArriveNs)
+		}
+	}
+	if want := "rank 3 seq 25, rank 3 seq 50, rank 3 seq 75"; strings.Join(late, ", ") != want {
+		t.Errorf("late arrivals %v, want %s", late, want)
+	}
+	opt.Arrival = "cpu"
+	r = analyze(t, paths, opt)
+	for _, e := range r.Each {
+		if e.Late || e.Arrival != "cpu" {
+			t.Errorf("judged on Coll starts: %+v", e)
+		}
+	}
+	// Without KernelCh (not in the event mask), the first send step's release from SendGPUWait
+	// stands for the GPU's arrival: the same three are late.
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kept []string
+		for _, l := range strings.SplitAfter(string(b), "\n") {
+			if !strings.Contains(l, `"nccl_gpu"`) {
+				kept = append(kept, l)
+			}
+		}
+		if err := os.WriteFile(p, []byte(strings.Join(kept, "")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opt.Arrival = "auto"
+	r = analyze(t, paths, opt)
+	late = late[:0]
+	for _, e := range r.Each {
+		if e.Late {
+			late = append(late, fmt.Sprintf("rank %d seq %d", e.Rank, e.Seq))
+		}
+	}
+	if r.Arrivals["gpu (send_gpu_wait)"] != 100 || strings.Join(late, ", ") != "rank 3 seq 25, rank 3 seq 50, rank 3 seq 75" {
+		t.Errorf("without KernelCh: arrivals %v, late %v", r.Arrivals, late)
+	}
+}

@@ -22,7 +22,8 @@ func (r *Result) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "late arrival: more than median + %g·MAD of the communicator's lateness (and at least %s) after the collective's median arrival\n",
 		o.K, fmtNs(o.MinLateNs))
 	fmt.Fprintf(w, "slow rank: late on %d collectives or more, and more often than chance allows at the other ranks' rate (p < %g)\n", o.MinLate, o.Alpha)
-	fmt.Fprintf(w, "completion: a rank's end minus the collective's median end; it does not make a rank slow, it shows collectives that ended unevenly\n\n")
+	fmt.Fprintf(w, "completion: a rank's end minus the collective's median end; it does not make a rank slow, it shows collectives that ended unevenly\n")
+	fmt.Fprintf(w, "arrival compared: %s\n\n", r.arrivalsLine())
 	if len(r.Slow) == 0 {
 		fmt.Fprintln(w, "no slow rank")
 	}
@@ -162,13 +163,24 @@ func clipList(v []string, n int) string {
 	return strings.Join(v[:n], ", ") + fmt.Sprintf(", … (%d in all)", len(v))
 }
 
-func fmtNs(ns int64) string {
-	a := max(ns, -ns)
-	switch {
-	case a >= 10_000_000:
-		return fmt.Sprintf("%.2f ms", float64(ns)/1e6)
-	case a >= 10_000:
-		return fmt.Sprintf("%.1f µs", float64(ns)/1e3)
+func fmtNs(ns int64) string { return words.Ns(ns) }
+
+// arrivalsLine says which arrival the collectives were compared on: "GPU side (the NCCL kernel's
+// start; from kernel) on 20 collectives, CPU (Coll start) on 4".
+func (r *Result) arrivalsLine() string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(r.Arrivals)) {
+		what := "GPU side (the NCCL kernel's start, from " + strings.TrimSuffix(strings.TrimPrefix(k, "gpu ("), ")") + ")"
+		if k == "cpu" {
+			what = "CPU (Coll start: the call reached NCCL)"
+		}
+		parts = append(parts, fmt.Sprintf("%s on %s", what, words.Count(r.Arrivals[k], "collective")))
 	}
-	return fmt.Sprintf("%d ns", ns)
+	if r.Skipped > 0 {
+		parts = append(parts, fmt.Sprintf("%s left out (--arrival gpu: a rank's GPU-side arrival unknown)", words.Count(r.Skipped, "collective")))
+	}
+	if len(parts) == 0 {
+		return "none (no collective matched on two ranks)"
+	}
+	return strings.Join(parts, "; ")
 }

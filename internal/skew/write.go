@@ -73,26 +73,30 @@ func (r *Result) writeRanksCSV(w io.Writer) error {
 
 func (r *Result) writeEachCSV(w io.Writer) error {
 	c := csv.NewWriter(w)
-	c.Write([]string{"comm", "func", "seq", "step", "rank", "global_rank", "arrival_ns", "late", "completion_ns", "completed_last"})
+	c.Write([]string{"comm", "func", "seq", "step", "rank", "global_rank", "arrival_ns", "late", "completion_ns", "completed_last", "arrival", "cpu_arrival_ns"})
 	for _, e := range r.Each {
 		c.Write([]string{e.Comm, e.Func, i64(e.Seq), e.Step, strconv.Itoa(e.Rank), strconv.Itoa(e.GlobalRank), i64(e.ArriveNs),
-			strconv.FormatBool(e.Late), optNs(e.DoneNs), strconv.FormatBool(e.DoneLast)})
+			strconv.FormatBool(e.Late), optNs(e.DoneNs), strconv.FormatBool(e.DoneLast), e.Arrival, optNs(e.CPUArriveNs)})
 	}
 	c.Flush()
 	return c.Error()
 }
 
 func (r *Result) writeEachText(w io.Writer) error {
-	fmt.Fprintln(w, "every rank of every matched collective: arrival after the median arrival, completion after the median completion")
+	fmt.Fprintln(w, "every rank of every matched collective: arrival after the median arrival (gpu: its NCCL kernel's start; cpu: its Coll start), its Coll start after the median Coll start where the GPU's was compared, completion after the median completion")
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "comm\tfunc\tseq\tstep\trank\tglobal\tarrival\tlate\tcompletion\tcompleted last")
+	fmt.Fprintln(tw, "comm\tfunc\tseq\tstep\trank\tglobal\tarrival\tlate\tCPU arrival\tcompletion\tcompleted last")
 	for _, e := range r.Each {
 		done := "-"
 		if e.DoneNs != nil {
 			done = fmtNs(*e.DoneNs)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", e.Comm, e.Func, e.Seq, dash(e.Step), e.Rank, e.GlobalRank,
-			fmtNs(e.ArriveNs), yes(e.Late), done, yes(e.DoneLast))
+		cpu := "-"
+		if e.CPUArriveNs != nil {
+			cpu = fmtNs(*e.CPUArriveNs)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s (%s)\t%s\t%s\t%s\t%s\n", e.Comm, e.Func, e.Seq, dash(e.Step), e.Rank, e.GlobalRank,
+			fmtNs(e.ArriveNs), e.Arrival, yes(e.Late), cpu, done, yes(e.DoneLast))
 	}
 	return tw.Flush()
 }

@@ -39,6 +39,17 @@ type JobOptions struct {
 	// after a slow one: "triggered"), with the header's sampling.every.
 	Sample    int
 	Triggered []int
+	// GPUSlowRank's GPU starts the collectives in GPUSlowOps GPUSlowNs late while its CPU calls
+	// NCCL on time (its KernelCh and proxy work move, its Coll does not); the others wait for it.
+	// Only with Detail (the plugin's GPU-side events).
+	GPUSlowRank int
+	GPUSlowNs   int64
+	GPUSlowOps  []int
+	// The transfers of NetSlowRanks in the collectives NetSlowOps take NetSlowNs longer (their
+	// steps run slower, and they complete later). Only with Detail.
+	NetSlowRanks []int
+	NetSlowNs    int64
+	NetSlowOps   []int
 }
 
 // traced is why a sampled trace holds collective i ("" in a full trace, or when it does not).
@@ -77,6 +88,18 @@ func (o *JobOptions) arrival(i, r int) int64 {
 	}
 	return t
 }
+
+// gpuDelay is how long after its arrival rank r's GPU starts collective i.
+func (o *JobOptions) gpuDelay(i, r int) int64 {
+	d := int64(gpuStartNs)
+	if o.Detail && o.GPUSlowNs > 0 && r == o.GPUSlowRank && slices.Contains(o.GPUSlowOps, i) {
+		d += o.GPUSlowNs
+	}
+	return d
+}
+
+// gpuStartNs: a kernel starts this long after its Coll start on a rank whose GPU keeps up.
+const gpuStartNs = 1500
 
 // duration of a collective: nccl-tests' size × 2(n−1)/n / busbw.
 func (o *JobOptions) duration() int64 {
@@ -153,13 +176,17 @@ func (o *JobOptions) writeRank(path string, r int, last *[]int64) error {
 			rw.op(i, comm, (*last)[i], mark)
 		}
 	}
-	return w.Close([]byte(`"ncclprofEnd":{"complete":true}`))
+	end := `"ncclprofEnd":{"complete":true}`
+	if o.Detail { // KernelCh's GPU times are Unix ns: the GPU clock's offset is 0
+		end = `"ncclprofEnd":{"complete":true,"gpu_clock":{"method":"synth","offset_ns":0}}`
+	}
+	return w.Close([]byte(end))
 }
 
 func (o *JobOptions) lastArrival(i int) int64 {
 	var m int64
 	for r := 0; r < o.Ranks; r++ {
-		m = max(m, o.arrival(i, r))
+		m = max(m, o.arrival(i, r)+o.gpuDelay(i, r)-gpuStartNs)
 	}
 	return m
 }
@@ -180,6 +207,10 @@ func (rw *rankWriter) slice(cat, name string, tid, start, end int64, id, parent,
 func (rw *rankWriter) op(i int, comm uint64, last int64, mark string) {
 	o := rw.o
 	at, done := o.arrival(i, rw.rank), last+o.duration()
+	var slowNet int64 // its steps take this much longer in all
+	if o.NetSlowNs > 0 && slices.Contains(o.NetSlowRanks, rw.rank) && slices.Contains(o.NetSlowOps, i) {
+		slowNet = o.NetSlowNs
+	}
 	tid := rw.pid
 	var api uint64
 	if o.Detail {
@@ -201,19 +232,22 @@ func (rw *rankWriter) op(i int, comm uint64, last int64, mark string) {
 	}
 	args(rw.slice("nccl_coll", "AllReduce", tid, at, at+8000, coll, api, comm)).Int("nwarps", 16).Str("interval", "enqueue").End()
 	if o.Detail {
-		rw.detail(at, done, coll, comm)
+		rw.detail(at+o.gpuDelay(i, rw.rank)-gpuStartNs, done, slowNet, coll, comm)
 	}
+	done += slowNet
 	args(rw.slice("nccl_op", "AllReduce", 2_100_000_000+int64(rw.rank%64), at, done, 1<<63|coll, 0, comm)).Hex("op", coll).
 		Str("interval", "completion").End()
 }
 
-// detail writes an operation's proxy work and GPU channels.
-func (rw *rankWriter) detail(at, done int64, coll, comm uint64) {
+// detail writes an operation's proxy work and GPU channels (at: the arrival, moved by how late its
+// GPU is).
+func (rw *rankWriter) detail(at, done, slowNet int64, coll, comm uint64) {
 	o := rw.o
 	proxyTid := int64(2_000_000_000) + rw.pid%1_000_000*100
 	per := o.Bytes * 2 / uint64(max(o.Channels, 1))
 	const steps = 4
-	span := (done - at) / (steps + 1)
+	span := (done-at)/(steps+1) + slowNet/steps
+	done += slowNet
 	for ch := 0; ch < o.Channels; ch++ {
 		for send := 1; send >= 0; send-- {
 			peer := (rw.rank + 1) % o.Ranks

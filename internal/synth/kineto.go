@@ -19,6 +19,8 @@ const firstCorrelation = 600000
 type KinetoOptions struct {
 	Rank, WorldSize int
 	Device          int
+	// Work: compute before each collective and planted causes (nil: the NCCL kernels alone).
+	Work *Work
 }
 
 // KinetoFromPlugin writes the torch.profiler trace that would go with a plugin trace: for every
@@ -32,7 +34,7 @@ func KinetoFromPlugin(t *ptrace.Trace, opt KinetoOptions) ([]byte, int) {
 	// with pandas 3 fail on the merged demo: it stores them in an int8 column and then writes
 	// row numbers of the (larger) merged trace into it.
 	k := &kgen{corr: firstCorrelation, t: t, opt: opt, byID: map[uint64]*ptrace.Event{}, children: map[uint64][]*ptrace.Event{},
-		streamEnd: map[int64]int64{}, threads: map[int64]bool{}, streams: map[int64]bool{}}
+		streamEnd: map[int64]int64{}, threads: map[int64]bool{}, streams: map[int64]bool{}, lastLaunch: map[int64]int64{}}
 	for i := range t.Events {
 		e := &t.Events[i]
 		if !e.IsSlice() {
@@ -67,6 +69,8 @@ type kgen struct {
 	streamEnd map[int64]int64
 	threads   map[int64]bool
 	streams   map[int64]bool
+	// lastLaunch: per thread, the end of its previous collective's launch (Work starts after it)
+	lastLaunch map[int64]int64
 }
 
 func (k *kgen) ts(unix int64) string { return string(jsonscan.AppendMicros(nil, unix-k.t.Base)) }
@@ -143,6 +147,9 @@ func (k *kgen) launch(l *ptrace.Event) {
 	start = max(start, callStart, k.streamEnd[stream]+1000)
 	end = max(end, start+1000)
 	k.streamEnd[stream] = end
+	if w := k.opt.Work; w != nil {
+		k.work(w, l, ops[0].Seq, start)
+	}
 	dev := k.opt.Device
 	k.events = append(k.events,
 		fmt.Sprintf(`{"ph": "X", "cat": "kernel", "name": %q, "pid": %d, "tid": %d, "ts": %s, "dur": %s, "args": {"External id": %d, "device": %d, "stream": %d, "correlation": %d, "grid": [%d, 1, 1], "block": [544, 1, 1]%s}}`,

@@ -12,7 +12,10 @@ const (
 	AttrAlgo      = "nccl.algo"      // RING, TREE, ... (absent for point-to-point)
 	AttrProto     = "nccl.proto"     // SIMPLE, LL, LL128 (absent for point-to-point)
 	AttrNChannels = "nccl.nchannels" // channels NCCL used for the operation
-	AttrPeer      = "nccl.peer"      // the receiving rank of a rank pair
+	// AttrAPIOnly is true on operations NCCL reported only by API events (no Coll: symmetric
+	// kernels, CE collectives; docs/nccl-api-patterns.md); absent otherwise.
+	AttrAPIOnly   = "ncclprof.api_only"
+	AttrPeer      = "nccl.peer" // the receiving rank of a rank pair
 	AttrChannel   = "nccl.channel"
 	AttrStep      = "ncclprof.step" // the step label the training script set
 	AttrFit       = "ncclprof.fit"  // min or avg: which regression (see docs/metrics.md)

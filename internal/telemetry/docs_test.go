@@ -59,7 +59,7 @@ func TestDocsListEverything(t *testing.T) {
 func promLabels() map[string]bool {
 	m := map[string]bool{"le": true, "job": true, "instance": true}
 	for _, a := range []string{AttrCommHash, AttrCommName, AttrRank, AttrNRanks, AttrNNodes, AttrOp, AttrAlgo,
-		AttrProto, AttrNChannels, AttrPeer, AttrChannel, AttrStep, AttrFit, AttrReason, AttrKind, AttrExporter,
+		AttrProto, AttrNChannels, AttrAPIOnly, AttrPeer, AttrChannel, AttrStep, AttrFit, AttrReason, AttrKind, AttrExporter,
 		AttrDirection} {
 		m[strings.ReplaceAll(a, ".", "_")] = true
 	}

@@ -103,6 +103,10 @@ func matches(set attribute.Set, want map[string]any) bool {
 			if got.Type() != attribute.INT64 || got.AsInt64() != int64(w) {
 				return false
 			}
+		case bool:
+			if got.Type() != attribute.BOOL || got.AsBool() != w {
+				return false
+			}
 		default:
 			return false
 		}

@@ -66,6 +66,7 @@ type opAttrKey struct {
 	hash                        uint64
 	rank, nranks, nnodes, nch   int
 	name, fn, algo, proto, step string
+	apiOnly                     bool
 }
 
 // series is one per-operation attribute set with its pending counter sums.
@@ -162,7 +163,8 @@ func commAttrs(c aggregate.Comm, hash uint64, rank int) []attribute.KeyValue {
 
 func (o *opRecorder) seriesOf(op *aggregate.Op, step string) *series {
 	k := opAttrKey{hash: op.Comm.Hash, rank: op.Comm.Rank, nranks: op.Comm.NRanks, nnodes: op.Comm.NNodes,
-		nch: op.NChannels, name: op.Comm.Name, fn: op.Func, algo: op.Algo, proto: op.Proto, step: step}
+		nch: op.NChannels, name: op.Comm.Name, fn: op.Func, algo: op.Algo, proto: op.Proto, step: step,
+		apiOnly: op.APIOnly}
 	if s, ok := o.series[k]; ok {
 		return s
 	}
@@ -178,6 +180,9 @@ func (o *opRecorder) seriesOf(op *aggregate.Op, step string) *series {
 	}
 	if step != "" {
 		kv = append(kv, attribute.String(AttrStep, step))
+	}
+	if op.APIOnly {
+		kv = append(kv, attribute.Bool(AttrAPIOnly, true))
 	}
 	if len(o.series) >= maxSeriesCache {
 		// Rare (more distinct series than the cache holds): hand every sum over, waiting for

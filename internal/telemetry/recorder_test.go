@@ -483,3 +483,22 @@ func TestScopeAndNames(t *testing.T) {
 		}
 	}
 }
+
+// An operation NCCL reported only by its API events carries ncclprof.api_only=true, in a series
+// of its own beside the same function's ordinary operations, which carry no such attribute.
+func TestRecordAPIOnlyMarked(t *testing.T) {
+	tr := newTestRecorder(t, Config{}, nil)
+	tr.RecordOp(&aggregate.Op{Comm: ppComm, Func: "AllReduce", Peer: -1, Bytes: 1 << 16, APINs: 4000,
+		Start: 100, End: 4100, APIOnly: true})
+	tr.RecordOp(&aggregate.Op{Comm: ppComm, Func: "AllReduce", Peer: -1, Bytes: 1 << 16, APINs: 5000,
+		Start: 200, End: 5200, APIOnly: true})
+	tr.RecordOp(&aggregate.Op{Comm: ppComm, Func: "AllReduce", Algo: "RING", Proto: "LL", NChannels: 1,
+		Peer: -1, Bytes: 1 << 16, Start: 300, End: 9300, CompletionNs: 9000, HasCompletion: true})
+	rm := tr.collect(t)
+	if p := onePoint(t, rm, MOps, map[string]any{AttrOp: "AllReduce", AttrAPIOnly: true}); p.value != 2 {
+		t.Errorf("API-only AllReduces: %v, want 2", p.value)
+	}
+	if p := onePoint(t, rm, MOps, map[string]any{AttrOp: "AllReduce", AttrAlgo: "RING", AttrAPIOnly: nil}); p.value != 1 {
+		t.Errorf("ordinary AllReduces: %v, want 1 without the attribute", p.value)
+	}
+}

@@ -49,3 +49,16 @@ func Noun(n int, noun string) string {
 	}
 	return noun + "s"
 }
+
+// Ns writes a duration in ns for people: "2.50 ms" from 10 ms up, "12.3 µs" from 10 µs up,
+// "950 ns" below.
+func Ns(ns int64) string {
+	a := max(ns, -ns)
+	switch {
+	case a >= 10_000_000:
+		return strconv.FormatFloat(float64(ns)/1e6, 'f', 2, 64) + " ms"
+	case a >= 10_000:
+		return strconv.FormatFloat(float64(ns)/1e3, 'f', 1, 64) + " µs"
+	}
+	return strconv.FormatInt(ns, 10) + " ns"
+}

@@ -17,11 +17,12 @@ MERGE_COMMANDS = {
     "check": "tell what Perfetto's JSON importer would do with a trace",
     "stats": "time, bytes and bandwidth per communicator, operation, size, algorithm and protocol",
     "skew": "find the ranks that arrive late at collectives and make the others wait",
+    "why": "name why each late rank was late: GPU compute, host, network, a dependency",
     "pprof": "communication time as a pprof profile (flame graph: go tool pprof -http)",
     "report": "one offline HTML page of plots: bandwidth, time per rank, skew, slowest operations",
     "hang": "name the rank, operation and link a hung job waits for, from the plugin's in-flight dumps",
     "demo": "a simulated multi-rank job through the plugin (needs a source checkout: make)",
-    "bench": "merge, stats or skew throughput and memory on large synthesized traces",
+    "bench": "merge, stats, skew or why throughput and memory on large synthesized traces",
 }
 
 _MERGE_LINES = "\n".join(f"  {c:<10}{d}" for c, d in MERGE_COMMANDS.items())

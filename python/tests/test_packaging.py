@@ -70,6 +70,7 @@ NCCLMERGE_HELP = {
     "check": "Perfetto's JSON importer",
     "stats": "--each",
     "skew": "median absolute deviation",
+    "why": "gpu_compute",
     "pprof": "go tool pprof -http",
     "report": "inline SVG",
     "hang": "Exit status: 0 a suspect is named",

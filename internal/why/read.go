@@ -1,0 +1,117 @@
+package why
+
+import (
+	"errors"
+	"runtime"
+	"sync"
+
+	"github.com/ncclprof/ncclprof/internal/commops"
+	"github.com/ncclprof/ncclprof/internal/ptrace"
+	"github.com/ncclprof/ncclprof/internal/traceevent"
+	"github.com/ncclprof/ncclprof/internal/tracefile"
+)
+
+// Reading: in the same pass as commops reads the operations (Collector), or afterwards (ReadAll).
+
+// Activity is what one trace file holds for Analyze, rank by rank.
+type Activity struct{ groups fileActivity }
+
+// ReadActivity reads one trace: a merged rank, a timeline, or a plugin trace alone (then only its
+// transfers).
+func ReadActivity(path string) (Activity, error) {
+	data, err := tracefile.ReadFile(path)
+	if err != nil {
+		return Activity{}, err
+	}
+	r := &fileReader{a: &Activity{fileActivity{}}}
+	t, err := ptrace.Stream(path, data, traceevent.Options{}, r.Visit)
+	if err != nil {
+		return Activity{}, err
+	}
+	r.Done(t)
+	return *r.a, nil
+}
+
+// fileReader gathers a file's activity as its events go by (commops.EventVisitor).
+type fileReader struct {
+	a  *Activity
+	ev ptrace.Event
+}
+
+func (r *fileReader) Visit(t *ptrace.Trace, e *traceevent.Event) error {
+	if e.Ph != "X" {
+		return nil
+	}
+	a := r.a.groups.group(e.Pid.Num)
+	switch k := ptrace.KindOf(e.Cat, e.Name); k {
+	case ptrace.Coll, ptrace.ProxyOp, ptrace.ProxyStep:
+		if err := t.Decode(e, &r.ev); err != nil {
+			return err
+		}
+		a.plugin(&r.ev)
+	case ptrace.KindOther:
+		a.kineto(e, span{start: e.Ts, end: e.Ts + e.Dur, tid: e.Tid.Num})
+	}
+	return nil
+}
+
+// Done puts the file's activity on the Unix clock once its base is known.
+func (r *fileReader) Done(t *ptrace.Trace) {
+	for _, a := range r.a.groups {
+		a.finish(t.Base)
+	}
+}
+
+// Collector gathers what Analyze needs while commops reads the traces, in the same pass: set
+// commops.Options.Also to its Hook, then take Activities.
+type Collector struct {
+	mu    sync.Mutex
+	files map[int32]*Activity
+}
+
+// NewCollector is an empty Collector.
+func NewCollector() *Collector { return &Collector{files: map[int32]*Activity{}} }
+
+// Hook is commops.Options.Also.
+func (c *Collector) Hook(file int32) commops.EventVisitor {
+	a := &Activity{fileActivity{}}
+	c.mu.Lock()
+	c.files[file] = a
+	c.mu.Unlock()
+	return &fileReader{a: a}
+}
+
+// Activities is what was gathered from the files of s, in order.
+func (c *Collector) Activities(s *commops.Set) []Activity {
+	out := make([]Activity, len(s.Files))
+	for i := range out {
+		if a := c.files[int32(i)]; a != nil {
+			out[i] = *a
+		}
+	}
+	return out
+}
+
+// ReadAll reads the activity of every file of s, in order, several files at once (for a Set read
+// without it).
+func ReadAll(s *commops.Set) ([]Activity, error) {
+	acts := make([]Activity, len(s.Files))
+	errs := make([]error, len(s.Files))
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < min(runtime.GOMAXPROCS(0), len(s.Files)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				acts[i], errs[i] = ReadActivity(s.Files[i])
+			}
+		}()
+	}
+	for i := range s.Files {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	return acts, errors.Join(errs...)
+}
