@@ -20,7 +20,7 @@ EMPTY   := $(BUILD)/libnccl-profiler-empty.so
 # ABI version each or a broken table.
 RECORDER := $(BUILD)/libnccl-profiler-recorder.so
 RECORDER_VARIANTS := $(foreach v,1 2 3 4 5 6,$(BUILD)/recorder/librecorder-v$(v).so) \
-                     $(BUILD)/recorder/librecorder-badtable.so
+                     $(foreach b,badtable datatable exittable,$(BUILD)/recorder/librecorder-$(b).so)
 MERGE   := $(BUILD)/ncclmerge
 
 # The library NCCL loads is every C file in plugin/ (pure C: hot path, ABI tables, control API,
@@ -30,8 +30,8 @@ CORE_HDR := plugin/abi.h plugin/core.h plugin/hot.h plugin/drainapi.h plugin/cha
 HOST_SRC := testhost/main.c testhost/emit.c testhost/calllog.c testhost/world.c testhost/scenarios.c \
             testhost/fuzz.c testhost/bench.c testhost/soak.c testhost/skew.c testhost/hang.c \
             testhost/drainbench.c testhost/job.c testhost/races.c testhost/samplebench.c \
-            testhost/api_patterns.c
-HOST_HDR := testhost/emit.h testhost/calllog.h testhost/world.h testhost/scenarios.h plugin/abi.h plugin/core.h
+            testhost/api_patterns.c testhost/proxy_patterns.c testhost/ncclbench.c testhost/era.c
+HOST_HDR := testhost/emit.h testhost/calllog.h testhost/world.h testhost/era.h testhost/scenarios.h plugin/abi.h plugin/core.h
 GO_SRC   := $(shell find plugin internal cmd -name '*.go' 2>/dev/null) go.mod $(wildcard go.sum)
 
 WARN     := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
@@ -80,9 +80,13 @@ $(RECORDER): $(REC_DEPS)
 $(BUILD)/recorder/librecorder-v%.so: $(REC_DEPS)
 	@mkdir -p $(BUILD)/recorder
 	$(CC) -std=gnu11 -O2 -fPIC -shared $(WARN) -Wno-unused-function -DREC_ONLY=$* -o $@ $(REC_SRC) -lpthread
-$(BUILD)/recorder/librecorder-badtable.so: $(REC_DEPS)
+# Broken tables (recorder.c, REC_BAD_TABLE): a NULL pointer, one into data, init = libc's _exit.
+REC_BAD_badtable := 1
+REC_BAD_datatable := 2
+REC_BAD_exittable := 3
+$(BUILD)/recorder/librecorder-%table.so: $(REC_DEPS)
 	@mkdir -p $(BUILD)/recorder
-	$(CC) -std=gnu11 -O2 -fPIC -shared $(WARN) -Wno-unused-function -DREC_BAD_TABLE -o $@ $(REC_SRC) -lpthread
+	$(CC) -std=gnu11 -O2 -fPIC -shared $(WARN) -Wno-unused-function -Wno-nonnull -DREC_BAD_TABLE=$(REC_BAD_$*table) -o $@ $(REC_SRC) -lpthread
 
 # Sanitizer builds: the C core with the C drainer (no Go runtime), and a host built the same.
 SAN_SRC := $(CORE_SRC) testhost/cdrain.c
@@ -189,11 +193,13 @@ wheel:
 
 # The real traces the tests use, one shape each (relative µs, absolute µs with SendRecv,
 # sampled absolute µs, driver-API launches, CPU only), and the shapes internal/synth makes
-# (one NCCL kernel per 10 kernels, per 200, profile_memory, ROCm, absolute µs, ns).
+# (one NCCL kernel per 10 kernels, per 200, profile_memory, ROCm, absolute µs, ns; issue 26's V100
+# profile_memory DDP job, every other kernel a small collective, 64 process groups, with_stack).
 BENCH_TRACES := $(addprefix testdata/kineto/,nccl_parser_config_nccl_data.json.gz \
   negative_queue_length_values_check_rank0.json.gz trace_filter_sampled_rank-0.json.gz \
   triton_example_triton_example.json.gz cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz) \
-  synth:nccl-heavy synth:kernel-heavy synth:memory synth:rocm synth:absolute-us synth:ns
+  synth:nccl-heavy synth:kernel-heavy synth:memory synth:rocm synth:absolute-us synth:ns \
+  synth:v100-memory synth:small-nccl synth:many-pg synth:stack
 
 bench: all hta
 	@echo "== plugin callback cost (testhost bench, median of 7 runs) =="
@@ -206,6 +212,8 @@ bench: all hta
 	@rm -rf $(BUILD)/bench-out/sample
 	@echo "== the same with the empty plugin chained behind ncclprof (NCCLPROF_CHAIN) =="
 	NCCLPROF_OUTPUT_DIR=$(BUILD)/bench-out $(HOST) --lib $(PLUGIN) --empty-lib $(EMPTY) --chain $(EMPTY) --reps 7 bench
+	@echo "== callback cost on NCCL's call sequence, drainer live, paced and unpaced (tools/bench/nccl.sh) =="
+	@tools/bench/nccl.sh $(HOST) $(PLUGIN) $(EMPTY) $(BUILD)/bench-nccl 7
 	@echo "== the drainer under NCCL's busiest load: paced and unpaced, several shapes (tools/bench/drain.sh) =="
 	@tools/bench/drain.sh $(HOST) $(PLUGIN) $(BUILD)/bench-drain
 	@echo "== callback cost while something is broken (ncclprof, every event type, 1 thread) =="

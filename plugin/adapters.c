@@ -178,7 +178,7 @@ NP_HOT void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t parent, in
   if (!c) return;
   np_thread* t = np_enter_comm(c, eh);
   if (!t) return;
-  uint64_t ch, wh = 0, hdr = 0;
+  uint64_t ch;
   np_cell* cell = np_cell_for(c, t, NP_T_PROXY_OP, eh, &ch);
   if (!cell) {
     np_leave(t);
@@ -187,29 +187,21 @@ NP_HOT void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t parent, in
   /* Sampled tracing: the operation's choice goes with its ProxyOp (record and cell) and, from
    * the cell, with its steps. PXN ProxyOps of another process cannot read their parent. */
   if (NP_UNLIKELY(np_sample_n != 0) && !(flags & NP_F_FOREIGN)) flags |= np_parent_sample(c, parent);
-  np_event* ev = np_slot_new(c, t, NP_T_PROXY_OP, abi, parent, rank, flags, &wh, &hdr);
-  np_cell_init(cell, t, NP_T_PROXY_OP, abi, parent, rank, ev ? ev->t_start : np_ticks());
-  cell->sflags = flags & NP_F_SAMPLE_BITS;
+  np_cell_init(cell, t, NP_T_PROXY_OP, abi, parent, rank, np_ticks());
+  cell->sflags = flags; /* its record's flags (np_op_record) */
   cell->peer = peer;
   cell->channel = channel;
   cell->is_send = (uint8_t)(is_send != 0);
-  memset(&cell->u.op, 0, sizeof cell->u.op);
+  memset(&cell->u.op.prog, 0, sizeof cell->u.op.prog);
+  __atomic_store_n(&cell->u.op.record, 0, __ATOMIC_RELAXED); /* np_op_retire reads it */
+  cell->u.op.last_step = 0;
   cell->u.op.nsteps = nsteps;
   cell->u.op.pid = pid;
-  if (ev) {
-    cell->u.op.record = wh;
-    memset(&ev->u.op, 0, sizeof ev->u.op);
-    ev->u.op.arena = ch;
-    ev->u.op.pid = pid;
-    ev->u.op.channel = channel;
-    ev->u.op.peer = peer;
-    ev->u.op.nsteps = nsteps;
-    ev->u.op.chunk = chunk;
-    ev->u.op.is_send = (uint8_t)(is_send != 0);
-    __atomic_store_n(&ev->hdr, hdr, __ATOMIC_RELEASE);
-  } else {
-    np_count_drop(c, NP_T_PROXY_OP); /* its steps still count: the cell has what they need */
-  }
+  cell->chunk = chunk;
+  /* Receive-side ProxyOps may be ones NCCL never stops (only net.cc stops ProxyOps, and it
+   * is the only one that reports isSend): they wait for evidence that they are over. Its
+   * record in the operation windows waits for its first sign of life (np_op_record). */
+  if (!is_send && !(flags & NP_F_FOREIGN)) np_retire_push(c, t, ch);
   *eh = (void*)ch;
   np_leave(t);
 }
@@ -222,17 +214,28 @@ NP_HOT void np_start_proxy_step(void* ctx, int abi, void** eh, uint64_t parent, 
   if (!c) return;
   np_thread* t = np_enter_comm(c, eh);
   if (!t) return;
-  uint64_t h;
+  np_cell* op = np_h_is_cell(parent) && np_h_comm(parent) == c->idx ? np_cell_of(c, parent) : NULL;
+  uint64_t h = op ? np_step_restarted(c, op, parent, step) : 0;
+  if (h != 0) { /* the same step started again: it keeps its cell (net.cc's recvProxyProgress) */
+    *eh = (void*)h;
+    np_leave(t);
+    return;
+  }
   np_cell* s = np_cell_for(c, t, NP_T_PROXY_STEP, eh, &h);
   if (!s) {
     np_leave(t);
     return;
   }
-  np_cell* op = np_h_is_cell(parent) && np_h_comm(parent) == c->idx ? np_cell_of(c, parent) : NULL;
-  np_cell_init(s, t, NP_T_PROXY_STEP, abi, parent, op ? op->rank : rank, np_ticks());
-  memset(&s->u.step, 0, sizeof s->u.step);
-  s->u.step.step = step;
+  np_cell_init(s, t, NP_T_PROXY_STEP, abi, parent, op ? op->rank : rank,
+               np_step_clock(op ? op->sflags : NP_F_SAMPLE_BITS));
+  memset(s->u.step.t_state, 0, sizeof s->u.step.t_state);
+  s->u.step.trans_size = 0;
+  s->u.step.npeerwait = 0;
+  s->u.step.nrestarts = 0;
+  __atomic_store_n(&s->u.step.step, step, __ATOMIC_RELAXED); /* np_step_restarted reads it */
   if (NP_LIKELY(op != NULL)) {
+    if (NP_UNLIKELY(op->u.op.record == 0)) np_op_record(c, t, op, parent);
+    op->u.op.last_step = h;
     s->peer = op->peer;
     s->channel = op->channel;
     s->is_send = op->is_send;

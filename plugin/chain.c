@@ -22,25 +22,39 @@
  * Entries are written in a sequence-lock pattern: a reader racing the entry's reuse gets a
  * miss, never another event's handle. A miss (the mapping was overwritten) is counted and
  * reported once; the chained plugin then gets a NULL parent, or no stop or state, as for an
- * event it never saw. Nothing here allocates, locks or logs on NCCL's threads.
+ * event it never saw. Nothing here allocates, locks or logs on NCCL's threads. A chain handle
+ * carries its communicator's index.
  *
- * Failures: a library that does not load, has no symbol, or has a table pointing outside every
- * loaded object; an init returning an error; an error from any later call. Each is reported
- * once through NCCL's logger (from the drainer for callbacks, which must not log), the plugin is
- * detached (never called again) and ncclprof goes on. Its library stays mapped once its code has
- * run: it may have started threads. A plugin that crashes inside its own code is not caught:
- * leaving foreign code by siglongjmp from a signal handler leaves its locks (malloc's among
+ * Finalize. The chained plugin may free its context, and the handles it issued under it, in
+ * finalize; NCCL may still be calling back on that communicator meanwhile (a finalize racing
+ * callbacks of other threads). So forwarding runs inside the core's active section (np_enter:
+ * what the drainer's grace period waits for), and a communicator's finalize first stops
+ * forwarding (has_ctx), waits for the forwards in flight (np_quiesce), forgets every handle
+ * of that communicator, and only then calls the chained plugin's finalize: no call reaches it
+ * with a context it finalized, or a handle issued under one.
+ *
+ * Failures: a library that does not load, has no symbol, is a copy of ncclprof, or has a table
+ * whose function pointers are not code of that library (each must lie in an executable mapping
+ * of the very object that exports the table: /proc/self/maps, read once at load; a pointer into
+ * its data, or into libc's _exit, is refused before anything is called); an init returning an
+ * error; an error from any later call. Each is reported once through NCCL's logger (from the
+ * drainer for callbacks, which must not log), the plugin is detached (never called again) and
+ * ncclprof goes on. Its library stays mapped once its code has run: it may have started threads.
+ * A plugin that crashes inside its own code is not caught: leaving foreign code by siglongjmp from a signal handler leaves its locks (malloc's among
  * them) held, turning a crash into a hang of the training job, and a process-wide handler would
  * compete with CUDA's and Go's own.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "chain.h"
 #include "hot.h"
@@ -52,6 +66,8 @@ int np_chain_on;
 #define NP_CHAIN_PINS (1u << 14)  /* graph-captured API events */
 #define NP_CHAIN_PROBES 32
 #define NP_CHAIN_TAG (1ull << 63)
+#define NP_CHAIN_SEQ_SHIFT 13 /* chain handles: bits 3–12 the communicator, the sequence above */
+#define NP_PIN_GONE NP_H_SKIPPED   /* a pin of a finalized communicator: probes go on past it */
 
 typedef struct np_centry {
   uint64_t tag; /* the handle NCCL holds; 0 while being written */
@@ -132,16 +148,74 @@ static void* np_chain_open(const char* name, char* err, size_t cap) {
   return lib;
 }
 
-/* Whether p points into a loaded object (a corrupt table must not be called). */
-static int np_mapped(const void* p) {
+/* The loaded object p lies in (its link map), NULL for none. */
+static const void* np_object_of(const void* p) {
   Dl_info info;
-  return p != NULL && dladdr(p, &info) != 0 && info.dli_fbase != NULL;
+  void* lm = NULL;
+  if (p == NULL || dladdr1(p, &info, &lm, RTLD_DL_LINKMAP) == 0) return NULL;
+  return lm;
 }
 
-static int np_table_ok(const npabi_profiler_v1_t* t) {
-  return np_mapped((const void*)t->init) && np_mapped((const void*)t->startEvent) &&
-         np_mapped((const void*)t->stopEvent) && np_mapped((const void*)t->recordEventState) &&
-         np_mapped((const void*)t->finalize);
+enum { NP_MAP_R = 1, NP_MAP_X = 4 };
+
+/* The mappings of /proc/self/maps holding each of the n addresses: its end (0: none) and its
+ * permissions (NP_MAP_*). One pass over the file; at load, under mu, never on NCCL's threads'
+ * hot path. Returns 0 when the file cannot be read. */
+static int np_maps_find(const uintptr_t* addr, int n, uintptr_t* end, int* perm) {
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[8192];
+  size_t have = 0;
+  for (int i = 0; i < n; i++) end[i] = 0, perm[i] = 0;
+  for (;;) {
+    ssize_t got = read(fd, buf + have, sizeof buf - 1 - have);
+    if (got <= 0) break;
+    have += (size_t)got;
+    buf[have] = 0;
+    char* line = buf;
+    char* nl;
+    while ((nl = memchr(line, '\n', have - (size_t)(line - buf))) != NULL) {
+      unsigned long lo, hi;
+      char perms[5];
+      if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3)
+        for (int i = 0; i < n; i++)
+          if (addr[i] >= lo && addr[i] < hi)
+            end[i] = hi,
+            perm[i] = (perms[0] == 'r' ? NP_MAP_R : 0) | (perms[2] == 'x' ? NP_MAP_X : 0);
+      line = nl + 1;
+    }
+    have -= (size_t)(line - buf);
+    memmove(buf, line, have);
+    if (have == sizeof buf - 1) have = 0; /* a line longer than the buffer: not one we need */
+  }
+  close(fd);
+  return 1;
+}
+
+/* Whether every function of the table is code of lib: each pointer inside an executable
+ * mapping of the object that lib is (not merely of some loaded object: a pointer into its data
+ * crashes the job at the first call, one to libc's _exit ends it). *name gets the table's name
+ * when that lies in a readable mapping of lib (copied at most up to the mapping's end). */
+static int np_table_ok(void* lib, const npabi_profiler_v1_t* t, char* name, size_t cap) {
+  const void* fns[5] = {(const void*)t->init, (const void*)t->startEvent, (const void*)t->stopEvent,
+                        (const void*)t->recordEventState, (const void*)t->finalize};
+  void* lm = NULL;
+  if (dlinfo(lib, RTLD_DI_LINKMAP, &lm) != 0 || lm == NULL) return 0;
+  uintptr_t addr[6], end[6];
+  int perm[6];
+  for (int i = 0; i < 5; i++) {
+    if (np_object_of(fns[i]) != lm) return 0;
+    addr[i] = (uintptr_t)fns[i];
+  }
+  addr[5] = (uintptr_t)t->name;
+  if (!np_maps_find(addr, 6, end, perm)) return 1; /* no /proc: the object check alone */
+  for (int i = 0; i < 5; i++)
+    if (!end[i] || !(perm[i] & NP_MAP_X)) return 0;
+  if (t->name && end[5] && (perm[5] & NP_MAP_R) && np_object_of(t->name) == lm) {
+    size_t n = strnlen(t->name, end[5] - addr[5] < cap ? end[5] - addr[5] : cap - 1);
+    if (n < cap) memcpy(name, t->name, n), name[n] = 0;
+  }
+  return 1;
 }
 
 static int np_is_self(const void* t) {
@@ -153,6 +227,18 @@ static np_centry* np_chain_map(size_t entries) {
   void* m = mmap(NULL, entries * sizeof(np_centry), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   return m == MAP_FAILED ? NULL : (np_centry*)m;
+}
+
+/* ------------------------------------------------------------------- communicators */
+
+static inline uint32_t np_tag_comm(uint64_t tag) {
+  return (uint32_t)(tag >> 3) & (NP_MAX_COMMS - 1);
+}
+
+/* Whether the chained plugin holds a context for communicator idx (PXN events, of other
+ * processes' communicators, always pass). */
+static inline int np_chain_comm_live(uint32_t idx) {
+  return idx == NP_PXN_COMM || __atomic_load_n(&np_ch.has_ctx[idx], __ATOMIC_ACQUIRE);
 }
 
 /* Finds the symbol of the newest version up to `abi`, checks the table; mu held. */
@@ -174,12 +260,18 @@ static int np_chain_attach(void* lib, const char* env, int abi) {
     np_chain_logf("NCCLPROF_CHAIN=%s is ncclprof itself; ncclprof continues without chaining", env);
     return 0;
   }
-  if (!np_table_ok(t)) {
+  if (dlsym(lib, "ncclprof_version") != NULL) { /* its control API: another copy of ncclprof */
+    np_chain_logf("NCCLPROF_CHAIN=%s is a copy of ncclprof (another file of the same plugin): two "
+                  "instances would double every output; ncclprof continues without chaining", env);
+    return -1; /* nothing of it ran but its constructor: it can be closed */
+  }
+  snprintf(np_ch.name, sizeof np_ch.name, "%s", env);
+  if (!np_table_ok(lib, t, np_ch.name, sizeof np_ch.name)) {
     np_chain_logf("NCCLPROF_CHAIN=%s: its ncclProfiler_v%d table has a NULL or invalid function "
-                  "pointer; ncclprof continues without it", env, v + 1);
+                  "pointer (each must be code of that library); ncclprof continues without it",
+                  env, v + 1);
     return 0;
   }
-  snprintf(np_ch.name, sizeof np_ch.name, "%s", np_mapped(t->name) ? t->name : env);
   np_ch.cells = np_chain_map(NP_CHAIN_CELLS);
   np_ch.pins = np_chain_map(NP_CHAIN_PINS);
   if (np_ch.cells == NULL || np_ch.pins == NULL) {
@@ -292,7 +384,7 @@ static inline np_centry* np_side_entry(uint64_t h) {
 }
 
 static inline np_centry* np_tag_entry(uint64_t tag) {
-  return &np_ch.cells[(tag >> 3) & (NP_CHAIN_CELLS - 1)];
+  return &np_ch.cells[(tag >> NP_CHAIN_SEQ_SHIFT) & (NP_CHAIN_CELLS - 1)];
 }
 
 static inline uint32_t np_pin_hash(uint64_t h) {
@@ -302,8 +394,10 @@ static inline uint32_t np_pin_hash(uint64_t h) {
 static void np_pin(uint64_t h, void* ch) {
   for (uint32_t i = 0; i < NP_CHAIN_PROBES; i++) {
     np_centry* e = &np_ch.pins[(np_pin_hash(h) + i) & (NP_CHAIN_PINS - 1)];
-    uint64_t expect = 0;
+    uint64_t expect = 0, gone = NP_PIN_GONE;
     if (__atomic_compare_exchange_n(&e->tag, &expect, NP_H_DROPPED, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED) ||
+        __atomic_compare_exchange_n(&e->tag, &gone, NP_H_DROPPED, 0, __ATOMIC_ACQ_REL,
                                     __ATOMIC_RELAXED)) {
       __atomic_store_n(&e->ch, ch, __ATOMIC_RELAXED);
       __atomic_store_n(&e->tag, h, __ATOMIC_RELEASE); /* a claimed entry keeps its handle */
@@ -329,9 +423,13 @@ static int np_pinned(uint64_t h, void** ch) {
 enum { NP_NONE = -1, NP_LOST = 0, NP_FOUND = 1 };
 
 /* The chained plugin's handle for a handle NCCL passed: NP_FOUND (*ch may be NULL: it returned
- * none), NP_LOST (overwritten: counted), or NP_NONE (NULL, a sentinel, or not one of ours). */
+ * none, or its communicator is finalized), NP_LOST (overwritten: counted), or NP_NONE (NULL, a
+ * sentinel, or not one of ours). Called inside an active section (see Finalize above). */
 static int np_chain_find(uint64_t h, void** ch) {
   *ch = NULL;
+  if ((np_is_tag(h) && !np_chain_comm_live(np_tag_comm(h))) ||
+      ((h & 1) && !np_chain_comm_live(np_h_comm(h))))
+    return NP_FOUND; /* finalized for the chained plugin: nothing of it is called again */
   if (np_is_tag(h)) {
     if (np_entry_get(np_tag_entry(h), h, ch) || np_pinned(h, ch)) return NP_FOUND;
   } else if (h & 1) {
@@ -362,8 +460,8 @@ static void* np_chain_parent(void* p, int* none) {
   return p;
 }
 
-/* NCCL's handle for an event, remembered with the chained plugin's. */
-static void np_chain_keep(uint64_t h, void* ch, int pinned, void** eh) {
+/* NCCL's handle for an event (on communicator idx), remembered with the chained plugin's. */
+static void np_chain_keep(uint64_t h, void* ch, uint32_t idx, int pinned, void** eh) {
   uint64_t key = h;
   if (h & 1) {
     np_centry* e = np_side_entry(h);
@@ -373,7 +471,7 @@ static void np_chain_keep(uint64_t h, void* ch, int pinned, void** eh) {
       np_cseq_next = __atomic_fetch_add(&np_ch.next_seq, 64, __ATOMIC_RELAXED);
       np_cseq_end = np_cseq_next + 64;
     }
-    key = NP_CHAIN_TAG | (np_cseq_next++ << 3) | (h & 6);
+    key = NP_CHAIN_TAG | (np_cseq_next++ << NP_CHAIN_SEQ_SHIFT) | ((uint64_t)idx << 3) | (h & 6);
     np_entry_put(np_tag_entry(key), key, ch);
     *eh = (void*)(uintptr_t)key;
   } else {
@@ -469,7 +567,7 @@ void np_chain_init(int abi, void* own_ctx, uint64_t comm_id, const char* name, i
     return;
   }
   pthread_mutex_lock(&np_ch.mu);
-  np_ch.ctx[idx] = cctx;
+  __atomic_store_n(&np_ch.ctx[idx], cctx, __ATOMIC_RELAXED); /* published by has_ctx below */
   __atomic_store_n(&np_ch.has_ctx[idx], 1, __ATOMIC_RELEASE);
   if (mask) __atomic_store_n(&np_ch.nccl_mask, mask, __ATOMIC_RELEASE);
   np_chain_follow_mask();
@@ -483,16 +581,52 @@ void np_chain_init(int abi, void* own_ctx, uint64_t comm_id, const char* name, i
   pthread_mutex_unlock(&np_ch.mu);
 }
 
+/* Forgets every handle of communicator idx (forwarding to it has stopped and no forward is in
+ * flight): its side entries, its chain handles and its pins. mu held. */
+static void np_chain_forget(uint32_t idx) {
+  np_centry* s = np_ch.side[idx];
+  for (size_t i = 0; s && i < np_side_size(); i++) /* atomic: forwards may have written them */
+    __atomic_store_n(&s[i].tag, 0, __ATOMIC_RELAXED);
+  for (uint32_t i = 0; i < NP_CHAIN_CELLS; i++) {
+    uint64_t tag = __atomic_load_n(&np_ch.cells[i].tag, __ATOMIC_ACQUIRE);
+    if (np_is_tag(tag) && np_tag_comm(tag) == idx)
+      __atomic_compare_exchange_n(&np_ch.cells[i].tag, &tag, 0, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_RELAXED);
+  }
+  for (uint32_t i = 0; i < NP_CHAIN_PINS; i++) {
+    uint64_t tag = __atomic_load_n(&np_ch.pins[i].tag, __ATOMIC_ACQUIRE);
+    int mine = np_is_tag(tag) ? np_tag_comm(tag) == idx : (tag & 1) && np_h_comm(tag) == idx;
+    if (mine)
+      __atomic_compare_exchange_n(&np_ch.pins[i].tag, &tag, NP_PIN_GONE, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_RELAXED);
+  }
+}
+
+/* Waits for the forwards in flight (about 1 s at most, as np_open_comm does). */
+static int np_chain_settle(void) {
+  for (int i = 0; i < 50; i++)
+    if (np_quiesce()) return 1;
+  return 0;
+}
+
 void np_chain_finalize(void* own_ctx) {
   np_comm* c = np_comm_of_ctx(own_ctx);
   if (c == NULL) return;
   uint32_t idx = (uint32_t)(c - np_comms);
   pthread_mutex_lock(&np_ch.mu);
   int had = __atomic_exchange_n(&np_ch.has_ctx[idx], 0, __ATOMIC_ACQ_REL);
-  void* cctx = np_ch.ctx[idx];
-  np_ch.ctx[idx] = NULL;
+  void* cctx = __atomic_exchange_n(&np_ch.ctx[idx], NULL, __ATOMIC_RELAXED);
+  int settled = !had || np_chain_settle();
+  if (had && settled) np_chain_forget(idx);
   pthread_mutex_unlock(&np_ch.mu);
   if (!had || !__atomic_load_n(&np_ch.live, __ATOMIC_ACQUIRE)) return;
+  if (!settled) { /* a callback is still inside the chained plugin: finalizing now could free
+                   * what it uses; its context is leaked instead */
+    np_chain_logf("chained profiler plugin %s: a callback on communicator %u stayed inside it for "
+                  "over a second while NCCL finalized the communicator; its finalize is not "
+                  "called for that communicator (its context is left as it is)", np_ch.name, idx);
+    return;
+  }
   if (cctx == NULL && np_ch.abi >= 5) return; /* NCCL 2.28+ skips finalize(NULL) */
   npabi_result_t r = np_ch.t->finalize(cctx);
   if (r != NPABI_SUCCESS) {
@@ -728,15 +862,20 @@ static int np_chain_descr(int abi, uint64_t bit, const np_descr_any* d, np_descr
   return 1;
 }
 
-/* The chained plugin's context for an event NCCL sent with ctx; 0: not one it knows. */
-static int np_chain_ctx(void* ctx, int pxn, void** out) {
+/* The chained plugin's context for an event NCCL sent with ctx, and its communicator's index;
+ * 0: not one it knows (or finalized). */
+static int np_chain_ctx(void* ctx, int pxn, void** out, uint32_t* idx) {
   np_comm* c = pxn ? NULL : np_comm_of_ctx(ctx);
+  uint32_t token;
+  if (c == NULL && !pxn && np_ctx_entry(ctx, &token) != NULL)
+    return 0; /* ncclprof's context of a communicator since destroyed: never theirs to see */
   if (c != NULL) {
-    uint32_t i = (uint32_t)(c - np_comms);
-    if (!__atomic_load_n(&np_ch.has_ctx[i], __ATOMIC_ACQUIRE)) return 0;
-    *out = np_ch.ctx[i];
+    *idx = (uint32_t)(c - np_comms);
+    if (!__atomic_load_n(&np_ch.has_ctx[*idx], __ATOMIC_ACQUIRE)) return 0;
+    *out = __atomic_load_n(&np_ch.ctx[*idx], __ATOMIC_RELAXED);
     return 1;
   }
+  *idx = NP_PXN_COMM;
   *out = ctx; /* PXN, or a child of a PXN op: another process's context, as NCCL passes it */
   return ctx != NULL;
 }
@@ -765,6 +904,14 @@ static const void* np_own_view(int abi, uint64_t bit, const np_descr_any* d, np_
 
 /* ------------------------------------------------------------------- callbacks */
 
+/* Enters the active section a forward runs in (after ncclprof's own part, which has its own);
+ * NULL when the thread has no slot: the chained plugin then misses the call (counted as lost). */
+static np_thread* np_chain_enter(void) {
+  np_thread* t = np_enter();
+  if (NP_UNLIKELY(t == NULL)) __atomic_fetch_add(&np_ch.lost, 1, __ATOMIC_RELAXED);
+  return t;
+}
+
 npabi_result_t np_chain_start(int abi, void* ctx, void** eh, void* descr, np_start_fn own) {
   if (NP_UNLIKELY(eh == NULL || descr == NULL)) return own(ctx, eh, descr);
   const np_descr_any* d = (const np_descr_any*)descr;
@@ -772,12 +919,15 @@ npabi_result_t np_chain_start(int abi, void* ctx, void** eh, void* descr, np_sta
   np_descr_any mine;
   own(ctx, eh, (void*)np_own_view(abi, bit, d, &mine));
   if (NP_UNLIKELY(!__atomic_load_n(&np_ch.live, __ATOMIC_ACQUIRE))) return NPABI_SUCCESS;
+  np_thread* t = np_chain_enter();
+  if (t == NULL) return NPABI_SUCCESS;
   uint64_t h = (uint64_t)(uintptr_t)*eh;
   void* ch = NULL;
+  uint32_t idx = NP_PXN_COMM;
   if ((__atomic_load_n(&np_ch.fwd, __ATOMIC_RELAXED) & bit) && (bit & (bit - 1)) == 0) {
     np_descr_any theirs;
     void* cctx;
-    if (np_chain_ctx(ctx, np_is_pxn(bit, d), &cctx) && np_chain_descr(abi, bit, d, &theirs)) {
+    if (np_chain_ctx(ctx, np_is_pxn(bit, d), &cctx, &idx) && np_chain_descr(abi, bit, d, &theirs)) {
       npabi_result_t r =
           ((npabi_result_t(*)(void*, void**, void*))np_ch.t->startEvent)(cctx, &ch, &theirs);
       if (NP_UNLIKELY(r != NPABI_SUCCESS)) {
@@ -786,7 +936,8 @@ npabi_result_t np_chain_start(int abi, void* ctx, void** eh, void* descr, np_sta
       }
     }
   }
-  np_chain_keep(h, ch, np_captured(abi, bit, d), eh);
+  np_chain_keep(h, ch, idx, np_captured(abi, bit, d), eh);
+  np_leave(t);
   return NPABI_SUCCESS;
 }
 
@@ -794,10 +945,14 @@ npabi_result_t np_chain_stop(void* eh, npabi_stop_fn own) {
   uint64_t h = (uint64_t)(uintptr_t)eh;
   if (!np_is_tag(h)) own(eh);
   void* ch;
-  if (__atomic_load_n(&np_ch.live, __ATOMIC_ACQUIRE) && np_chain_find(h, &ch) == NP_FOUND && ch) {
+  if (!__atomic_load_n(&np_ch.live, __ATOMIC_ACQUIRE)) return NPABI_SUCCESS;
+  np_thread* t = np_chain_enter();
+  if (t == NULL) return NPABI_SUCCESS;
+  if (np_chain_find(h, &ch) == NP_FOUND && ch) {
     npabi_result_t r = np_ch.t->stopEvent(ch);
     if (NP_UNLIKELY(r != NPABI_SUCCESS)) np_chain_error(r, "stopEvent");
   }
+  np_leave(t);
   return NPABI_SUCCESS;
 }
 
@@ -828,15 +983,17 @@ npabi_result_t np_chain_record(int layout, void* eh, npabi_state_t s, void* args
   uint64_t h = (uint64_t)(uintptr_t)eh;
   if (!np_is_tag(h)) own(eh, s, args);
   void* ch;
-  if (!__atomic_load_n(&np_ch.live, __ATOMIC_ACQUIRE) || np_chain_find(h, &ch) != NP_FOUND ||
-      ch == NULL)
-    return NPABI_SUCCESS;
+  if (!__atomic_load_n(&np_ch.live, __ATOMIC_ACQUIRE)) return NPABI_SUCCESS;
+  np_thread* t = np_chain_enter();
+  if (t == NULL) return NPABI_SUCCESS;
   np_args_any buf;
   int skip;
-  void* a = np_chain_args(layout, s, args, &buf, &skip);
-  if (skip) return NPABI_SUCCESS;
-  npabi_result_t r =
-      ((npabi_result_t(*)(void*, npabi_state_t, void*))np_ch.t->recordEventState)(ch, s, a);
-  if (NP_UNLIKELY(r != NPABI_SUCCESS)) np_chain_error(r, "recordEventState");
+  if (np_chain_find(h, &ch) == NP_FOUND && ch != NULL) {
+    void* a = np_chain_args(layout, s, args, &buf, &skip);
+    npabi_result_t r = skip ? NPABI_SUCCESS :
+        ((npabi_result_t(*)(void*, npabi_state_t, void*))np_ch.t->recordEventState)(ch, s, a);
+    if (NP_UNLIKELY(r != NPABI_SUCCESS)) np_chain_error(r, "recordEventState");
+  }
+  np_leave(t);
   return NPABI_SUCCESS;
 }

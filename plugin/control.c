@@ -9,6 +9,7 @@
  * metrics flush) goes through the pointer the Go side registered when it started.
  */
 #define _GNU_SOURCE
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -102,6 +103,9 @@ static const char* const np_counter_names[NP_C_COUNT] = {
     [NP_C_STALE_CONTEXT] = "stale_context",
     [NP_C_STALE_FINALIZE] = "stale_finalize",
     [NP_C_AFTER_FINALIZE] = "after_finalize",
+    [NP_C_OPS_RETIRED] = "proxyops_retired",
+    [NP_C_OPS_RETIRED_OLD] = "proxyops_retired_old",
+    [NP_C_STEP_RESTARTS] = "step_restarts",
 };
 static const char* const np_stat_names[NP_S_COUNT] = {
     [NP_S_TRACE_FILES] = "trace_files",
@@ -156,10 +160,12 @@ NP_API int ncclprof_flush(int timeout_ms) {
 
 /* Writes this process's hang dump (ncclprof-hang-<host>-<pid>.json in NCCLPROF_OUTPUT_DIR: what
  * is in flight inside NCCL now, docs/hang.md) at once, e.g. from a PyTorch timeout handler before
- * the process is torn down. Waits up to 10 s for the drainer. Returns 0 when written, 1 if it
- * could not be written or timed out, 2 when no drainer runs (no communicator yet, or the plugin
- * turned itself off), 3 in a forked child. */
+ * the process is torn down. Waits up to 10 s for the drainer. Returns 0 when written, 1 when the
+ * drainer did not answer in time, 2 when no drainer runs (no communicator yet, or the plugin
+ * turned itself off), 3 in a forked child, 4 when the dump could not be written (the reason:
+ * ncclprof_dump_error()). */
 static uint64_t np_dump_req, np_dump_ack, np_dump_status;
+static char np_dump_why[512]; /* written before the acknowledgement that publishes it */
 static int np_dumped(void* want) {
   return __atomic_load_n(&np_dump_ack, __ATOMIC_ACQUIRE) >= *(uint64_t*)want || !np_drain_live();
 }
@@ -169,13 +175,22 @@ NP_API int ncclprof_dump_inflight(void) {
   uint64_t want = __atomic_add_fetch(&np_dump_req, 1, __ATOMIC_ACQ_REL);
   np_kick();
   if (!np_wait_until(np_dumped, &want, 10000 * 1000000ull) || !np_drain_live()) return 1;
-  return __atomic_load_n(&np_dump_status, __ATOMIC_ACQUIRE) ? 1 : 0;
+  return __atomic_load_n(&np_dump_status, __ATOMIC_ACQUIRE) ? 4 : 0;
+}
+
+/* Why the last dump request failed (return value 4 of ncclprof_dump_inflight); "" if none did. */
+NP_API const char* ncclprof_dump_error(void) {
+  return __atomic_load_n(&np_dump_status, __ATOMIC_ACQUIRE) ? np_dump_why : "";
 }
 
 /* Drainer side: the dump request to serve (0 if none), and its acknowledgement with status. */
 uint64_t np_dump_pending(void) {
   uint64_t r = __atomic_load_n(&np_dump_req, __ATOMIC_ACQUIRE);
   return r > __atomic_load_n(&np_dump_ack, __ATOMIC_ACQUIRE) ? r : 0;
+}
+void np_dump_failed(uint64_t req, const char* why) {
+  (void)req;
+  snprintf(np_dump_why, sizeof np_dump_why, "%s", why ? why : "");
 }
 void np_dump_done(uint64_t req, int failed) {
   __atomic_store_n(&np_dump_status, (uint64_t)failed, __ATOMIC_RELEASE);

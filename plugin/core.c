@@ -34,6 +34,7 @@ int np_clock = NP_CLOCK_MONO;
 int np_fence_mode = 1;
 uint32_t np_record_mask;
 uint32_t np_detail_on;
+uint64_t np_coarse_tsc;
 uint32_t np_sample_n;
 uint64_t np_dropped_type[NP_T_COUNT];
 uint64_t np_trace_dropped_type[NP_T_COUNT];
@@ -136,8 +137,10 @@ static uint64_t np_env_u64(const char* name, uint64_t def, uint64_t lo, uint64_t
   const char* s = getenv(name);
   if (s == NULL || *s == 0) return def;
   char* end;
+  errno = 0;
   unsigned long long v = strtoull(s, &end, 0);
-  if (end == s || *end != 0 || v < lo || v > hi) {
+  /* strtoull accepts a sign and wraps: "-18446744073709551612" would read as 4 */
+  if (end == s || *end != 0 || errno != 0 || strchr(s, '-') || v < lo || v > hi) {
     np_logf(NPABI_LOG_WARN, "%s=%s is not a number in [%llu, %llu]; using %llu", name, s,
             (unsigned long long)lo, (unsigned long long)hi, (unsigned long long)def);
     return def;
@@ -148,7 +151,7 @@ static uint64_t np_env_u64(const char* name, uint64_t def, uint64_t lo, uint64_t
 /* Per-communicator memory besides the windows: arena, transfer sums, lost operations. */
 static uint64_t np_fixed_bytes(void) {
   return (uint64_t)np_cfg.ncells * sizeof(np_cell) + NP_XFER_BUCKETS * sizeof(np_xbucket) +
-         NP_LOST_KEYS * sizeof(np_lost);
+         NP_LOST_KEYS * sizeof(np_lost) + NP_RETIRE_RING * sizeof(uint64_t);
 }
 
 static void np_read_config(void) {
@@ -381,6 +384,7 @@ static int np_map_comm(np_comm* c, uint32_t idx) {
   c->cells = (np_cell*)((char*)m + wbytes);
   c->xfer = (np_xbucket*)(c->cells + c->ncells);
   c->lost = (np_lost*)(c->xfer + NP_XFER_BUCKETS);
+  c->rq = (uint64_t*)(c->lost + NP_LOST_KEYS);
   /* Cell generations start random, like window epochs: a made-up handle (a small integer, a
    * corrupted pointer) then names a live cell with probability 2^-30, not because every
    * cell's first generation is 0. */
@@ -393,7 +397,7 @@ static int np_map_comm(np_comm* c, uint32_t idx) {
   return 1;
 }
 
-static int np_quiesce(void);
+int np_quiesce(void);
 
 
 /* Starts a new incarnation of a communicator entry: fresh epochs and cell generations
@@ -435,6 +439,8 @@ static void np_open_comm(np_comm* c) {
     __atomic_store_n(&c->cells[i].gs, (gs | 1) + 1, __ATOMIC_RELEASE);
   }
   __atomic_store_n(&c->cursor, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->rq_head, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->rq_tail, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&c->trig_left, 0, __ATOMIC_RELAXED);
   if (c->p2p_ord) memset(c->p2p_ord, 0, c->p2p_bytes);
   memset(c->xfer, 0, NP_XFER_BUCKETS * sizeof(np_xbucket));
@@ -799,7 +805,7 @@ void np_net_start_payload(np_event* ev, const void* data) { np_copy_net_payload(
 
 /* A state of a ProxyOp or ProxyStep in flight (the inline path takes most step states). */
 void np_cell_state(np_cell* cell, int state, uint64_t a0, int has_args, uint64_t now) {
-  cell->nstates++;
+  __atomic_store_n(&cell->nstates, (uint16_t)(cell->nstates + 1), __ATOMIC_RELAXED);
   if (cell->type == NP_T_PROXY_STEP) {
     int k = np_step_cell(state);
     if (k >= 0) {
@@ -839,6 +845,7 @@ uint64_t np_op_running_total(void* handle, int state, uint64_t total) {
   if (cell != NULL && cell->type == NP_T_PROXY_OP) {
     uint64_t had = cell->u.op.prog.trans_size;
     added = total > had ? total - had : 0;
+    if (cell->u.op.record == 0) np_op_record(c, t, cell, h); /* its first sign of life */
     np_cell_state(cell, state, total, 1, np_ticks());
   } else if (c != NULL) {
     np_count(NP_C_STALE_HANDLE);
@@ -874,11 +881,37 @@ static void np_step_record(np_comm* c, np_thread* t, const np_cell* s, uint64_t 
                    __ATOMIC_RELEASE);
 }
 
+/* A ProxyOp's record in the operation windows (how the drainer links it to its operation),
+ * written at its first sign of life (a state, a step, its stop) rather than at its start: a
+ * ProxyOp NCCL never reports on (CollNet, P2P/SHM copy engine: docs/nccl-patterns.md) then
+ * costs no record, and its operation completes without it. The record keeps the start time. */
+void np_op_record(np_comm* c, np_thread* t, np_cell* op, uint64_t h) {
+  uint64_t wh = 0, hdr = 0;
+  np_event* ev = np_slot_new(c, t, NP_T_PROXY_OP, op->abi, op->parent, op->rank, op->sflags, &wh, &hdr);
+  if (ev == NULL) { /* its steps still count: the cell has what they need */
+    __atomic_store_n(&op->u.op.record, NP_H_DROPPED, __ATOMIC_RELAXED);
+    np_count_drop(c, NP_T_PROXY_OP);
+    return;
+  }
+  ev->t_start = op->t_start;
+  memset(&ev->u.op, 0, sizeof ev->u.op);
+  ev->u.op.arena = h;
+  ev->u.op.pid = op->u.op.pid;
+  ev->u.op.channel = op->channel;
+  ev->u.op.peer = op->peer;
+  ev->u.op.nsteps = op->u.op.nsteps;
+  ev->u.op.chunk = op->chunk;
+  ev->u.op.is_send = op->is_send;
+  __atomic_store_n(&ev->hdr, hdr, __ATOMIC_RELEASE);
+  __atomic_store_n(&op->u.op.record, wh, __ATOMIC_RELAXED); /* np_op_retire reads it */
+}
+
 /* A ProxyOp stopped: its record in the operation windows gets the stop and what the cell
  * gathered, in place while its window accepts writes, else as a late record. */
-static void np_op_finish(np_comm* c, np_thread* t, const np_cell* op, uint64_t h, uint64_t now) {
+static void np_op_finish(np_comm* c, np_thread* t, np_cell* op, uint64_t h, uint64_t now) {
+  if (op->u.op.record == 0) np_op_record(c, t, op, h); /* stopped without a state or a step */
   uint64_t rec = op->u.op.record;
-  if (rec == 0) return; /* it got no slot (counted when it started) */
+  if (rec == NP_H_DROPPED) return; /* it got no slot (counted) */
   np_event* ev = np_slot_of(c, rec, 0);
   if (ev == NULL || np_ev_type(ev) != NP_T_PROXY_OP) {
     np_late(c, t, h, NP_LATE_STOP, 0, 0, 0, op);
@@ -888,6 +921,58 @@ static void np_op_finish(np_comm* c, np_thread* t, const np_cell* op, uint64_t h
   ev->nstates = op->nstates;
   ev->t_stop = now;
   __atomic_store_n(&ev->done, 1, __ATOMIC_RELEASE);
+}
+
+/* Retires a ProxyOp NCCL will never stop, if it is one: no state and no step since it started
+ * (net.cc records InProgress and starts steps on its first pass over an operation, so a
+ * ProxyOp of net.cc's that had passes has both; one without has no record either). A
+ * compare-and-swap frees the generation its handle names, so a cell stopped or reused
+ * meanwhile is left alone. The fields are read atomically: the generation was checked first,
+ * but another thread may be reusing the cell as they are read (never under NCCL, whose proxy
+ * thread alone starts and stops a communicator's ProxyOps). */
+static void np_op_retire(np_comm* c, np_thread* t, np_cell* op, uint64_t h, int counter) {
+  (void)c;
+  (void)t;
+  uint64_t gs = __atomic_load_n(&op->gs, __ATOMIC_ACQUIRE);
+  if (!(gs & 1) || ((uint32_t)(gs >> 1) & NP_GEN_MASK) != np_h_gen(h)) return;
+  if (__atomic_load_n(&op->type, __ATOMIC_RELAXED) != NP_T_PROXY_OP ||
+      __atomic_load_n(&op->nstates, __ATOMIC_RELAXED) != 0 ||
+      __atomic_load_n(&op->u.op.record, __ATOMIC_RELAXED) != 0)
+    return;
+  if (!__atomic_compare_exchange_n(&op->gs, &gs, gs + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+    return;
+  np_count(counter);
+}
+
+/* A ProxyOp stopped after it started at `started`: net.cc progressed it to the end, so every
+ * ProxyOp this communicator's proxy thread started before it has had progress passes since,
+ * and the operations they belong to are over (a later operation's network work completed).
+ * Those still without a state or a step are none of net.cc's: they are retired. */
+static void np_retire_due(np_comm* c, np_thread* t, uint64_t started) {
+  uint32_t head = __atomic_load_n(&c->rq_head, __ATOMIC_RELAXED);
+  uint32_t n = __atomic_load_n(&c->rq_tail, __ATOMIC_RELAXED) - head;
+  /* Callers racing on one communicator (never NCCL's one proxy thread) can make the two
+   * indexes disagree: at most one lap is looked at, so the loop is bounded whatever they read. */
+  if (n > NP_RETIRE_RING) n = NP_RETIRE_RING;
+  for (; n > 0; n--, head++) {
+    uint64_t h = __atomic_load_n(&c->rq[head & (NP_RETIRE_RING - 1)], __ATOMIC_ACQUIRE);
+    np_cell* op = np_cell_of(c, h);
+    if (op != NULL && __atomic_load_n(&op->t_start, __ATOMIC_RELAXED) > started)
+      break; /* started after the evidence */
+    if (op != NULL) np_op_retire(c, t, op, h, NP_C_OPS_RETIRED);
+  }
+  __atomic_store_n(&c->rq_head, head, __ATOMIC_RELAXED);
+}
+
+/* The ring is full: its oldest ProxyOp has seen NP_RETIRE_RING others start after it and no
+ * ProxyOp stop (a communicator whose every operation is CollNet, say). Retired if it still has
+ * no state and no step; counted apart, since no stop proved its operation over. */
+void np_retire_oldest(np_comm* c, np_thread* t) {
+  uint32_t head = __atomic_load_n(&c->rq_head, __ATOMIC_RELAXED);
+  uint64_t h = __atomic_load_n(&c->rq[head & (NP_RETIRE_RING - 1)], __ATOMIC_ACQUIRE);
+  np_cell* op = np_cell_of(c, h);
+  if (op != NULL) np_op_retire(c, t, op, h, NP_C_OPS_RETIRED_OLD);
+  __atomic_store_n(&c->rq_head, head + 1, __ATOMIC_RELAXED);
 }
 
 /* stopEvent of a ProxyOp or ProxyStep: fold, record where wanted, free the cell. */
@@ -901,10 +986,14 @@ void np_cell_stop(np_comm* c, np_thread* t, np_cell* cell, uint64_t h, uint64_t 
      * steps of operations sampled for the sampled trace. */
     if (__atomic_load_n(&np_detail_on, __ATOMIC_RELAXED) || (cell->sflags & NP_F_SAMPLE_BITS))
       np_step_record(c, t, cell, h, now);
-  } else {
-    np_op_finish(c, t, cell, h, now);
+    np_cell_free(cell);
+    return;
   }
+  uint64_t started = cell->t_start;
+  np_op_finish(c, t, cell, h, now);
   np_cell_free(cell);
+  if (__atomic_load_n(&c->rq_head, __ATOMIC_RELAXED) != __atomic_load_n(&c->rq_tail, __ATOMIC_RELAXED))
+    np_retire_due(c, t, started);
 }
 
 /* A Coll or P2p that found no slot: its count goes into the lost-operation table, keyed like
@@ -1002,7 +1091,7 @@ static int np_has_open(np_window* w, uint32_t epoch, uint32_t nslots) {
 
 /* Waits until no thread is inside a callback that began before the windows were sealed.
  * Returns 0 if some thread stayed inside longer than the bound (try again next poll). */
-static int np_quiesce(void) {
+int np_quiesce(void) {
 #if !defined(NP_TSAN)
   if (!np_fence_mode) syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
   else __atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -1092,6 +1181,7 @@ static int np_poll_set(np_comm* c, uint32_t i, uint32_t set, int fin, uint64_t n
 
 int np_poll(np_ready* out, int max, int flush, int set_mask) {
   uint64_t now = np_ticks();
+  __atomic_store_n(&np_coarse_tsc, now, __ATOMIC_RELAXED); /* np_step_clock */
   int n = 0;
   uint32_t hwm = __atomic_load_n(&np_comms_hwm, __ATOMIC_ACQUIRE);
   /* The PXN communicator is never finalized by NCCL: it is flushed whenever one is, so other

@@ -21,8 +21,9 @@
  *     (per rank pair, channel and size: count, bytes, Σtime, Σtime², min and max) and into its
  *     ProxyOp's cell; the metrics and fits need nothing else, so steps never reach the drainer
  *     unless a trace wants them. A ProxyOp also has a record in the operation windows (written
- *     at start, completed at stop with its progress), which is how the drainer links it to its
- *     operation.
+ *     at its first state, step or stop, completed at stop with its progress), which is how
+ *     the drainer links it to its operation; one NCCL never reports on (CollNet) has none, and
+ *     its cell is retired once a later ProxyOp stops (docs/nccl-patterns.md).
  *   - Detail events (ProxySteps copied whole at their stop, NetPlugin, ProxyCtrl) are recorded
  *     only while a trace window is open (np_detail_on), into the communicator's DETAIL windows.
  *     Those may overflow under a flood: dropped, counted per type, and the trace says so.
@@ -78,6 +79,7 @@
 #define NP_MAX_CELLS (1u << 16) /* arena cells per communicator (22 handle bits available) */
 #define NP_XFER_BUCKETS 4096    /* transfer sums per communicator (a power of two) */
 #define NP_LOST_KEYS 64         /* operation keys of the lost-operation table */
+#define NP_RETIRE_RING 1024     /* ProxyOps per communicator awaiting evidence (a power of two) */
 #define NP_SET_OP 0             /* window sets */
 #define NP_SET_DETAIL 1
 #define NP_SLOT_BYTES 128
@@ -309,6 +311,9 @@ enum {
   NP_C_STALE_CONTEXT,  /* callbacks naming the context of a communicator already finalized */
   NP_C_STALE_FINALIZE, /* finalize of such a context (its entry may serve another now): ignored */
   NP_C_AFTER_FINALIZE, /* events started on a communicator being finalized: not recorded */
+  NP_C_OPS_RETIRED,    /* ProxyOps NCCL never stopped, retired once a later ProxyOp stopped */
+  NP_C_OPS_RETIRED_OLD,/* ... retired after NP_RETIRE_RING later ones started (no stop seen) */
+  NP_C_STEP_RESTARTS,  /* ProxySteps started again over the same step (net.cc): cell reused */
   NP_C_COUNT
 };
 
@@ -431,11 +436,16 @@ void np_stat_set(int i, uint64_t v);
 /* Flush requests from the control API: the one to serve (0: none), and its completion. */
 uint64_t np_flush_pending(void);
 void np_flush_done(uint64_t req);
+/* Waits until no thread is inside a callback begun before the call (about 20 ms per thread at
+ * most); 0 when one stayed longer (counted). The drainer's grace period; chain.c's finalize. */
+int np_quiesce(void);
 /* Failures of a chained plugin (NCCLPROF_CHAIN, chain.c), said once through NCCL's logger. */
 void np_chain_report(void);
 /* Hang-dump requests (ncclprof_dump_inflight): the one to serve, and its completion. */
 uint64_t np_dump_pending(void);
 void np_dump_done(uint64_t req, int failed);
+/* Why a dump request failed (a write error): kept for ncclprof_dump_error(). */
+void np_dump_failed(uint64_t req, const char* why);
 void np_set_tick_rate(double ticks_per_ns);
 /* Logs through NCCL's logger when one was given (warnings the drainer raises). */
 void np_log(int level, const char* msg);

@@ -172,6 +172,9 @@ func (d *drain) run() {
 			err := dog.request(now)
 			if err != nil {
 				warnf("hang dump requested but not written: %v", err)
+				why := C.CString(err.Error())
+				C.np_dump_failed(C.uint64_t(dumpReq), why)
+				C.free(unsafe.Pointer(why))
 			}
 			C.np_dump_done(C.uint64_t(dumpReq), C.int(b2i(err != nil)))
 		}

@@ -28,7 +28,7 @@
 
 #include <stdint.h>
 
-#define NP_DRAIN_API_VERSION 3
+#define NP_DRAIN_API_VERSION 4
 
 #define NP_DRAIN_API(NP_FN, NP_PROC)                                                         \
   NP_PROC(np_wait, (int timeout_ms), (timeout_ms))                                           \
@@ -78,7 +78,8 @@
   NP_FN(const char*, ncclprof_counter_name, (int i), (i))                                    \
   NP_FN(const char*, ncclprof_stat_name, (int i), (i))                                       \
   NP_FN(uint32_t, np_sample_every, (void), ())                                               \
-  NP_PROC(np_trigger, (uint32_t i, uint64_t incarnation, uint32_t k), (i, incarnation, k))
+  NP_PROC(np_trigger, (uint32_t i, uint64_t incarnation, uint32_t k), (i, incarnation, k))   \
+  NP_PROC(np_dump_failed, (uint64_t req, const char* why), (req, why))
 
 /* The table: a version, its size, the process-wide counters, then one pointer per entry. */
 #define NP_API_FIELD_FN(ret, name, params, args) ret(*name) params;

@@ -10,8 +10,9 @@ import "C"
 import (
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
+
+	"github.com/ncclprof/ncclprof/internal/envnum"
 )
 
 // syncEnv makes Go's view of the environment match the process's. A Go c-shared runtime copies
@@ -50,12 +51,13 @@ func isPluginSetting(k string) bool {
 	return strings.HasPrefix(k, "NCCLPROF_") || strings.HasPrefix(k, "OTEL_")
 }
 
-// goMaxProcs is NCCLPROF_GOMAXPROCS, default 2: with 8 ranks per node each rank's Go runtime
-// would size itself to the whole node; the drainer needs little. Setting it also stops the
-// runtime's periodic re-sizing.
+// goMaxProcs is NCCLPROF_GOMAXPROCS, default 2, at most 256: with 8 ranks per node each rank's
+// Go runtime would size itself to the whole node; the drainer needs little. Setting it also
+// stops the runtime's periodic re-sizing.
 func goMaxProcs() int {
-	if v, err := strconv.Atoi(os.Getenv("NCCLPROF_GOMAXPROCS")); err == nil && v > 0 {
-		return v
+	n, msg := envnum.Int("NCCLPROF_GOMAXPROCS", os.Getenv("NCCLPROF_GOMAXPROCS"), 2, 1, 256)
+	if msg != "" {
+		warnf("%s", msg)
 	}
-	return 2
+	return int(n)
 }

@@ -11,10 +11,12 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
 	"github.com/ncclprof/ncclprof/internal/aggregate"
+	"github.com/ncclprof/ncclprof/internal/envnum"
 	"github.com/ncclprof/ncclprof/internal/event"
 	"github.com/ncclprof/ncclprof/internal/hang"
 )
@@ -38,12 +40,26 @@ type watchdog struct {
 	logged   bool      // the one line through NCCL's logger was written
 
 	cells []C.np_open_cell // arena scan buffer (C memory)
+	out   hang.Writer
 }
 
 // How often the watchdog looks: hangs are timed in seconds, so four times a second is plenty.
 const (
 	watchEvery = 250 * time.Millisecond
 	ghostEvery = time.Second
+)
+
+// What a hang costs at most. A real hang leaves a few operations per communicator in flight;
+// stops that never come (a bug, a lost event) leave a stream of them, which must not grow the
+// job (issue 23: 599,368 operations held, 310 MB in one dump, the job +2 GB).
+const (
+	// holdMax: operations per communicator held past the aggregator's MaxAgeNs for the watchdog;
+	// with more pending, none is (counted in the summaries' health.not_held).
+	holdMax = 4096
+	// listedMax: open operations listed in one dump, shared by its communicators (each lists
+	// its oldest, at least listedMin); the rest are counted in health.ops_not_listed.
+	listedMax = 8192
+	listedMin = 16
 )
 
 func newWatchdog(d *drain) *watchdog {
@@ -54,20 +70,22 @@ func newWatchdog(d *drain) *watchdog {
 	if w.timeout > 0 {
 		// Pending work must outlive the timeout (and one rewrite) to be seen in a dump.
 		d.agg.HoldNs = float64(2*w.timeout + 5*time.Second)
+		d.agg.HoldMax = holdMax
 	}
 	return w
 }
 
-// hangTimeout is NCCLPROF_HANG_TIMEOUT_S: seconds (fractions allowed), default 60, 0 off.
+// hangTimeout is NCCLPROF_HANG_TIMEOUT_S: seconds (fractions allowed) in [1, 86400], default
+// 60, 0 off. Below a second the watchdog (which looks four times a second) would rewrite dumps
+// continuously; NaN and infinities are refused like any other non-number.
 func hangTimeout() time.Duration {
 	v := os.Getenv("NCCLPROF_HANG_TIMEOUT_S")
-	if v == "" {
-		return 60 * time.Second
+	if s, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && s == 0 {
+		return 0
 	}
-	s, err := strconv.ParseFloat(v, 64)
-	if err != nil || s < 0 || s > 86400 {
-		warnf("NCCLPROF_HANG_TIMEOUT_S=%s is not a number of seconds in [0, 86400]; using 60", v)
-		return 60 * time.Second
+	s, msg := envnum.Float("NCCLPROF_HANG_TIMEOUT_S", v, 60, 1, 86400)
+	if msg != "" {
+		warnf("%s (0 turns the watchdog off)", msg)
 	}
 	return time.Duration(s * float64(time.Second))
 }
@@ -148,17 +166,22 @@ func (w *watchdog) write(reason string, now time.Time) (string, error) {
 		d.Health.EventsDropped += uint64(n)
 	}
 	d.Health.CommsNotTracked = counters()["init_disabled"]
-	for _, c := range w.d.liveComms() {
-		d.Comms = append(d.Comms, w.comm(c))
+	comms := w.d.liveComms()
+	limit := max(listedMin, listedMax/max(1, len(comms)))
+	for _, c := range comms {
+		hc, cut := w.comm(c, limit)
+		d.Comms = append(d.Comms, hc)
+		d.Health.OpsNotListed += cut
 	}
-	return hang.Write(outputDir(), d)
+	w.out.Dir = outputDir()
+	return w.out.Write(d) // its own name, claimed by the first dump (never another process's)
 }
 
-// comm is one communicator's part of a dump: its progress, and each operation in flight with
-// its kernel channels, its stopped ProxyOps (from records) and its open ones (from the arena,
-// with the state each open step is in and since when).
-func (w *watchdog) comm(c aggregate.Comm) hang.Comm {
-	prog, open := w.d.agg.InFlight(c)
+// comm is one communicator's part of a dump: its progress, and each operation in flight (the
+// limit oldest; how many more, returned) with its kernel channels, its stopped ProxyOps (from
+// records) and its open ones (from the arena, with the state each open step is in and since when).
+func (w *watchdog) comm(c aggregate.Comm, limit int) (hang.Comm, uint64) {
+	prog, open, cut := w.d.agg.InFlight(c, limit)
 	hc := hang.Comm{Hash: hang.FormatHash(c.Hash), Name: c.Name, Rank: c.Rank, NRanks: c.NRanks,
 		NNodes: c.NNodes, ABI: c.ABI, OpsCompleted: prog.Ops}
 	for f, d := range prog.ByFunc {
@@ -174,7 +197,7 @@ func (w *watchdog) comm(c aggregate.Comm) hang.Comm {
 	for _, o := range open {
 		hc.Open = append(hc.Open, w.op(o, ops[o.Handle], steps))
 	}
-	return hc
+	return hc, cut
 }
 
 // scan reads the communicator's arena: ProxyOps in flight by their operation's handle, and

@@ -80,13 +80,16 @@ typedef struct __attribute__((aligned(64))) np_cell {
       uint64_t trans_size; /* the transfer's own bytes (v1–v3: from the op's running total) */
       int32_t step;
       uint16_t npeerwait;
+      uint16_t nrestarts; /* starts of the same step that reused this cell (net.cc restarts) */
     } step;
     struct {
       uint64_t record; /* its record in the operation windows (0 if it got no slot) */
       np_op_progress prog;
       int32_t nsteps, pid;
+      uint64_t last_step; /* handle of its latest step (0: none yet, so no step activity) */
     } op;
   } u;
+  int32_t chunk; /* ProxyOp: chunkSize, for its record */
 } np_cell;
 _Static_assert(sizeof(np_cell) == 128, "np_cell is 128 bytes");
 
@@ -144,6 +147,11 @@ typedef union np_comm {
     uint64_t* p2p_ord;
     size_t p2p_bytes;
     uint32_t cursor __attribute__((aligned(64))); /* next arena cell: its own cache line */
+    /* ProxyOps NCCL may never stop (receive side: CollNet, P2P/SHM copy engine), in start
+     * order: a ring of cell handles (NP_RETIRE_RING) read and written only by the thread that
+     * starts and stops the communicator's ProxyOps (NCCL's proxy thread), on this same line. */
+    uint32_t rq_head, rq_tail;
+    uint64_t* rq;
     np_wset set[2] __attribute__((aligned(64))); /* NP_SET_OP, NP_SET_DETAIL */
   };
   uint8_t bytes_[4096];
@@ -207,6 +215,7 @@ extern NP_HIDDEN int np_clock;      /* NP_CLOCK_* */
 extern NP_HIDDEN int np_fence_mode; /* 1: no membarrier, writers fence */
 extern NP_HIDDEN uint32_t np_record_mask;
 extern NP_HIDDEN uint32_t np_detail_on; /* detail events are recorded (a trace wants them) */
+extern NP_HIDDEN uint64_t np_coarse_tsc; /* the clock at the drainer's last pass (0: none yet) */
 extern NP_HIDDEN uint32_t np_sample_n;  /* NCCLPROF_TRACE_SAMPLE (0: off); set once, at setup */
 extern NP_HIDDEN uint64_t np_dropped_type[NP_T_COUNT];
 extern NP_HIDDEN uint64_t np_trace_dropped_type[NP_T_COUNT];
@@ -230,6 +239,22 @@ NP_HOT uint64_t np_ticks(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The time of a ProxyStep moment no figure is computed from (its start, SendGPUWait,
+ * SendPeerWait, RecvWait, RecvFlushWait, RecvGPUWait): the drainer's clock,
+ * read at its last pass (a few ms at most; a hang dump's "in this state since" needs no more),
+ * which saves the counter read that is most of a callback's cost. Read exactly when the step
+ * is recorded whole (a trace wants detail, or sampled tracing chose its operation) and before
+ * the drainer's first pass. A send's SendWait and stop, whose difference is its transfer time,
+ * and every stop (its ProxyOp's latest activity, which says when a ProxyOp NCCL leaves
+ * unstopped finished its steps) always read the counter. */
+NP_HOT uint64_t np_step_clock(uint16_t sflags) {
+  uint64_t t = __atomic_load_n(&np_coarse_tsc, __ATOMIC_RELAXED);
+  if (NP_LIKELY(t != 0) && !(sflags & NP_F_SAMPLE_BITS) &&
+      !__atomic_load_n(&np_detail_on, __ATOMIC_RELAXED))
+    return t;
+  return np_ticks();
 }
 
 /* Enter/leave a callback. Between them the drainer will not read a window this thread may
@@ -338,6 +363,32 @@ NP_HOT int np_is_detail_type(int type) {
   return type == NP_T_PROXY_STEP || type == NP_T_NET_PLUGIN || type == NP_T_PROXY_CTRL;
 }
 
+/* Slots this many events ahead of the one being claimed are fetched for writing now. */
+#define NP_PREFETCH_AHEAD 4
+
+/* The slots the thread will write a few events from now (in its block, below `end`) are
+ * fetched now: their two lines each (which the drainer read a lap ago, or which left the
+ * cache as the windows cycled) then arrive while NCCL does its own work, instead of stalling
+ * the event that writes them. A fresh block (`fresh`) fetches its first slots at once. */
+NP_HOT void np_prefetch_write(const void* p) {
+#if defined(__x86_64__)
+  /* PREFETCHW: the line arrives owned, so the store that follows needs no second trip to
+   * take it from the drainer's core (a plain prefetch brings it shared). A no-op where the
+   * CPU lacks it. */
+  __asm__ __volatile__("prefetchw %0" : : "m"(*(const char*)p));
+#else
+  __builtin_prefetch(p, 1, 3);
+#endif
+}
+
+NP_HOT void np_slot_prefetch(np_window* w, uint32_t s, uint32_t end, int fresh) {
+  for (uint32_t k = fresh ? 1 : NP_PREFETCH_AHEAD; k <= NP_PREFETCH_AHEAD; k++) {
+    if (s + k >= end) return;
+    np_prefetch_write(&w->slots[s + k]);
+    np_prefetch_write((char*)&w->slots[s + k] + 64);
+  }
+}
+
 /* A slot in the current window of a communicator's set; the thread must have entered. */
 NP_HOT np_event* np_claim(np_comm* c, np_thread* t, uint32_t set, uint32_t* win, uint32_t* slot,
                           uint32_t* epoch) {
@@ -350,6 +401,7 @@ NP_HOT np_event* np_claim(np_comm* c, np_thread* t, uint32_t set, uint32_t* win,
     uint32_t st = NP_SE_STATE(se), ep = NP_SE_EPOCH(se);
     if (NP_UNLIKELY(st != NP_W_FILLING && st != NP_W_CLOSING)) continue; /* rotating */
     uint32_t s;
+    int fresh = 0;
     if (e->epoch == ep && e->win == wi && e->next < e->end) { /* epoch 0: no block */
       s = e->next++;
     } else {
@@ -365,9 +417,11 @@ NP_HOT np_event* np_claim(np_comm* c, np_thread* t, uint32_t set, uint32_t* win,
       e->win = wi;
       e->epoch = ep;
       e->next = s + 1;
+      fresh = 1;
       e->end = s + ws->block < ws->nslots ? s + ws->block : ws->nslots;
       if (NP_UNLIKELY(s < ws->trigger && s + ws->block >= ws->trigger)) np_rotate(c, set, wi);
     }
+    np_slot_prefetch(w, s, e->end, fresh);
     *win = wi;
     *slot = s;
     *epoch = ep;
@@ -577,8 +631,12 @@ NP_HOT uint16_t np_parent_sample(np_comm* c, uint64_t parent) {
 /* Claims a free arena cell (the thread has entered). Cells are handed out in blocks per
  * thread, so the shared cursor is written once per NP_CELL_BLOCK claims; a cell still in use
  * from a previous lap (a long transfer) is skipped. The compare-and-swap settles the rare case
- * of two threads holding the same block from different laps. Returns NULL when the arena is
- * full (every cell tried was in flight). */
+ * of two threads holding the same block from different laps. The block's next cell is fetched
+ * for writing as this one is claimed: the arena is walked a lap at a time, so a cell's lines
+ * have left the core's cache since it was last used, and would otherwise stall its claim.
+ * (A freed cell is not reused at once: a stop or state that races with its stop, from another
+ * thread, then still finds it stale, not another event's.) Returns NULL when the arena is full
+ * (every cell tried was in flight). */
 NP_HOT np_cell* np_cell_claim(np_comm* c, np_thread* t, uint64_t* handle) {
   np_acache* a = &t->acache[c->idx % NP_ACACHE];
   if (NP_UNLIKELY(a->comm != c->idx)) {
@@ -592,6 +650,11 @@ NP_HOT np_cell* np_cell_claim(np_comm* c, np_thread* t, uint64_t* handle) {
     }
     uint32_t i = a->next++ & (c->ncells - 1);
     np_cell* cell = &c->cells[i];
+    if (a->next != a->end) {
+      np_cell* n = &c->cells[a->next & (c->ncells - 1)];
+      np_prefetch_write(n);
+      np_prefetch_write((char*)n + 64);
+    }
     uint64_t gs = __atomic_load_n(&cell->gs, __ATOMIC_RELAXED);
     if (gs & 1) continue;
     if (__atomic_compare_exchange_n(&cell->gs, &gs, gs | 1, 0, __ATOMIC_ACQUIRE,
@@ -612,16 +675,53 @@ NP_HOT void np_cell_free(np_cell* cell) {
 /* Starts a cell event's common fields. */
 NP_HOT void np_cell_init(np_cell* cell, np_thread* t, int type, int abi, uint64_t parent,
                          int32_t rank, uint64_t now) {
-  cell->parent = parent;
-  cell->t_start = now;
+  /* parent, t_start, type and nstates are read by np_retire_due and np_step_restarted, which
+   * check a cell's generation first but may still race a thread that reuses it: relaxed
+   * atomics (plain moves) keep those reads defined. */
+  __atomic_store_n(&cell->parent, parent, __ATOMIC_RELAXED);
+  __atomic_store_n(&cell->t_start, now, __ATOMIC_RELAXED);
   cell->t_last = now;
   cell->tid = t->tid;
   cell->rank = rank;
-  cell->type = (uint8_t)type;
+  __atomic_store_n(&cell->type, (uint8_t)type, __ATOMIC_RELAXED);
   cell->abi = (uint8_t)abi;
-  cell->nstates = 0;
+  __atomic_store_n(&cell->nstates, 0, __ATOMIC_RELAXED);
   cell->sflags = 0;
   cell->last_state = -1;
+}
+
+/* ------------------------------------------------------------------- NCCL's patterns */
+
+/* A ProxyStep start for the step its ProxyOp started last, which has had no state since:
+ * net.cc's recvProxyProgress starts a receive step before checks that may postpone its irecv
+ * to a later pass, and starts it again there into the same handle slot (only the last handle
+ * gets states and the stop). Returns that step's handle (the cell is reused, its restarts
+ * counted), or 0 for a new step. */
+NP_HOT uint64_t np_step_restarted(np_comm* c, np_cell* op, uint64_t parent, int32_t step) {
+  uint64_t prev = op->u.op.last_step;
+  if (prev == 0) return 0;
+  np_cell* s = np_cell_of(c, prev);
+  if (s == NULL || __atomic_load_n(&s->type, __ATOMIC_RELAXED) != NP_T_PROXY_STEP ||
+      __atomic_load_n(&s->parent, __ATOMIC_RELAXED) != parent ||
+      __atomic_load_n(&s->u.step.step, __ATOMIC_RELAXED) != step ||
+      __atomic_load_n(&s->nstates, __ATOMIC_RELAXED) != 0)
+    return 0;
+  if (s->u.step.nrestarts != UINT16_MAX) s->u.step.nrestarts++;
+  np_count(NP_C_STEP_RESTARTS);
+  return prev;
+}
+
+void np_retire_oldest(np_comm* c, np_thread* t);
+
+/* Queues a ProxyOp that NCCL may never stop (np_retire_due decides). When the ring is full
+ * its oldest entry is decided first: NP_RETIRE_RING ProxyOps started after it. */
+NP_HOT void np_retire_push(np_comm* c, np_thread* t, uint64_t h) {
+  uint32_t tail = __atomic_load_n(&c->rq_tail, __ATOMIC_RELAXED);
+  if (NP_UNLIKELY(tail - __atomic_load_n(&c->rq_head, __ATOMIC_RELAXED) >= NP_RETIRE_RING))
+    np_retire_oldest(c, t);
+  /* Release: whoever retires the cell from here sees its start complete. */
+  __atomic_store_n(&c->rq[tail & (NP_RETIRE_RING - 1)], h, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->rq_tail, tail + 1, __ATOMIC_RELAXED);
 }
 
 /* ------------------------------------------------------------------- transfer sums */
@@ -714,6 +814,7 @@ void np_late(np_comm* c, np_thread* t, uint64_t h, uint32_t state, uint64_t a0, 
 void np_apply_state(np_event* ev, int state, uint64_t a0, uint64_t a1, int has_args,
                     uint64_t now);
 void np_cell_state(np_cell* cell, int state, uint64_t a0, int has_args, uint64_t now);
+void np_op_record(np_comm* c, np_thread* t, np_cell* op, uint64_t h);
 void np_cell_stop(np_comm* c, np_thread* t, np_cell* cell, uint64_t h, uint64_t now);
 
 /* Resolves a handle for stop/record, inside the active section: counts and returns NULL for
@@ -745,7 +846,7 @@ NP_HOT int np_step_fast(np_cell* s, int state, uint64_t a0, int has_args, uint64
   if ((unsigned)state >= 32) return 0;
   int cell = np_step_cells[state];
   if (cell < 0 || cell == NP_ST_SEND_PEER_WAIT) return 0;
-  s->nstates++;
+  __atomic_store_n(&s->nstates, (uint16_t)(s->nstates + 1), __ATOMIC_RELAXED);
   s->last_state = state;
   s->t_last = now;
   if (s->u.step.t_state[cell] == 0) s->u.step.t_state[cell] = now;
@@ -817,8 +918,11 @@ NP_HOT void np_state(void* handle, int state, uint64_t a0, uint64_t a1, int has_
     if (NP_UNLIKELY(cell == NULL)) {
       np_count(NP_C_STALE_HANDLE);
     } else {
-      uint64_t now = np_ticks();
-      if (!(cell->type == NP_T_PROXY_STEP && np_step_fast(cell, state, a0, has_args, now)))
+      int step = cell->type == NP_T_PROXY_STEP;
+      if (!step && cell->u.op.record == 0) np_op_record(c, t, cell, h); /* its first sign of life */
+      uint64_t now = step && state != NPABI_PROXY_STEP_SEND_WAIT ? np_step_clock(cell->sflags)
+                                                                 : np_ticks();
+      if (!(step && np_step_fast(cell, state, a0, has_args, now)))
         np_cell_state(cell, state, a0, has_args, now);
     }
     np_leave(t);

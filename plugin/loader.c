@@ -19,11 +19,20 @@
  * parent had started (or begun starting) one (a copied runtime without its threads must not be
  * entered, and a second one is not what anybody wants).
  *
+ * The Go library is checked before it is mapped (np_drain_file_ok): dlopen of a file cut short
+ * (a half-copied install) dies of SIGBUS when it touches a page past the end, and dlopen of a
+ * FIFO (or a file on a stalled mount) blocks while holding glibc's loader lock, which hangs
+ * every later dlopen and exit() of the process. So it must be a regular file, opened without
+ * blocking, whose ELF header, program headers, loaded segments and section headers all lie
+ * inside it. A file swapped between the check and dlopen, or a mount that stalls in between,
+ * is not covered.
+ *
  * The measured needs and the margins are in docs/loading.md.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -36,6 +45,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <link.h>
 
 #include "core.h"
 
@@ -173,6 +183,62 @@ static int np_resources_ok(void) {
   return 1;
 }
 
+/* ------------------------------------------------------------------- the drainer's file */
+
+/* Whether [off, off + len) lies inside a file of size bytes. */
+static int np_inside(uint64_t off, uint64_t len, uint64_t size) {
+  return off <= size && len <= size - off;
+}
+
+/* The bytes path's headers say it needs: the end of its furthest header or loaded segment;
+ * 0 when it is not an ELF object of this machine's class. */
+static uint64_t np_elf_needs(int fd, uint64_t size) {
+  ElfW(Ehdr) eh;
+  if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh) return sizeof eh;
+  int class = sizeof(void*) == 8 ? ELFCLASS64 : ELFCLASS32;
+  if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != class ||
+      eh.e_phentsize != sizeof(ElfW(Phdr)) || eh.e_phnum == 0 || eh.e_phnum > 256)
+    return 0;
+  uint64_t need = eh.e_phoff + (uint64_t)eh.e_phnum * sizeof(ElfW(Phdr));
+  uint64_t sh_end = eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize; /* at the file's end */
+  if (eh.e_shnum && sh_end > need) need = sh_end;
+  if (!np_inside(eh.e_phoff, (uint64_t)eh.e_phnum * sizeof(ElfW(Phdr)), size)) return need;
+  ElfW(Phdr) ph[256];
+  ssize_t want = (ssize_t)(eh.e_phnum * sizeof ph[0]);
+  if (pread(fd, ph, (size_t)want, (off_t)eh.e_phoff) != want) return need > size ? need : size + 1;
+  for (int i = 0; i < eh.e_phnum; i++) {
+    uint64_t end = ph[i].p_offset + ph[i].p_filesz;
+    if (ph[i].p_type == PT_LOAD && end > need) need = end;
+  }
+  return need;
+}
+
+/* Whether the drainer library at path can be given to dlopen without killing or hanging the
+ * process (see the top of this file); if not, why (for the one message). A file that does not
+ * exist is left to dlopen, whose own message says so. */
+static int np_drain_file_ok(const char* path, char* why, size_t cap) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return 1;
+  struct stat st;
+  int ok = 0;
+  if (fstat(fd, &st) != 0) {
+    snprintf(why, cap, "cannot read %s (%s)", path, strerror(errno));
+  } else if (!S_ISREG(st.st_mode)) {
+    snprintf(why, cap, "%s is not a regular file (a FIFO, device or directory in its place)", path);
+  } else {
+    uint64_t need = np_elf_needs(fd, (uint64_t)st.st_size);
+    if (need == 0)
+      snprintf(why, cap, "%s is not an ELF shared library of this machine", path);
+    else if (need > (uint64_t)st.st_size)
+      snprintf(why, cap, "%s is cut short (%lld bytes; its headers need %llu): a partial copy",
+               path, (long long)st.st_size, (unsigned long long)need);
+    else
+      ok = 1;
+  }
+  close(fd);
+  return ok;
+}
+
 /* ------------------------------------------------------------------- the loader thread */
 
 static void* np_loader_main(void* arg) {
@@ -181,6 +247,12 @@ static void* np_loader_main(void* arg) {
   if (start == NULL) {
     if (np_drain_path[0] == 0) {
       np_turn_off("cannot tell where this library lies, so cannot find %s beside it", NP_DRAIN_LIB);
+      return NULL;
+    }
+    char why[PATH_MAX + 128];
+    if (!np_drain_file_ok(np_drain_path, why, sizeof why)) {
+      np_turn_off("cannot load its drainer: %s. Install libnccl-profiler-ncclprof.so and "
+                  NP_DRAIN_LIB " of one build side by side", why);
       return NULL;
     }
     void* h = dlopen(np_drain_path, RTLD_NOW | RTLD_LOCAL);

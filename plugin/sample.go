@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/ncclprof/ncclprof/internal/aggregate"
+	"github.com/ncclprof/ncclprof/internal/envnum"
 	"github.com/ncclprof/ncclprof/internal/event"
 	"github.com/ncclprof/ncclprof/internal/quantile"
 )
@@ -63,13 +64,9 @@ func readSampleConfig() (cfg sampleConfig, ok bool) {
 		return cfg, false
 	}
 	mb := int64(defaultTraceMaxMB)
-	if s := os.Getenv("NCCLPROF_TRACE_MAX_MB"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || v < 1 || v > 1<<24 {
-			warnf("NCCLPROF_TRACE_MAX_MB=%s is not a number of MiB in [1, 16777216]; using %d", s, mb)
-		} else {
-			mb = v
-		}
+	mb, msg := envnum.Int("NCCLPROF_TRACE_MAX_MB", os.Getenv("NCCLPROF_TRACE_MAX_MB"), mb, 1, 1<<24)
+	if msg != "" {
+		warnf("%s (MiB)", msg)
 	}
 	cfg.maxBytes = mb << 20
 	spec := os.Getenv("NCCLPROF_TRACE_TRIGGER")

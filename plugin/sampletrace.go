@@ -36,6 +36,10 @@ type rotation struct {
 	lastBase int64      // baseTimeNanoseconds of the latest file
 	deleted  uint64     // files deleted to stay under the bound
 	failedAt time.Time
+	// floor: the current file's size once it announced the communicators carried over (its own
+	// metadata); events are what it holds beyond. warned: said that the metadata is large.
+	floor  int64
+	warned bool
 }
 
 type doneFile struct {
@@ -55,7 +59,7 @@ func (r *rotation) base(from int64) int64 {
 // opened notes a new file and deletes the oldest completed ones until they and a current file
 // of up to half the bound fit in the bound.
 func (r *rotation) opened(t *traceSink, base int64) {
-	r.lastBase = base
+	r.lastBase, r.floor = base, 0
 	limit := t.sample.cfg.maxBytes
 	for len(r.done) > 0 && r.onDisk()+limit/2 > limit {
 		f := r.done[0]
@@ -107,12 +111,16 @@ func (t *traceSink) write(c aggregate.Comm, r *event.Record, v verdict) {
 func (t *traceSink) closeReserve() int64 { return 16<<10 + 512*int64(len(t.comms)) }
 
 // maybeRotate completes the sampled trace's file once it reaches half the bound and starts
-// the next, announcing in it the communicators the previous one had.
+// the next, announcing in it the communicators the previous one had. A file first holds a
+// quarter of the bound in events beyond its own metadata: with hundreds of communicators the
+// metadata alone (a line per communicator, opening and closing) can approach half the bound,
+// and rotating on that would write and delete a file per drainer pass.
 func (t *traceSink) maybeRotate() {
 	if t.sample == nil || t.w == nil {
 		return
 	}
-	if t.w.Bytes()+int64(t.w.Pending())+t.closeReserve() < t.sample.cfg.maxBytes/2 {
+	size, half := t.w.Bytes()+int64(t.w.Pending()), t.sample.cfg.maxBytes/2
+	if size+t.closeReserve() < half || size-t.rot.floor < half/2 {
 		return
 	}
 	prev := t.comms
@@ -125,6 +133,14 @@ func (t *traceSink) maybeRotate() {
 		if c, ok := drainer.comms[i]; ok && c.Incarnation == inc {
 			t.announce(c)
 		}
+	}
+	t.rot.floor = t.w.Bytes() + int64(t.w.Pending())
+	if meta := t.rot.floor + t.closeReserve(); meta >= half/2 && !t.rot.warned {
+		t.rot.warned = true
+		warnf("sampled trace: the metadata of %d communicators takes %d KiB of each file, over a quarter "+
+			"of NCCLPROF_TRACE_MAX_MB=%d; each file now holds a quarter of the bound in events besides, so "+
+			"files can pass half the bound. Raise NCCLPROF_TRACE_MAX_MB to at least %d",
+			len(t.comms), meta>>10, t.sample.cfg.maxBytes>>20, (4*meta>>20)+1)
 	}
 }
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "calllog.h"
+#include "era.h"
 
 /* ------------------------------------------------------------------- call log */
 /* With NCCLPROF_HOST_CALLLOG=FILE the host writes every callback it makes (calllog.h), so a
@@ -99,6 +100,7 @@ int host_has_type(const host_plugin* p, uint64_t t) { return (npabi_types_of(p->
  * (misc/profiler.cc, ncclProfilerStartTaskEvents). */
 static int host_wants(const host_plugin* p, uint64_t t) {
   int m = __atomic_load_n(&((host_plugin*)p)->mask, __ATOMIC_RELAXED);
+  if (p->nccl) return nccl_mask_wants(p->nccl, m, t); /* --nccl: that release's rules (era.c) */
   if (p->abi <= 2 && t == NPABI_P2P) return m & (NPABI_COLL | NPABI_PROXY_OP | NPABI_PROXY_STEP);
   return host_mask_wants(m, t);
 }
@@ -494,6 +496,25 @@ void host_step_state(host_plugin* p, void* op, void* step, int s, size_t trans, 
     record_v1(p, op, ops, &a);
   }
   record_v1(p, step, s, NULL);
+}
+
+void host_op_state(host_plugin* p, void* op, int s, int steps, size_t cum) {
+  npabi_args_v1_t a;
+  memset(&a, 0, sizeof a);
+  a.proxyOp.transSize = cum;
+  a.proxyOp.steps = steps;
+  record_v1(p, op, s, &a);
+}
+
+void host_step_only(host_plugin* p, void* step, int s, size_t trans) {
+  if (p->abi < 4) {
+    record_v1(p, step, s, NULL); /* v1–v3 step states carry no arguments */
+    return;
+  }
+  npabi_args_v4_t a;
+  memset(&a, 0, sizeof a);
+  a.proxyStep.transSize = trans;
+  record_v4(p, step, s, &a);
 }
 
 void host_op_in_progress(host_plugin* p, void* op) {

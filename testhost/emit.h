@@ -17,6 +17,7 @@ typedef struct host_plugin {
   const char* path;
   const void* table; /* npabi_profiler_vN_t* */
   int mask;          /* NCCL's process-wide activation mask (written by init) */
+  int nccl;          /* the NCCL release replayed (223 = 2.23, …; era.h), 0: the host's own order */
 } host_plugin;
 
 /* dlopen(RTLD_NOW|RTLD_LOCAL) + dlsym("ncclProfiler_vN"). Exits with a message on failure. */
@@ -86,6 +87,10 @@ void host_stop(host_plugin* p, void* h);
  *     op state with the cumulative size (*cum) first, and the step state has NULL args. */
 void host_step_state(host_plugin* p, void* op, void* step, int state, size_t trans, size_t* cum);
 void host_op_in_progress(host_plugin* p, void* op);
+/* One state exactly as a release records it (era.c): a ProxyOp state with v1–v3's arguments
+ * (steps done, cumulative bytes), or a ProxyStep state alone (v4+: with transSize). */
+void host_op_state(host_plugin* p, void* op, int state, int steps, size_t cum);
+void host_step_only(host_plugin* p, void* step, int state, size_t trans);
 void host_ctrl_state(host_plugin* p, void* h, int state, int appended);
 void host_kernel_stop(host_plugin* p, void* h, uint64_t ptimer);
 void host_group_api_state(host_plugin* p, void* h, int state);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "era.h"
 #include "scenarios.h"
 
 static void usage(void) {
@@ -23,6 +24,8 @@ static void usage(void) {
           "  cycles     communicators created and destroyed, with dlclose/dlopen in between\n"
           "  fuzz       random and malformed calls from several threads for --seconds\n"
           "  bench      callback cost against --empty-lib (prints JSON)\n"
+          "  bench-nccl callback cost on NCCL's call sequence (net.cc's steps, 2 and 4 channels, 4\n"
+          "             and 16 steps, paced and unpaced) with the drainer live, against --empty-lib\n"
           "  bench-sample  sampled tracing (NCCLPROF_TRACE_SAMPLE=N): callback cost at N = 1,\n"
           "             100, 10000 against metrics only, and trace bytes per operation (JSON)\n"
           "  drain      one thread at --rate AllReduces/s (0: unpaced) of --channels x --steps for\n"
@@ -45,6 +48,10 @@ static void usage(void) {
           "  nonblocking  a non-blocking communicator: each group launched on a thread of its\n"
           "             own after ncclGroupEnd returned; every other one a symmetric kernel\n"
           "  netstops   AllReduces with NCCL's NetPlugin stops of events never started (NULL)\n"
+          "  nostop     --iters operations at --rate/s (0: unpaced): CollNet AllReduces, whose\n"
+          "             ProxyOps NCCL never stops, alternating with ring AllGathers\n"
+          "  restart    --iters ring AllReduces at --rate/s whose receive steps are each started\n"
+          "             20 times, as net.cc's recvProxyProgress does while it waits\n"
           "  stalefin   a finalize of a context whose table entry another communicator took over\n"
           "  finwhile   finalize while another thread keeps calling into the communicator\n"
           "             (--slack-ms: the finalizing thread's timer slack)\n"
@@ -61,6 +68,8 @@ static void usage(void) {
           "             --net-slow-op I: this rank's sends of operation I take D longer in all\n"
           "options:\n"
           "  --abi N (1-6, default 6)  --rank R (0)  --nranks N (4)  --iters N (50)\n"
+          "  --nccl 2.23|2.24|2.25|2.26|2.27|2.28|2.29|2.30 (call as that NCCL release does: its\n"
+          "             ABI, the proxy thread's order of records and fields; docs/nccl-call-sites.md)\n"
           "  --channels N (2)  --kernel (emit KernelCh)  --comms N  --cycles N (3)\n"
           "  --control (allreduce: open a trace window for the middle third of the iterations\n"
           "             with ncclprof_trace_start/stop, label each iteration ncclprof_set_step)\n"
@@ -86,12 +95,19 @@ int main(int argc, char** argv) {
             .realtime = 1, .seconds = 5, .threads = 3, .reps = 7, .seed = 1,
             .mask_api = -1, .slow_rank = -1, .slow_us = 3000, .slow_op = -1,
             .gpu_late_op = -1, .net_slow_op = -1};
+  int nccl = 0, nccl_arg = 0, abi_given = 0; /* --nccl: the release replayed (era.h) */
   for (int i = 1; i < argc; i++) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
 #define ARG(name) (!strcmp(a, name) && v && ++i)
     if (ARG("--lib")) o.lib = v;
-    else if (ARG("--abi")) o.abi = atoi(v);
+    else if (ARG("--abi")) o.abi = atoi(v), abi_given = 1;
+    else if (ARG("--nccl") && (nccl_arg = i)) {
+      if (!(nccl = nccl_release(v))) {
+        fprintf(stderr, "testhost: --nccl %s: give one of 2.23 2.24 2.25 2.26 2.27 2.28 2.29 2.30\n", v);
+        return 2;
+      }
+    }
     else if (ARG("--rank")) o.rank = atoi(v);
     else if (ARG("--nranks")) o.nranks = atoi(v);
     else if (ARG("--iters")) o.iters = atoi(v);
@@ -128,6 +144,14 @@ int main(int argc, char** argv) {
     else o.scenario = a;
 #undef ARG
   }
+  if (nccl) { /* the release decides the ABI: NCCL calls the newest version it knows */
+    if (abi_given && o.abi != nccl_abi(nccl)) {
+      fprintf(stderr, "testhost: NCCL %s calls plugins at ABI v%d, not --abi %d (leave --abi out)\n",
+              argv[nccl_arg], nccl_abi(nccl), o.abi);
+      return 2;
+    }
+    o.abi = nccl_abi(nccl);
+  }
   if (!o.lib || !o.scenario || o.abi < 1 || o.abi > 6 || o.nranks < 1 || o.nranks > MAX_PEERS ||
       o.rank < 0 || o.rank >= o.nranks || o.channels < 1 || o.channels > 32)
     usage();
@@ -135,6 +159,11 @@ int main(int argc, char** argv) {
     if (!o.empty_lib) usage();
     world_init(o.lib, 6, 0, 2, 0, o.seed);
     return scenario_bench(&o);
+  }
+  if (!strcmp(o.scenario, "bench-nccl")) {
+    if (!o.empty_lib) usage();
+    world_init(o.lib, 6, 0, 2, 0, o.seed);
+    return scenario_bench_nccl(&o);
   }
   if (!strcmp(o.scenario, "bench-sample")) {
     if (!o.empty_lib) usage();
@@ -146,6 +175,7 @@ int main(int argc, char** argv) {
     return scenario_drain(&o);
   }
   world_init(o.lib, o.abi, o.rank, o.nranks, o.realtime, o.seed);
+  W.plugin.nccl = nccl;
   W.bad_ptimer = o.bad_ptimer;
   W.bad_every = o.bad_every;
   if (o.logger) host_logger = host_log;
@@ -173,6 +203,8 @@ int main(int argc, char** argv) {
   else if (!strcmp(o.scenario, "maskchange")) scenario_maskchange(&o);
   else if (!strcmp(o.scenario, "nonblocking")) scenario_nonblocking(&o);
   else if (!strcmp(o.scenario, "netstops")) scenario_netstops(&o);
+  else if (!strcmp(o.scenario, "nostop")) scenario_nostop(&o);
+  else if (!strcmp(o.scenario, "restart")) scenario_restart(&o);
   else if (!strcmp(o.scenario, "job")) scenario_job(&o);
   else if (!strcmp(o.scenario, "stalefin")) scenario_stalefin(&o);
   else if (!strcmp(o.scenario, "finwhile")) scenario_finwhile(&o);

@@ -9,8 +9,12 @@
  *   NCCLPROF_RECORDER_FAIL  init | start | stop | record | finalize: that call returns
  *                           ncclInternalError (once, the first time)
  *   NCCLPROF_RECORDER_NULL_CTX=1  init succeeds with a NULL context
- * Build flags: -DREC_ONLY=N exports only ncclProfiler_vN (default: v1 … v6); -DREC_BAD_TABLE
- * exports a v6 table whose startEvent is NULL.
+ *   NCCLPROF_RECORDER_STRICT=1  behaves like a plugin that frees a context in finalize: any
+ *                           call naming a finalized context, or an event handle of one, aborts
+ *                           the process with a message (a real plugin would read freed memory)
+ * Build flags: -DREC_ONLY=N exports only ncclProfiler_vN (default: v1 … v6); -DREC_BAD_TABLE=K
+ * exports a broken v6 table: K=1 its startEvent is NULL, K=2 its startEvent points into the
+ * library's data, K=3 its init is libc's _exit (each must be refused before it is called).
  *
  * Its contexts and handles are addresses inside two static arrays, so the log names them by
  * number (C<k>, R<n>) and prints any other pointer (a foreign one, a parent it never issued)
@@ -33,7 +37,11 @@ static char rec_ctxs[4096];
 static unsigned long long rec_next_handle, rec_next_ctx;
 static pthread_mutex_t rec_mu = PTHREAD_MUTEX_INITIALIZER;
 static FILE* rec_log;
-static int rec_mask = NPABI_ALL_TYPES, rec_null_ctx, rec_setup_done;
+static int rec_mask = NPABI_ALL_TYPES, rec_null_ctx, rec_strict, rec_setup_done;
+/* Strict mode: whether each context is live, and the context of each handle issued. */
+static unsigned char rec_live[sizeof rec_ctxs];
+static uint16_t rec_hctx[REC_HANDLES];
+#define REC_FOREIGN 0xFFFF
 static const char* rec_fail = "";
 
 static void rec_setup(void) {
@@ -48,6 +56,8 @@ static void rec_setup(void) {
     if (f) rec_fail = f;
     const char* n = getenv("NCCLPROF_RECORDER_NULL_CTX");
     rec_null_ctx = n && strcmp(n, "1") == 0;
+    const char* s = getenv("NCCLPROF_RECORDER_STRICT");
+    rec_strict = s && strcmp(s, "1") == 0;
   }
   pthread_mutex_unlock(&rec_mu);
 }
@@ -72,6 +82,24 @@ static void rec_line(const char* fmt, const char* a, const char* b) {
   pthread_mutex_unlock(&rec_mu);
 }
 
+/* Strict mode: a call naming a context (or a handle of one) already finalized is a use after
+ * free in a real plugin; it aborts here so a test cannot miss it. */
+static void rec_check_ctx(const char* call, const void* ctx) {
+  uintptr_t a = (uintptr_t)ctx;
+  if (!rec_strict || a < (uintptr_t)rec_ctxs || a >= (uintptr_t)rec_ctxs + sizeof rec_ctxs) return;
+  if (!__atomic_load_n(&rec_live[a - (uintptr_t)rec_ctxs], __ATOMIC_ACQUIRE)) {
+    fprintf(stderr, "recorder: %s on context C%lu after its finalize (use after free)\n", call,
+            (unsigned long)(a - (uintptr_t)rec_ctxs));
+    abort();
+  }
+}
+static void rec_check_handle(const char* call, const void* eh) {
+  uintptr_t a = (uintptr_t)eh;
+  if (!rec_strict || a < (uintptr_t)rec_handles || a >= (uintptr_t)rec_handles + REC_HANDLES) return;
+  uint16_t k = __atomic_load_n(&rec_hctx[a - (uintptr_t)rec_handles], __ATOMIC_RELAXED);
+  if (k != REC_FOREIGN) rec_check_ctx(call, rec_ctxs + k);
+}
+
 /* The first call of the kind named by NCCLPROF_RECORDER_FAIL fails. */
 static int rec_fails(const char* call) {
   static int failed;
@@ -84,6 +112,7 @@ static npabi_result_t rec_init(int v, void** ctx, int* mask, uint64_t id, const 
   rec_setup();
   *ctx = rec_null_ctx ? NULL : rec_ctxs + __atomic_fetch_add(&rec_next_ctx, 1, __ATOMIC_RELAXED) % sizeof rec_ctxs;
   *mask = rec_mask;
+  if (*ctx) __atomic_store_n(&rec_live[(char*)*ctx - rec_ctxs], 1, __ATOMIC_RELEASE);
   char c[40], buf[256];
   rec_ref(*ctx, c, sizeof c);
   if (v >= 4)
@@ -105,7 +134,12 @@ static npabi_result_t rec_init5(void** ctx, uint64_t id, int* mask, const char* 
 }
 
 static npabi_result_t rec_start(int v, void* ctx, void** eh, const void* d) {
+  rec_check_ctx("startEvent", ctx);
   *eh = rec_handles + __atomic_fetch_add(&rec_next_handle, 1, __ATOMIC_RELAXED) % REC_HANDLES;
+  if (rec_strict) /* a foreign context (PXN: another process's) is not checked */
+    __atomic_store_n(&rec_hctx[(char*)*eh - rec_handles],
+                     ctx >= (void*)rec_ctxs && ctx < (void*)(rec_ctxs + sizeof rec_ctxs)
+                         ? (uint16_t)((char*)ctx - rec_ctxs) : REC_FOREIGN, __ATOMIC_RELAXED);
   char c[40], h[40], head[128], fields[1024];
   rec_ref(ctx, c, sizeof c);
   rec_ref(*eh, h, sizeof h);
@@ -126,6 +160,7 @@ REC_START(5)
 REC_START(6)
 
 static npabi_result_t rec_stop(void* eh) {
+  rec_check_handle("stopEvent", eh);
   char h[40];
   rec_ref(eh, h, sizeof h);
   rec_line("stop h=%s%s", h, "");
@@ -133,6 +168,7 @@ static npabi_result_t rec_stop(void* eh) {
 }
 
 static npabi_result_t rec_record(int layout, void* eh, npabi_state_t s, const void* args) {
+  rec_check_handle("recordEventState", eh);
   char h[40], fields[256];
   rec_ref(eh, h, sizeof h);
   int n = snprintf(fields, sizeof fields, " s=%d", (int)s);
@@ -144,6 +180,10 @@ static npabi_result_t rec_record1(void* eh, npabi_state_t s, npabi_args_v1_t* a)
 static npabi_result_t rec_record4(void* eh, npabi_state_t s, npabi_args_v4_t* a) { return rec_record(4, eh, s, a); }
 
 static npabi_result_t rec_finalize(void* ctx) {
+  rec_check_ctx("finalize", ctx);
+  uintptr_t a = (uintptr_t)ctx;
+  if (a >= (uintptr_t)rec_ctxs && a < (uintptr_t)rec_ctxs + sizeof rec_ctxs)
+    __atomic_store_n(&rec_live[a - (uintptr_t)rec_ctxs], 0, __ATOMIC_RELEASE);
   char c[40];
   rec_ref(ctx, c, sizeof c);
   rec_line("finalize ctx=%s%s", c, "");
@@ -153,8 +193,12 @@ static npabi_result_t rec_finalize(void* ctx) {
 #define REC_TABLE(N, INIT, START, RECORD)                                                        \
   __attribute__((visibility("default"))) npabi_profiler_v##N##_t ncclProfiler_v##N = {           \
       "recorder", INIT, START, rec_stop, RECORD, rec_finalize};
-#if defined(REC_BAD_TABLE)
+#if REC_BAD_TABLE == 1
 REC_TABLE(6, rec_init5, NULL, rec_record4)
+#elif REC_BAD_TABLE == 2
+REC_TABLE(6, rec_init5, (void*)rec_ctxs, rec_record4)
+#elif REC_BAD_TABLE == 3
+REC_TABLE(6, (void*)_exit, rec_start6, rec_record4)
 #else
 #if !defined(REC_ONLY) || REC_ONLY == 1
 REC_TABLE(1, rec_init1, rec_start1, rec_record1)

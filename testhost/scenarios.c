@@ -72,7 +72,10 @@ static int plan_jobs(hcomm* c, const op_spec* o, void* handle, int truth, int ch
   uint64_t total = wire_bytes(o, c->nranks);
   size_t chunk = o->chunk ? o->chunk : 128 * 1024;
   job base = {.comm = c, .ctx = c->ctx, .parent = handle, .pid = getpid(), .channel = ch,
-              .truth_op = truth, .t_op_start = 0, .kernel = o->kernel};
+              .truth_op = truth, .t_op_start = 0, .kernel = o->kernel, .slice_steps = 1};
+  /* NCCL's ring collectives on SIMPLE move sliceSteps = NCCL_STEPS/4 raw steps per transfer
+   * (enqueue.cc); LL, LL128 and P2P one. */
+  if (!o->is_p2p && o->proto && !strcmp(o->proto, "SIMPLE")) base.slice_steps = 2;
   if (o->is_p2p) {
     if (o->peer == c->rank) { /* self send/recv: no proxy work, maybe a kernel channel */
       if (o->kernel) {
@@ -89,6 +92,18 @@ static int plan_jobs(hcomm* c, const op_spec* o, void* handle, int truth, int ch
     return n + 1;
   }
   if (c->nranks < 2) return 0;
+  if (o->collnet) { /* a send and a receive ProxyOp toward the CollNet, neither one net.cc's */
+    for (int k = 0; k < 2; k++) {
+      out[n] = base;
+      out[n].peer = k ? prev : next;
+      out[n].no_stop = 1;
+      out[n].kernel = k ? 0 : o->kernel;
+      out[n].nsteps = split_steps(total / (uint64_t)o->nchannels, chunk, out[n].sizes, 64);
+      n++;
+    }
+    return n;
+  }
+  base.restarts = o->restarts;
   uint64_t per_ch = total * 2 * (uint64_t)(c->nranks - 1) / (uint64_t)c->nranks / (uint64_t)o->nchannels;
   out[n] = base;
   out[n].peer = next;

@@ -58,6 +58,8 @@ typedef struct op_spec {
   double slow_ns; /* planted: each of its steps takes this much longer */
   double send_slow_ns; /* planted: each of its send ProxyOps takes this much longer */
   double gpu_delay_ns; /* planted: its kernel starts this long after the call */
+  int collnet;    /* its ProxyOps are never stopped and have no steps (proxy_patterns.c) */
+  int restarts;   /* each receive step is started this many extra times (proxy_patterns.c) */
 } op_spec;
 
 enum { API_ONLY_KERNEL = 1, API_ONLY_CE = 2 };
@@ -101,6 +103,7 @@ run run_one(bench_lib* L, int channels, int bursts, int per, int tsc);
 double median(double* v, int n);
 int scenario_drain(const opts* o);
 int scenario_bench_sample(const opts* o); /* samplebench.c */
+int scenario_bench_nccl(const opts* o);   /* ncclbench.c */
 
 void scenario_allreduce(const opts* o);
 void scenario_p2p(const opts* o);
@@ -121,6 +124,8 @@ void scenario_maskchange(const opts* o);
 void scenario_nonblocking(const opts* o);
 void scenario_netstops(const opts* o);
 void scenario_job(const opts* o); /* ranks that wait for each other, a straggler (job.c) */
+void scenario_nostop(const opts* o);   /* proxy_patterns.c */
+void scenario_restart(const opts* o);
 void scenario_stalefin(const opts* o); /* races.c */
 void scenario_finwhile(const opts* o);
 void scenario_reinit(const opts* o);

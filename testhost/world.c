@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "era.h"
+
 world W;
 
 double now_ns(void) {
@@ -194,6 +196,11 @@ typedef struct inflight {
 static void step_begin(const job* j, void* op, int idx, size_t* cum, inflight* f) {
   host_plugin* p = &W.plugin;
   host_ev e = {.type = NPABI_PROXY_STEP, .parent = op, .rank = j->comm->rank, .step = idx};
+  /* recvProxyProgress starts a receive step before the checks that may postpone its irecv to
+   * a later pass (registered buffer not ready, irecv without a request), which starts it again
+   * into the same handle slot: only the last handle is given states and stopped. */
+  if (!j->is_send)
+    for (int r = 0; r < j->restarts; r++) (void)start_event(j->ctx, &e, 0);
   f->h = start_event(j->ctx, &e, 0);
   f->size = j->sizes[idx];
   double lat, bw;
@@ -212,49 +219,81 @@ static void step_begin(const job* j, void* op, int idx, size_t* cum, inflight* f
   }
 }
 
-static void step_end(const job* j, void* op, inflight* f, size_t* cum) {
-  host_plugin* p = &W.plugin;
+/* The truth of one network transfer of j that the plugin was told about (a recorded step of
+ * this process: another process's PXN steps are that process's truth). */
+void job_truth_transfer(const job* j, size_t size) {
   hcomm* c = j->comm;
-  if (!j->is_send) {
-    host_step_state(p, op, f->h, NPABI_PROXY_STEP_RECV_FLUSH_WAIT, f->size, cum);
-    host_step_state(p, op, f->h, NPABI_PROXY_STEP_RECV_GPU_WAIT, 0, cum);
-  }
-  host_stop(p, f->h);
-  if (f->h == NULL || j->pid != getpid()) return; /* not recorded, or another process's op */
+  if (j->pid != getpid()) return;
   pthread_mutex_lock(&c->mu);
   truth_pair* tp = &c->pairs[j->peer % MAX_PEERS];
   if (j->is_send) {
-    tp->sent_bytes += f->size;
+    tp->sent_bytes += size;
     tp->send_transfers++;
     c->ch_transfers[j->channel % MAX_CHANNELS]++;
-    c->ch_bytes[j->channel % MAX_CHANNELS] += f->size;
+    c->ch_bytes[j->channel % MAX_CHANNELS] += size;
     if (j->channel + 1 > c->used_channels) c->used_channels = j->channel + 1;
   } else {
-    tp->recv_bytes += f->size;
+    tp->recv_bytes += size;
     tp->recv_transfers++;
   }
   pthread_mutex_unlock(&c->mu);
 }
 
-void run_job(const job* j) {
+static void step_end(const job* j, void* op, inflight* f, size_t* cum) {
   host_plugin* p = &W.plugin;
-  void* kch = NULL;
+  if (!j->is_send) {
+    host_step_state(p, op, f->h, NPABI_PROXY_STEP_RECV_FLUSH_WAIT, f->size, cum);
+    host_step_state(p, op, f->h, NPABI_PROXY_STEP_RECV_GPU_WAIT, 0, cum);
+  }
+  host_stop(p, f->h);
+  if (f->h) job_truth_transfer(j, f->size);
+}
+
+void* job_kernel_begin(const job* j) {
   if (j->gpu_delay_ns > 0) { /* a GPU behind its CPU: sleep (ms, on a shared machine), no spin */
     double at = j->t_op_start + j->gpu_delay_ns;
     struct timespec ts = {.tv_sec = (time_t)(at / 1e9), .tv_nsec = (long)(at - (double)(time_t)(at / 1e9) * 1e9)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
     }
   }
-  if (j->kernel) {
-    /* The proxy sees the GPU's start counter some polling delay after the GPU wrote it. */
-    host_ev k = {.type = NPABI_KERNEL_CH, .parent = j->parent, .channel = (uint8_t)j->channel,
-                 .ptimer = gpu_reading(gpu_ns() - 300 - rnd() % 700)};
-    kch = start_event(j->ctx, &k, 0);
-  }
+  if (!j->kernel) return NULL;
+  /* The proxy sees the GPU's start counter some polling delay after the GPU wrote it. */
+  host_ev k = {.type = NPABI_KERNEL_CH, .parent = j->parent, .channel = (uint8_t)j->channel,
+               .ptimer = gpu_reading(gpu_ns() - 300 - rnd() % 700)};
+  return start_event(j->ctx, &k, 0);
+}
+
+void* job_op_begin(const job* j, int nsteps, int chunk) {
   host_ev e = {.type = NPABI_PROXY_OP, .parent = j->parent, .rank = j->comm->rank, .pid = j->pid,
-               .channel = (uint8_t)j->channel, .peer = j->peer, .nsteps = j->nsteps,
-               .chunk = (int)j->sizes[0], .is_send = j->is_send};
-  void* op = j->nsteps > 0 ? start_event(j->ctx, &e, rnd() % 8 == 0) : NULL;
+               .channel = (uint8_t)j->channel, .peer = j->peer, .nsteps = nsteps,
+               .chunk = chunk, .is_send = j->is_send};
+  return j->nsteps > 0 ? start_event(j->ctx, &e, rnd() % 8 == 0) : NULL;
+}
+
+void job_kernel_end(void* kch) {
+  if (!kch) return;
+  host_kernel_stop(&W.plugin, kch, gpu_reading(gpu_ns() - 200 - rnd() % 500));
+  host_stop(&W.plugin, kch);
+}
+
+void job_finish(const job* j, void* op, void* kch) {
+  if (op) host_stop(&W.plugin, op);
+  job_kernel_end(kch);
+  if (j->last_of_op && j->truth_op >= 0) truth_completion(j->comm, j->truth_op, now_ns() - j->t_op_start);
+}
+
+void run_job(const job* j) {
+  if (W.plugin.nccl) {
+    era_run_job(j);
+    return;
+  }
+  host_plugin* p = &W.plugin;
+  void* kch = job_kernel_begin(j);
+  void* op = job_op_begin(j, j->nsteps, (int)j->sizes[0]);
+  if (j->no_stop) { /* proxy.cc started it; the transport's progress never reports on it */
+    job_kernel_end(kch);
+    return;
+  }
   host_op_in_progress(p, op);
   if (j->arrived) job_barrier_wait(j->arrived, j->comm->nranks); /* a ring waits for its peers */
   size_t cum = 0;
@@ -269,12 +308,7 @@ void run_job(const job* j) {
     memmove(&fl[0], &fl[1], (size_t)(--nfl) * sizeof fl[0]);
     done++;
   }
-  if (op) host_stop(p, op);
-  if (kch) {
-    host_kernel_stop(p, kch, gpu_reading(gpu_ns() - 200 - rnd() % 500));
-    host_stop(p, kch);
-  }
-  if (j->last_of_op && j->truth_op >= 0) truth_completion(j->comm, j->truth_op, now_ns() - j->t_op_start);
+  job_finish(j, op, kch);
 }
 
 static void* proxy_main(void* arg) {

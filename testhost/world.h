@@ -61,9 +61,15 @@ typedef struct job {
   double t_op_start; /* host CLOCK_MONOTONIC ns when the Coll started */
   int last_of_op;    /* the op completes when this job finishes */
   double slow_ns;    /* planted delay added to each step (--slow-op), in any timing mode */
+  int slice_steps;   /* NCCL's sliceSteps: raw steps per network transfer (2 for ring SIMPLE) */
   double gpu_delay_ns; /* planted: the kernel starts this long after t_op_start (job.c) */
   const uint32_t* arrived; /* non-NULL: ranks of the job that called the op (a count shared by
                               their processes); the network work waits for all (job.c) */
+  /* NCCL's patterns the plugin must survive (testhost/proxy_patterns.c, docs/nccl-patterns.md):
+   * no_stop: a ProxyOp proxy.cc starts and nothing stops (CollNet, P2P/SHM copy engine): no
+   * state, no step, no stop; restarts: net.cc's recvProxyProgress starts each receive step this
+   * many extra times before its irecv is posted. */
+  int no_stop, restarts;
 } job;
 
 typedef struct world {
@@ -127,6 +133,14 @@ void proxy_drain(void);          /* waits until every submitted job ran */
 void proxy_stop(void);
 /* Runs one job on the calling thread (the proxy thread, or a PXN helper). */
 void run_job(const job* j);
+
+/* Pieces of run_job that era.c shares: the KernelCh start (after a planted GPU delay), the ProxyOp start (nsteps and
+ * chunk as the release counts them), the truth of one transfer, and the op's end (stops and completion). */
+void* job_kernel_begin(const job* j);
+void* job_op_begin(const job* j, int nsteps, int chunk);
+void job_truth_transfer(const job* j, size_t size);
+void job_kernel_end(void* kch);
+void job_finish(const job* j, void* op, void* kch);
 
 /* Per-peer model: latency and bandwidth of sends to `peer` from this rank. */
 void peer_model(int peer, double* latency_ns, double* bw_bps);

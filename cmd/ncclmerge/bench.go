@@ -44,13 +44,15 @@ func benchCmd() *cobra.Command {
 		Short: "Measure merge, stats, skew, why or hang throughput and memory on large synthesized inputs",
 		Long: `--what merge (the default): for each --source (one trace shape each), synthesize a Kineto trace
 of --size bytes by repeating the real one (each copy later in time, with its own correlation ids) and
-its plugin trace, then measure:
-  - a plain read of the file into memory,
-  - ncclmerge merge of it (in a child process: wall time, MB/s of total input — Kineto and plugin
-    traces —, CPU time, peak RSS over the total input),
+its plugin trace, then measure --reps times (medians reported):
+  - a plain read of the inputs into memory and a plain copy of them into a file (the floors),
+  - ncclmerge merge of them (in a child process: wall time, MB/s of total input — Kineto and plugin
+    traces —, CPU time, peak RSS over the total input), and its speed over the floors' of the
+    same run ("/read", "/copy": the machine's speed moves, these ratios travel),
   - HTA's trace parser loading the same Kineto file (HolisticTraceAnalysis in --python), unless
     --hta=false, and the ratio of its time to the merge's.
-A table per shape ends the report; the worst shape is the one to quote.
+A table per shape ends the report, with the load average before and after; the worst shape
+(the lowest ratio to a plain read) is the one to quote.
 
 --what stats: synthesize one rank's plugin trace of --size bytes with every event NCCL reports per
 operation (API, launch, group, proxy ops, steps and their states, GPU channels, flows), and time
@@ -93,7 +95,7 @@ The temporary files are deleted unless --keep.`,
 			var res *benchReport
 			switch what {
 			case "merge":
-				res, err = runBenchShapes(tmp, sources, n, hta, pythonPath, keep)
+				res, err = runBenchShapes(tmp, sources, n, hta, pythonPath, keep, reps)
 			case "stats":
 				res, err = benchStats(tmp, n, reps)
 			case "skew":
@@ -128,7 +130,7 @@ The temporary files are deleted unless --keep.`,
 	f.BoolVar(&keep, "keep", false, "keep the temporary files")
 	f.StringVar(&jsonOut, "json", "", "also write the results as JSON to this file")
 	f.StringVar(&what, "what", "merge", "what to measure: merge, stats, skew, why or hang")
-	f.IntVar(&reps, "reps", 3, "stats, skew, hang: runs of each measurement (the median is reported)")
+	f.IntVar(&reps, "reps", 3, "runs of each measurement (the median is reported; merge: each run a plain read, a plain copy and the merge)")
 	f.IntVar(&ranks, "ranks", 64, "skew: ranks of the larger job; hang: ranks of the job (default 1024 there)")
 	f.IntVar(&channels, "channels", 8, "hang: channels of the hung operation")
 	f.StringVar(&testhost, "testhost", "build/ncclprof-testhost", "hang: the C test host that plants the hangs")
@@ -172,19 +174,26 @@ type shapeResult struct {
 	MergeCPU     float64 `json:"merge_cpu_seconds"`
 	MBps         float64 `json:"mb_per_s_total_input"`
 	RSSRatio     float64 `json:"peak_rss_over_total_input"`
-	HTASeconds   float64 `json:"hta_seconds,omitempty"`
-	HTARatio     float64 `json:"hta_over_merge,omitempty"`
+	// ReadMBps: a plain read of the same input in the same run; ReadRatio, CopyRatio: the
+	// merge's speed over a plain read's and a plain copy's (medians over Runs runs).
+	ReadMBps   float64 `json:"plain_read_mb_per_s"`
+	ReadRatio  float64 `json:"merge_over_plain_read"`
+	CopyRatio  float64 `json:"merge_over_plain_copy"`
+	Runs       int     `json:"runs"`
+	Load       string  `json:"load_average"` // before → after the runs
+	HTASeconds float64 `json:"hta_seconds,omitempty"`
+	HTARatio   float64 `json:"hta_over_merge,omitempty"`
 }
 
 // runBenchShapes runs the merge benchmark on each source and adds the per-shape table.
-func runBenchShapes(tmp string, sources []string, size int64, withHTA bool, python string, keep bool) (*benchReport, error) {
+func runBenchShapes(tmp string, sources []string, size int64, withHTA bool, python string, keep bool, reps int) (*benchReport, error) {
 	all := &benchReport{CPUs: runtime.NumCPU(), Source: strings.Join(sources, ", ")}
 	for _, src := range sources {
 		dir, err := os.MkdirTemp(tmp, "shape-")
 		if err != nil {
 			return nil, err
 		}
-		rep, err := runBench(dir, src, size, withHTA, python)
+		rep, err := runBench(dir, src, size, withHTA, python, reps)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", src, err)
 		}
@@ -200,7 +209,7 @@ func runBenchShapes(tmp string, sources []string, size int64, withHTA bool, pyth
 	}
 	slow, big := 0, 0
 	for i, s := range all.Shapes {
-		if s.MBps < all.Shapes[slow].MBps {
+		if s.ReadRatio < all.Shapes[slow].ReadRatio {
 			slow = i
 		}
 		if s.RSSRatio > all.Shapes[big].RSSRatio {
@@ -209,8 +218,8 @@ func runBenchShapes(tmp string, sources []string, size int64, withHTA bool, pyth
 	}
 	if len(all.Shapes) > 0 {
 		w, m := all.Shapes[slow], all.Shapes[big]
-		all.Summary = fmt.Sprintf("slowest shape: %s, %.0f MB/s of total input; most memory: %s, peak RSS %.2f× the total input",
-			w.Shape, w.MBps, m.Shape, m.RSSRatio)
+		all.Summary = fmt.Sprintf("slowest shape: %s, %.0f MB/s of total input, %.2f of a plain read in the same run (%.0f MB/s); most memory: %s, peak RSS %.2f× the total input",
+			w.Shape, w.MBps, w.ReadRatio, w.ReadMBps, m.Shape, m.RSSRatio)
 	}
 	return all, nil
 }
@@ -220,15 +229,15 @@ func shapeName(src string) string {
 	return strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(b, ".gz"), ".json"), ".pt.trace")
 }
 
-func runBench(tmp, source string, size int64, withHTA bool, python string) (*benchReport, error) {
+func runBench(tmp, source string, size int64, withHTA bool, python string, reps int) (*benchReport, error) {
 	if name, ok := strings.CutPrefix(source, "synth:"); ok {
 		sh, ok := synth.Shapes[name]
 		if !ok {
 			return nil, fmt.Errorf("--source %s: no such synthesized shape (there are %s)", source, strings.Join(synth.ShapeNames(), ", "))
 		}
-		// A unit of 20,000 kernels (a few MB), repeated to the size like a real trace.
+		// A unit of 20,000 kernels (a few MB; the shape says), repeated to the size like a real trace.
 		unit := filepath.Join(tmp, name+".json")
-		if err := synth.KinetoShape(unit, sh, 20000); err != nil {
+		if err := synth.KinetoShape(unit, sh, sh.UnitKernels()); err != nil {
 			return nil, err
 		}
 		source = unit
@@ -268,39 +277,41 @@ func runBench(tmp, source string, size int64, withHTA bool, python string) (*ben
 	mb := float64(in) / 1e6
 	total := float64(in+pluginBytes) / 1e6
 
-	// A plain read, warm: what any tool pays before parsing.
-	t0 := time.Now()
-	if b, err := os.ReadFile(big); err != nil {
-		return nil, err
-	} else {
-		_ = b[len(b)-1]
-	}
-	d := time.Since(t0).Seconds()
-	rep.Results = append(rep.Results, benchResult{What: "plain read (os.ReadFile)", Seconds: d, MBps: mb / d})
-	runtime.GC()
-	debug.FreeOSMemory()
-
+	// The floors, measured beside each merge (the machine's speed moves from minute to minute,
+	// so a ratio to a floor of the same run is what travels): a plain read of the inputs, warm
+	// (what any tool pays before parsing), and a plain copy of them into a file (a tool that
+	// writes its input back pays at least that).
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	out := filepath.Join(tmp, "merged.json")
-	fmt.Fprintf(os.Stderr, "merging %s (%d copies of the source) …\n", fmtBytes(in), copies)
 	args := []string{"merge", "--kineto", big, "-o", out, "--quiet"}
 	if np != "" {
 		args = append(args, "--nccl", np)
 	}
-	// The child's own VmHWM: its rusage peak would count the pages it shared with this
-	// process (the synthesizer's) before exec.
-	secs, cpu, rss, err := timeSelf(self, args...)
-	if err != nil {
-		return nil, fmt.Errorf("merge failed: %w", err)
+	inputs := []string{big, np}
+	load := loadAvg()
+	var runs []mergeRun
+	for i := 0; i < max(reps, 1); i++ {
+		fmt.Fprintf(os.Stderr, "merging %s (%d copies of the source), run %d of %d …\n", fmtBytes(in), copies, i+1, max(reps, 1))
+		r, err := measureMerge(self, args, out, inputs)
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, r)
 	}
-	rep.Results = append(rep.Results, benchResult{What: "ncclmerge merge", Seconds: secs, MBps: total / secs, CPUSecs: cpu, PeakRSSMB: rss,
-		Note: fmt.Sprintf("MB/s of Kineto + plugin input (%.0f + %.0f MB); peak RSS %.2f× it", mb, float64(pluginBytes)/1e6, rss/total)})
-	shape := shapeResult{Shape: shapeName(source), KinetoBytes: in, PluginBytes: pluginBytes, MergeSeconds: secs, MergeCPU: cpu,
-		MBps: total / secs, RSSRatio: rss / total}
-	os.Remove(out)
+	m := medianRun(runs)
+	rep.Results = append(rep.Results,
+		benchResult{What: "plain read (os.ReadFile)", Seconds: m.read, MBps: total / m.read, Note: "Kineto + plugin input, warm"},
+		benchResult{What: "plain copy (read + write)", Seconds: m.copy, MBps: total / m.copy, Note: "Kineto + plugin input into one file"},
+		benchResult{What: "ncclmerge merge", Seconds: m.merge, MBps: total / m.merge, CPUSecs: m.cpu, PeakRSSMB: m.rss,
+			Note: fmt.Sprintf("MB/s of Kineto + plugin input (%.0f + %.0f MB); peak RSS %.2f× it; %.2f of a plain read, %.2f of a plain copy (medians of %d runs)",
+				mb, float64(pluginBytes)/1e6, m.rss/total, m.readRatio, m.copyRatio, len(runs))})
+	secs := m.merge
+	shape := shapeResult{Shape: shapeName(source), KinetoBytes: in, PluginBytes: pluginBytes, MergeSeconds: secs, MergeCPU: m.cpu,
+		MBps: total / secs, RSSRatio: m.rss / total, ReadMBps: total / m.read, ReadRatio: m.readRatio, CopyRatio: m.copyRatio,
+		Runs: len(runs), Load: load + " → " + loadAvg()}
 	if withHTA {
 		fmt.Fprintf(os.Stderr, "loading it with HTA's trace parser (slow) …\n")
 		script := `import sys
@@ -381,13 +392,14 @@ func printBench(r *benchReport) {
 		fmt.Printf("%-36s %10.2f %10.0f %10s %12s  %s\n", x.What, x.Seconds, x.MBps, cpu, rss, x.Note)
 	}
 	if len(r.Shapes) > 0 {
-		fmt.Printf("\n%-44s %9s %9s %9s %11s %11s\n", "shape", "input MB", "merge s", "MB/s", "RSS/input", "HTA/merge")
+		fmt.Printf("\n%-28s %9s %9s %7s %7s %6s %6s %10s %9s  %s\n", "shape", "input MB", "merge s", "MB/s", "read", "/read", "/copy", "RSS/input", "HTA/merge", "load before → after")
 		for _, s := range r.Shapes {
 			hta := "-"
 			if s.HTARatio > 0 {
 				hta = fmt.Sprintf("%.1f×", s.HTARatio)
 			}
-			fmt.Printf("%-44s %9.0f %9.2f %9.0f %10.2f× %11s\n", s.Shape, float64(s.KinetoBytes+s.PluginBytes)/1e6, s.MergeSeconds, s.MBps, s.RSSRatio, hta)
+			fmt.Printf("%-28s %9.0f %9.2f %7.0f %7.0f %6.2f %6.2f %9.2f× %9s  %s\n", s.Shape, float64(s.KinetoBytes+s.PluginBytes)/1e6, s.MergeSeconds, s.MBps,
+				s.ReadMBps, s.ReadRatio, s.CopyRatio, s.RSSRatio, hta, s.Load)
 		}
 	}
 	if r.Summary != "" {

@@ -117,7 +117,11 @@ type Aggregator struct {
 	maskSeen       bool
 	// HoldNs: while a hang watchdog is on, pending operations and their open children are not
 	// given up before this age (its timeout and a margin), so a hang stays visible to it.
-	HoldNs float64
+	// HoldMax bounds that per communicator (0: no bound): with more operations pending (stops
+	// that never come), nothing is held past MaxAgeNs, pinned or not, and what is given up
+	// before HoldNs is counted (Health.NotHeld).
+	HoldNs  float64
+	HoldMax int
 	// OnOp, if set, receives every completed operation. The Op is valid during the call only.
 	OnOp func(*Op)
 	// SlowNs and OnSlow let a watcher act on a slow operation long before it completes (QuietNs
@@ -604,8 +608,12 @@ func opKey(o *Op) OpKey {
 // everything pending completes now.
 func (a *Aggregator) sweep(cs *commState, all bool) {
 	old := func(born event.Ticks) bool { return all || a.since(cs, born, a.MaxAgeNs) }
-	// Operations and their open children are held longer while a hang watchdog wants them.
-	held := func(born event.Ticks) bool { return all || a.since(cs, born, max(a.MaxAgeNs, a.HoldNs)) }
+	// Operations and their open children are held longer while a hang watchdog wants them, up
+	// to HoldMax operations.
+	over := a.HoldMax > 0 && len(cs.ops) > a.HoldMax
+	held := func(born event.Ticks) bool {
+		return all || a.since(cs, born, a.MaxAgeNs) && (over || a.since(cs, born, a.HoldNs))
+	}
 	quiet := func(t event.Ticks) bool { return all || a.since(cs, t, a.QuietNs) }
 	for h, ok := cs.qProxies.pop(held); ok; h, ok = cs.qProxies.pop(held) {
 		if p := cs.proxies[h]; p != nil {
@@ -622,7 +630,7 @@ func (a *Aggregator) sweep(cs *commState, all bool) {
 	now := max(cs.frontier, cs.read)
 	if all || now < cs.scanned || now-cs.scanned >= a.ticks(a.QuietNs/4) {
 		cs.scanned = now
-		a.completeQuiet(cs, quiet, held)
+		a.completeQuiet(cs, quiet, held, over && !all)
 		cs.grOrder = due(cs.grOrder, func(g *groupEntry) bool { return quiet(g.born) }, func(g *groupEntry) bool {
 			if g.linked == g.p2pAPIs && g.pending == 0 && !g.open || old(g.born) {
 				a.finishGroup(cs, g)
@@ -649,11 +657,16 @@ func (a *Aggregator) sweep(cs *commState, all bool) {
 // completeQuiet completes the operations that are stopped, have no open child, and have been
 // quiet for QuietNs (or are too old), in start order. Only operations born QuietNs ago can be
 // quiet, so the scan stops at the first younger one: its cost is what is due, not what is
-// pending.
-func (a *Aggregator) completeQuiet(cs *commState, quiet, old func(event.Ticks) bool) {
+// pending. With over (more than HoldMax pending) pins do not hold, and an operation given up
+// before the watchdog's hold ended is counted.
+func (a *Aggregator) completeQuiet(cs *commState, quiet, old func(event.Ticks) bool, over bool) {
 	var done []*opEntry
 	cs.opOrder = due(cs.opOrder, func(e *opEntry) bool { return quiet(e.born) || old(e.born) }, func(e *opEntry) bool {
-		if (e.stopped && e.open <= 0 && quiet(e.last) && !a.awaitsKernel(cs, e)) || (old(e.born) && !e.pinned) {
+		finished := e.stopped && e.open <= 0 && quiet(e.last) && !a.awaitsKernel(cs, e)
+		if finished || (old(e.born) && (!e.pinned || over)) {
+			if !finished && over && (e.pinned || !a.since(cs, e.born, a.HoldNs)) {
+				cs.res.Health.NotHeld++
+			}
 			done = append(done, e)
 			return true
 		}

@@ -304,7 +304,7 @@ func TestP2PSeqIsThePluginsOrdinal(t *testing.T) {
 	// Ordinal 7, then 9: ordinal 8 found no slot in the plugin (counted in its lost table).
 	a := newAgg()
 	a.Window(comm1, []event.Record{send(s1, 7, 100, true), send(s2, 9, 200, true)})
-	_, open := a.InFlight(comm1)
+	_, open, _ := a.InFlight(comm1, 0)
 	if len(open) != 2 || open[0].Seq != 7 || open[1].Seq != 9 || open[0].Kind != event.P2p {
 		t.Fatalf("in flight: %+v, want P2P seqs 7 and 9", open)
 	}

@@ -133,14 +133,14 @@ type Progress struct {
 	Recent []Called // the last FlightRecord operations completed, oldest first
 }
 
-// InFlight gives communicator c's progress and the operations pending in it, oldest first.
-// Each operation returned is pinned: however long it stays in flight, it is not given up by age
-// (a hang must stay visible for as long as it lasts), though it still completes normally if its
-// children stop.
-func (a *Aggregator) InFlight(c Comm) (Progress, []OpenOp) {
+// InFlight gives communicator c's progress and the operations pending in it, oldest first: at
+// most limit of them (0: all), and how many more there are. Each operation returned is pinned:
+// while the communicator has at most HoldMax pending, it is not given up by age (a hang must
+// stay visible for as long as it lasts), though it still completes normally if its children stop.
+func (a *Aggregator) InFlight(c Comm, limit int) (Progress, []OpenOp, uint64) {
 	cs := a.comms[c.Index]
 	if cs == nil || cs.info.Incarnation != c.Incarnation {
-		return Progress{}, nil
+		return Progress{}, nil, 0
 	}
 	p := Progress{ByFunc: map[string]FuncDone{}, ByPeer: map[int]P2pDone{}, Ops: cs.progress.ops, Recent: cs.progress.flight()}
 	for f, d := range cs.progress.byFunc {
@@ -149,15 +149,23 @@ func (a *Aggregator) InFlight(c Comm) (Progress, []OpenOp) {
 	for peer, d := range cs.progress.byPeer {
 		p.ByPeer[peer] = *d
 	}
-	var out []OpenOp
+	var open []*opEntry
 	for _, e := range cs.opOrder {
 		if a.inFlight(cs, e) {
-			e.pinned = true
-			out = append(out, a.openOp(cs, e))
+			open = append(open, e)
 		}
 	}
-	slices.SortStableFunc(out, func(x, y OpenOp) int { return cmpTicks(x.Start, y.Start) })
-	return p, out
+	slices.SortStableFunc(open, func(x, y *opEntry) int { return cmpTicks(x.op.Start, y.op.Start) })
+	var cut uint64
+	if limit > 0 && len(open) > limit {
+		open, cut = open[:limit], uint64(len(open)-limit)
+	}
+	out := make([]OpenOp, 0, len(open))
+	for _, e := range open {
+		e.pinned = true
+		out = append(out, a.openOp(cs, e))
+	}
+	return p, out, cut
 }
 
 func (a *Aggregator) openOp(cs *commState, e *opEntry) OpenOp {

@@ -144,6 +144,7 @@ type Health struct {
 	Foreign       uint64 `json:"foreign_pxn"`
 	Expired       uint64 `json:"expired"`       // pending entries given up after MaxAgeWindows
 	NeverStopped  uint64 `json:"never_stopped"` // ProxyOps NCCL never stopped, every step done
+	NotHeld       uint64 `json:"not_held"`      // given up before the hang watchdog's hold: over HoldMax pending
 	// What the plugin could not keep (plugin/core.h), per event type: Untracked events are
 	// missing from every figure; TraceDropped ones only from the trace (detail records).
 	Untracked        map[string]uint64 `json:"untracked,omitempty"`

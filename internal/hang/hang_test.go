@@ -3,10 +3,13 @@ package hang
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ncclprof/ncclprof/internal/outfile"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/dump.golden.json (then check it by hand)")
@@ -168,5 +171,108 @@ func TestStepStateNames(t *testing.T) {
 		if w, isStep := want[v]; ok != isStep || name != w {
 			t.Errorf("StepState(%d) = %q, %v; want %q, %v", v, name, ok, w, isStep)
 		}
+	}
+}
+
+// Issue 23, items 5 and 6 (the writing side). Containers with their own PID namespaces that
+// share a host name and a directory give their processes the same pid: each process's dumps
+// must land in a file of its own, never over another's. A name someone else created first (in
+// a shared sticky directory, another user's file the dump could not replace) must not stop the
+// dump either: not one name, not every numbered name.
+func TestWriterNeverWritesOverAnotherProcess(t *testing.T) {
+	dir := t.TempDir()
+	other := filepath.Join(dir, FileName("node7", 4242))
+	os.WriteFile(other, []byte("another container's dump"), 0o644)
+	d := sample()
+	var w Writer
+	w.Dir = dir
+	for i := 1; i <= 2; i++ { // the second rewrites the name the first claimed
+		d.DumpsWritten = i
+		p, err := w.Write(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if filepath.Base(p) != "ncclprof-hang-node7-4242.1.json" || !IsDumpName(p) {
+			t.Errorf("dump %d written as %s", i, p)
+		}
+	}
+	if b, _ := os.ReadFile(other); string(b) != "another container's dump" {
+		t.Errorf("the other process's dump was overwritten: %.40q", b)
+	}
+	got, err := ReadFile(filepath.Join(dir, "ncclprof-hang-node7-4242.1.json"))
+	if err != nil || got.DumpsWritten != 2 {
+		t.Errorf("read back: %+v, %v", got, err)
+	}
+	// A second process of the same name claims the next one.
+	w2 := Writer{Dir: dir}
+	if p, err := w2.Write(d); err != nil || filepath.Base(p) != "ncclprof-hang-node7-4242.2.json" {
+		t.Errorf("second process: %s, %v", p, err)
+	}
+}
+
+func TestWriterEveryNumberedNameTaken(t *testing.T) {
+	dir := t.TempDir()
+	for n := 0; n < outfile.MaxTries; n++ {
+		name := FileName("node7", 4242)
+		if n > 0 {
+			name = fmt.Sprintf("ncclprof-hang-node7-4242.%d.json", n)
+		}
+		os.WriteFile(filepath.Join(dir, name), nil, 0o644)
+	}
+	w := Writer{Dir: dir}
+	p, err := w.Write(sample())
+	if err != nil {
+		t.Fatalf("every numbered name taken: %v", err)
+	}
+	if got, err := ReadFile(p); err != nil || got.PID != 4242 || !IsDumpName(p) {
+		t.Errorf("%s: %v", p, err)
+	}
+}
+
+// A rewrite whose claimed name can no longer be replaced claims another rather than failing
+// (here the name became a directory; in a sticky directory, another user's file in its place
+// refuses the rename the same way).
+func TestWriterClaimsAnotherNameWhenItsOwnIsLost(t *testing.T) {
+	dir := t.TempDir()
+	w := Writer{Dir: dir}
+	p1, err := w.Write(sample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(p1)
+	os.MkdirAll(filepath.Join(p1, "x"), 0o755) // a non-empty directory: rename cannot replace it
+	p2, err := w.Write(sample())
+	if err != nil || p2 == p1 {
+		t.Fatalf("rewrite: %s, %v; want a new name", p2, err)
+	}
+	if got, err := ReadFile(p2); err != nil || got.PID != 4242 {
+		t.Errorf("%s: %v", p2, err)
+	}
+}
+
+// Item 5, read back: the dumps of four ranks that share a host name and a pid (containers with
+// their own PID namespaces) are four processes to the analysis, not one dump read four times;
+// a copy of one of them still counts once.
+func TestLoadKeepsProcessesSharingAPID(t *testing.T) {
+	dir := t.TempDir()
+	for r := 0; r < 4; r++ {
+		d := sample()
+		d.PID = 1
+		for i := range d.Comms {
+			d.Comms[i].Rank, d.Comms[i].NRanks = r, 4
+		}
+		if _, err := (&Writer{Dir: dir}).Write(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyDir := t.TempDir()
+	b, _ := os.ReadFile(filepath.Join(dir, FileName("node7", 1)))
+	os.WriteFile(filepath.Join(copyDir, FileName("node7", 1)), b, 0o644)
+	in, err := Load([]string{dir, copyDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in.Dumps) != 4 {
+		t.Errorf("%d dumps loaded, want the 4 processes", len(in.Dumps))
 	}
 }

@@ -41,7 +41,7 @@ type Input struct {
 }
 
 var (
-	dumpRE    = regexp.MustCompile(`^ncclprof-hang-.+-\d+\.json$`)
+	dumpRE    = regexp.MustCompile(`^ncclprof-hang-.+-\d+(\.\d+)?\.json$`) // .N: the name was taken
 	summaryRE = regexp.MustCompile(`^ncclprof-summary-.+\.json$`)
 	traceRE   = regexp.MustCompile(`\.trace\.json(\.gz)?$`)
 )
@@ -127,7 +127,7 @@ func (f *Found) Load() *Input {
 			in.Problems = append(in.Problems, Problem{dumps[i], errs[i].Error()})
 			continue
 		}
-		key := procKey(d.Host, d.PID)
+		key := dumpKey(d)
 		if j, ok := seen[key]; ok {
 			if in.Dumps[j].WrittenUnixNs < d.WrittenUnixNs {
 				in.Dumps[j] = Loaded{dumps[i], d}
@@ -273,6 +273,19 @@ func parallel(n int, f func(i int)) {
 	}
 	close(next)
 	wg.Wait()
+}
+
+// dumpKey tells whether two dumps are of one process (a copy, or an earlier rewrite): host, pid
+// and the ranks it holds in its communicators. Processes of containers with their own PID
+// namespaces share a host name and pids, and their dumps (ncclprof-hang-<host>-<pid>.N.json)
+// must all count.
+func dumpKey(d *Dump) string {
+	var b strings.Builder
+	b.WriteString(procKey(d.Host, d.PID))
+	for _, c := range d.Comms {
+		fmt.Fprintf(&b, " %s:%d", c.Hash, c.Rank)
+	}
+	return b.String()
 }
 
 // procKey names a process across dumps, summaries and traces: its host and pid.

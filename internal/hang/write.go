@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math/rand/v2"
+	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/ncclprof/ncclprof/internal/outfile"
 )
 
-// FilePrefix and FileSuffix frame a dump's name: ncclprof-hang-<host>-<pid>.json.
+// FilePrefix and FileSuffix frame a dump's name: ncclprof-hang-<host>-<pid>.json, or
+// ncclprof-hang-<host>-<pid>.N.json when a Writer found that name taken.
 const (
 	FilePrefix = "ncclprof-hang-"
 	FileSuffix = ".json"
@@ -96,11 +101,48 @@ func (d *Dump) Canonical() {
 // bytes go to a new hidden file beside it, which is then renamed over the previous dump, so a
 // reader never sees a half-written file and a failure leaves the previous dump whole; the
 // rename replaces a name, never follows one, and the directory is the one opened and checked
-// once for this process, whatever its path names later. It returns the dump's path. The plugin calls it from its own goroutine, never from NCCL's threads.
+// once for this process, whatever its path names later. It returns the dump's path. For tools
+// and tests that write dumps of their own making; the plugin writes through a Writer.
 func Write(dir string, d *Dump) (string, error) {
 	b, err := Marshal(d)
 	if err != nil {
 		return "", err
 	}
 	return outfile.Replace(dir, FileName(d.Host, d.PID), b)
+}
+
+// A Writer writes one process's dumps into Dir. The first dump claims a name of its own, created
+// new: FileName(host, pid), or when that is taken ncclprof-hang-<host>-<pid>.N.json (processes
+// of containers with their own PID namespaces sharing a host name and a directory; a name
+// another user created first in a shared sticky directory such as /tmp, which this process
+// could neither replace nor should), and when all of those are taken a name with a random
+// number. Later dumps replace the claimed file atomically (as Write does); a rewrite that fails
+// (every temporary name taken, or the name taken over: a sticky directory then refuses the
+// rename) claims a new name instead. The plugin calls it from its
+// own goroutine, never from NCCL's threads.
+type Writer struct {
+	Dir  string
+	name string // claimed by the first dump ("" until then)
+}
+
+// Write writes d (see Writer) and returns the dump's path.
+func (w *Writer) Write(d *Dump) (string, error) {
+	b, err := Marshal(d)
+	if err != nil {
+		return "", err
+	}
+	if w.name != "" {
+		if p, err := outfile.Replace(w.Dir, w.name, b); err == nil {
+			return p, nil
+		}
+	}
+	base := strings.TrimSuffix(FileName(d.Host, d.PID), FileSuffix)
+	p, err := outfile.WriteNew(w.Dir, base, FileSuffix, b)
+	for try := 0; errors.Is(err, outfile.ErrNamesTaken) && try < 8; try++ {
+		p, err = outfile.WriteNew(w.Dir, fmt.Sprintf("%s.%d", base, 1000+rand.IntN(1e9)), FileSuffix, b)
+	}
+	if err == nil {
+		w.name = filepath.Base(p)
+	}
+	return p, err
 }

@@ -14,16 +14,23 @@ import (
 
 const patternOps = "12000"
 
+// checkWhole checks what every replayed NCCL pattern must give: operations, bytes, rank-pair
+// and channel transfers exactly as the host counted them, and no hang dump (nothing hung).
+func checkWhole(t *testing.T, r *Run) {
+	t.Helper()
+	CheckExact(t, r, r.Truth[0])
+	if dumps, _ := filepath.Glob(filepath.Join(r.Dir, "ncclprof-hang-*")); len(dumps) != 0 {
+		t.Errorf("hang dumps written while nothing hung: %v", dumps)
+	}
+}
+
 // runPattern runs one scenario (its name last in host) and checks what every pattern must give.
 func runPattern(t *testing.T, abi int, host []string, env ...string) (*Run, *Summary) {
 	t.Helper()
 	r := Start(t, Options{Args: args(abi, append([]string{"--iters", patternOps, "--nranks", "4"}, host...)...),
 		Env: append([]string{"NCCLPROF_HANG_TIMEOUT_S=2"}, env...)})
 	tr := r.Truth[0]
-	CheckExact(t, r, tr)
-	if dumps, _ := filepath.Glob(filepath.Join(r.Dir, "ncclprof-hang-*")); len(dumps) != 0 {
-		t.Errorf("hang dumps written while nothing hung: %v", dumps)
-	}
+	checkWhole(t, r)
 	s := r.Summary(tr.Comms[0].Hash, tr.Comms[0].Rank)
 	if s == nil {
 		t.Fatal("no summary")
@@ -193,9 +200,11 @@ func TestMaskChangedAtRunTime(t *testing.T) {
 			t.Errorf("AllReduce %+v, want the 8000 of the first and last thirds", ar)
 		}
 		// Recognised as a second stop while the handle's window is open, as a late stop after it
-		// was read (which moves nothing), as stale once its slot was reused.
+		// was read (which moves nothing), as stale once its slot was reused. late_records also
+		// counts ordinary stops that came after their window was read (a loaded machine's
+		// drainer reads early: 4001 was seen once at load 15), so at least the 4000.
 		twice, late, stale := s.Counters["stop_twice"], s.Counters["late_records"], s.Counters["stale_handle"]
-		if twice+late+stale != 4000 {
+		if twice+late+stale < 4000 || twice+stale > 4000 {
 			t.Errorf("stops of the stale CollApi handle: %d twice + %d late + %d stale, want 4000", twice, late, stale)
 		}
 	})

@@ -128,6 +128,13 @@ func TestChainedPluginFailures(t *testing.T) {
 		{"too_new", "recorder/librecorder-v6.so", "has no ncclProfiler_v4", 4, nil, ""},
 		{"bad_table", "recorder/librecorder-badtable.so", "NULL or invalid function pointer", 6, nil, ""},
 		{"itself", "libnccl-profiler-ncclprof.so", "is ncclprof itself", 6, nil, ""},
+		// Issue 23: a table whose startEvent points into the library's data (crashed at the first
+		// call), one whose init is libc's _exit (ended the job: both pointers lie in some loaded
+		// object, which was all that was checked), and a copy of ncclprof under another file
+		// name (ran as a second instance: doubled summaries, each finalize waiting 5 s).
+		{"data_pointer", "recorder/librecorder-datatable.so", "NULL or invalid function pointer", 6, nil, ""},
+		{"init_is_exit", "recorder/librecorder-exittable.so", "NULL or invalid function pointer", 6, nil, ""},
+		{"copy_of_itself", "copy", "is a copy of ncclprof", 6, nil, ""},
 		{"init_error", "libnccl-profiler-recorder.so", "returned error 3 from init", 6,
 			[]string{"NCCLPROF_RECORDER_FAIL=init"}, "init"},
 		{"start_error", "libnccl-profiler-recorder.so", "returned error 3 from startEvent", 6,
@@ -138,7 +145,14 @@ func TestChainedPluginFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			recLog := filepath.Join(t.TempDir(), "recorder.log")
 			lib := tc.lib
-			if !strings.HasPrefix(lib, "/") && !strings.HasPrefix(lib, "libm") {
+			switch {
+			case lib == "copy":
+				lib = filepath.Join(t.TempDir(), "libnccl-profiler-other.so")
+				b, err := os.ReadFile(Path(t, "libnccl-profiler-ncclprof.so"))
+				if err != nil || os.WriteFile(lib, b, 0o755) != nil {
+					t.Fatal(err)
+				}
+			case !strings.HasPrefix(lib, "/") && !strings.HasPrefix(lib, "libm"):
 				lib = Path(t, lib)
 			}
 			env := append([]string{"NCCLPROF_CHAIN=" + lib, "NCCLPROF_RECORDER_LOG=" + recLog}, tc.env...)

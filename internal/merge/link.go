@@ -193,6 +193,11 @@ func (r *rankState) linkLaunch(p *pluginIndex, l *ptrace.Event, slack int64) {
 		}
 	}
 	switch {
+	case best == nil && (to < r.kx.minTs || from > r.kx.maxTs):
+		// Launched before torch.profiler started (or after it stopped): its kernel may still
+		// run inside the window, which the order rule links.
+		fail(whyOutsideWindow)
+		return
 	case best == nil:
 		fail("no Kineto launch call inside the KernelLaunch interval on its thread")
 		return

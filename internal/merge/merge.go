@@ -279,7 +279,8 @@ func readAhead(path string) *fileAhead {
 	f := &fileAhead{done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
-		f.data, f.err = tracefile.ReadFile(path)
+		// Mapped, not copied: this trace is held to the end of the merge (see MapFile).
+		f.data, f.err = tracefile.MapFile(path)
 	}()
 	return f
 }

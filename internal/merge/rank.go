@@ -261,13 +261,17 @@ func (r *rankState) kernelWhy(k *kernel) string {
 	return "no NCCL operation of its process group and function pairs with it (dropped from the plugin trace?)"
 }
 
+// whyOutsideWindow: an operation enqueued (launched) before the Kineto trace's first event or
+// after its last, whose kernel no rule found in the trace.
+const whyOutsideWindow = "outside the Kineto trace's time window"
+
 // groupWhy says why an operation group stayed unlinked.
 func (r *rankState) groupWhy(g *opGroup) string {
 	if g.why != "" {
 		return g.why
 	}
 	if g.at() < r.kx.minTs || g.at() > r.kx.maxTs {
-		return "outside the Kineto trace's time window"
+		return whyOutsideWindow
 	}
 	return "no NCCL kernel of its process group and function pairs with it"
 }

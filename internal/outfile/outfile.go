@@ -83,9 +83,12 @@ func nameAt(base, ext string, n int) string {
 	return fmt.Sprintf("%s.%d%s", base, n, ext)
 }
 
+// ErrNamesTaken: every name Create tries was taken (tooMany wraps it).
+var ErrNamesTaken = errors.New("every name taken")
+
 func tooMany(dir, base, ext string) error {
-	return fmt.Errorf("%d files named %s.*%s already in %s: clean it or choose another directory",
-		MaxTries, base, ext, dir)
+	return fmt.Errorf("%d files named %s.*%s already in %s: clean it or choose another directory (%w)",
+		MaxTries, base, ext, dir, ErrNamesTaken)
 }
 
 // WriteNew writes data to a new file named as Create names it, whole or not at all: the data

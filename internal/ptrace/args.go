@@ -152,6 +152,10 @@ func (e *Fields) fillArgs(args string) (bad string) {
 			e.Group, ok = argHandle(v)
 		case "graph_captured":
 			e.Graph = argBool(v)
+		case "is_send":
+			e.IsSend = argBool(v)
+		case "trans_size":
+			e.TransSize = argInt(v)
 		case "traced":
 			e.Traced = argStr(v)
 		}

@@ -63,6 +63,10 @@ func gjsonArgs(e *Fields, args string) (bad string) {
 			e.GPUStop, _ = jsonscan.Int(v.Raw)
 		case "graph_captured":
 			e.Graph = v.Bool()
+		case "is_send":
+			e.IsSend = v.Bool()
+		case "trans_size":
+			e.TransSize = v.Int()
 		case "traced":
 			e.Traced = v.Str
 		}
@@ -84,6 +88,8 @@ var argSeeds = []string{
 	`{"count":18446744073709551615,"bytes":"99","seq":-12.7,"graph_captured":1,"rank":1e400}`,
 	`{"gpu_start_ns":12,"gpu_stop_ns":"x","op":"0x00000000000000ff","group_api":"0X1F"}`,
 	`{}`,
+	`{"id":"0x0000000000002001","parent":"0x0000000000001004","channel":1,"peer":3,"nsteps":4,"chunk_size":131072,"trans_size":524288,"is_send":true}`,
+	`{"trans_size":"12","is_send":1}`, `{"trans_size":1.9e3,"is_send":"false"}`,
 	`{"id":"0x0000000000001004","id":"0x0000000000000009"}`,
 	`{"id":"0x0000000000001004","seq":8,"func":"AllReduce","traced":"sampled"}`,
 }

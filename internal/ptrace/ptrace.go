@@ -131,7 +131,9 @@ type Fields struct {
 	Op         uint64 // KernelCh, completion: the Coll/P2p handle
 	GPUStart   int64  // KernelCh: raw %globaltimer ns
 	GPUStop    int64
-	Graph      bool // captured in a CUDA graph
+	Graph      bool  // captured in a CUDA graph
+	IsSend     bool  // ProxyOp: a send (else a receive)
+	TransSize  int64 // ProxyOp, ProxyStep: the bytes it moves (trans_size)
 	// Traced: why a sampled trace holds the operation (Coll/P2p, completion): "sampled" (its seq
 	// % N == 0), "triggered" (after a slow one), "trigger" (the slow one: its completion span
 	// only); "" in a full trace.
@@ -224,9 +226,10 @@ func Parse(path string, data []byte) (*Trace, error) {
 // to the base) and returns true for those it has taken what it needs from. A reader that only counts most events (proxy steps, network
 // events…) holds a fraction of the memory of the file's events (an Event is about 450 bytes,
 // twice the text it comes from). Doc.Events still counts every event, and Doc.Walk visits them
-// all again.
+// all again. A large plain file is mapped rather than copied (tracefile.MapFile): the merge,
+// the only caller, holds its plugin traces to its end.
 func ReadLean(path string, drop func(*Event) bool) (*Trace, error) {
-	data, err := tracefile.ReadFile(path)
+	data, err := tracefile.MapFile(path)
 	if err != nil {
 		return nil, err
 	}

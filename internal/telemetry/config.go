@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ncclprof/ncclprof/internal/envnum"
 )
 
 // Exporter kinds (NCCLPROF_METRICS).
@@ -128,14 +130,16 @@ func FromEnv(getenv Getenv) (Config, []string) {
 		c.Secrets = append(c.Secrets, headerValues(getenv(k))...)
 	}
 
-	if v := getenv("OTEL_METRIC_EXPORT_INTERVAL"); v != "" {
-		if ms, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && ms > 0 {
-			c.Interval = time.Duration(ms) * time.Millisecond
-		} else {
-			probs = append(probs, fmt.Sprintf("OTEL_METRIC_EXPORT_INTERVAL=%q is not a positive "+
-				"number of milliseconds; using %v", v, DefaultInterval))
+	// Numbers: envnum's one rule (finite, in range, else the default and one message).
+	num := func(msg string) {
+		if msg != "" {
+			probs = append(probs, msg)
 		}
 	}
+	var msg string
+	c.Interval, msg = envnum.Millis("OTEL_METRIC_EXPORT_INTERVAL", getenv("OTEL_METRIC_EXPORT_INTERVAL"),
+		DefaultInterval.Milliseconds(), 1, 24*3600*1000)
+	num(msg)
 
 	hist := getenv("NCCLPROF_METRICS_HISTOGRAM")
 	histVar := "NCCLPROF_METRICS_HISTOGRAM"
@@ -174,14 +178,10 @@ func FromEnv(getenv Getenv) (Config, []string) {
 	if d := getenv("NCCLPROF_OUTPUT_DIR"); d != "" {
 		c.OutputDir = d
 	}
-	if v := getenv("NCCLPROF_METRICS_FILE_MAX_MB"); v != "" {
-		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n > 0 && n < 1<<40 {
-			c.FileMaxSize = n << 20
-		} else {
-			probs = append(probs, fmt.Sprintf("NCCLPROF_METRICS_FILE_MAX_MB=%q is not a positive "+
-				"number; using %d", v, DefaultFileMaxMiB))
-		}
-	}
+	mib, msg := envnum.Int("NCCLPROF_METRICS_FILE_MAX_MB", getenv("NCCLPROF_METRICS_FILE_MAX_MB"),
+		DefaultFileMaxMiB, 1, 1<<24)
+	c.FileMaxSize = mib << 20
+	num(msg)
 
 	if a := first(getenv, "NCCLPROF_PROMETHEUS_ADDR", "OTEL_EXPORTER_PROMETHEUS_HOST"); a != "" {
 		c.PromAddr = a
@@ -201,22 +201,13 @@ func FromEnv(getenv Getenv) (Config, []string) {
 		}
 	}
 
-	if v := getenv("NCCLPROF_METRICS_FINAL_TIMEOUT_MS"); v != "" {
-		if ms, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && ms >= 0 {
-			c.FinalTimeout = time.Duration(ms) * time.Millisecond
-		} else {
-			probs = append(probs, fmt.Sprintf("NCCLPROF_METRICS_FINAL_TIMEOUT_MS=%q is not a number "+
-				"of milliseconds; using %v", v, DefaultFinalTimeout))
-		}
-	}
-	if v := getenv("NCCLPROF_METRICS_MAX_LABELS"); v != "" {
-		if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 0 {
-			c.MaxLabels = n
-		} else {
-			probs = append(probs, fmt.Sprintf("NCCLPROF_METRICS_MAX_LABELS=%q is not a number; "+
-				"using %d", v, DefaultMaxLabels))
-		}
-	}
+	c.FinalTimeout, msg = envnum.Millis("NCCLPROF_METRICS_FINAL_TIMEOUT_MS", getenv("NCCLPROF_METRICS_FINAL_TIMEOUT_MS"),
+		DefaultFinalTimeout.Milliseconds(), 0, 600000)
+	num(msg)
+	labels, msg := envnum.Int("NCCLPROF_METRICS_MAX_LABELS", getenv("NCCLPROF_METRICS_MAX_LABELS"),
+		DefaultMaxLabels, 0, 1<<20)
+	c.MaxLabels = int(labels)
+	num(msg)
 	return c, probs
 }
 

@@ -198,3 +198,25 @@ func TestRedactQueryAndUserinfo(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+// Numbers that parse but are out of any sensible range (issue 23, item 13): a millisecond count
+// that overflows time.Duration wrapped negative (a ticker that panics, a deadline already past),
+// and a label bound of 2^62 sized nothing. Each is refused with one message and the default.
+func TestConfigNumbersOutOfRange(t *testing.T) {
+	c, probs := FromEnv(envOf(
+		"OTEL_METRIC_EXPORT_INTERVAL", "10000000000000",
+		"NCCLPROF_METRICS_FINAL_TIMEOUT_MS", "9223372036854775807",
+		"NCCLPROF_METRICS_MAX_LABELS", "4611686018427387904",
+		"NCCLPROF_METRICS_FILE_MAX_MB", "NaN",
+	))
+	if len(probs) != 4 {
+		t.Errorf("want 4 problems, got %d: %q", len(probs), probs)
+	}
+	if c.Interval != DefaultInterval || c.FinalTimeout != DefaultFinalTimeout || c.MaxLabels != DefaultMaxLabels ||
+		c.FileMaxSize != DefaultFileMaxMiB<<20 {
+		t.Errorf("defaults not kept: interval %v final %v labels %d file %d", c.Interval, c.FinalTimeout, c.MaxLabels, c.FileMaxSize)
+	}
+	if d := exportTimeout(envOf("OTEL_METRIC_EXPORT_TIMEOUT", "10000000000000")); d != 30*time.Second {
+		t.Errorf("export timeout %v, want the default 30s", d)
+	}
+}

@@ -428,7 +428,7 @@ func TestE2EStepLabelFromC(t *testing.T) {
 	root := repoRoot(t)
 	bin := filepath.Join(t.TempDir(), "steplabel")
 	srcs := []string{filepath.Join(root, "internal", "telemetry", "testdata", "steplabel.c")}
-	for _, f := range []string{"emit.c", "calllog.c", "world.c", "scenarios.c"} {
+	for _, f := range []string{"emit.c", "calllog.c", "world.c", "era.c", "scenarios.c"} {
 		srcs = append(srcs, filepath.Join(root, "testhost", f))
 	}
 	args := append([]string{"-std=gnu11", "-O1", "-o", bin, "-I" + filepath.Join(root, "testhost")}, srcs...)

@@ -8,12 +8,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ncclprof/ncclprof/internal/envnum"
 	"github.com/ncclprof/ncclprof/internal/outfile"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
@@ -305,12 +305,8 @@ type pusher struct {
 
 // exportTimeout is OTEL_METRIC_EXPORT_TIMEOUT (ms), default 30 s as the SDK has it.
 func exportTimeout(getenv Getenv) time.Duration {
-	if v := strings.TrimSpace(getenv("OTEL_METRIC_EXPORT_TIMEOUT")); v != "" {
-		if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 {
-			return time.Duration(ms) * time.Millisecond
-		}
-	}
-	return 30 * time.Second
+	d, _ := envnum.Millis("OTEL_METRIC_EXPORT_TIMEOUT", getenv("OTEL_METRIC_EXPORT_TIMEOUT"), 30000, 1, 3600*1000)
+	return d // an invalid value is not said: the SDK's own reading of it warns
 }
 
 func (r *Recorder) newPusher(ctx context.Context) (*pusher, error) {

@@ -1,6 +1,8 @@
 package why
 
 import (
+	"cmp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -12,12 +14,13 @@ import (
 // reads them (docs/ncclmerge.md); pid>>22 is 0 in a plugin trace or a merged rank.
 const timelineShift = 22
 
-// span is one slice on the Unix clock.
+// span is one slice on the Unix clock. Its fields are in this order so that it packs in 40 bytes
+// (48 with name before tid): a job keeps about 40 of them per operation.
 type span struct {
 	start, end int64
-	name       int32 // index in activity.names
 	tid        int64 // CPU thread, or GPU stream
 	corr       int64 // CUDA correlation (kernels, runtime calls); 0: none
+	name       int32 // index in activity.names
 	nccl       bool  // kernels: an NCCL kernel
 	python     bool  // CPU: a python_function slice
 }
@@ -25,13 +28,27 @@ type span struct {
 // send is one send ProxyOp of a collective: its peer, the bytes of its steps, and the span from
 // its first step's start to its last step's end (the transfers, not the wait for peers before).
 type send struct {
-	coll      uint64 // the Coll's handle, until finish names the collective
-	comm      uint64
-	fn        string
-	seq       int64
-	peer      int32
-	bytes     int64
-	start, ns int64
+	coll       uint64 // the Coll's handle, until finish names the collective
+	comm       uint64
+	fn         string
+	seq        int64
+	peer       int32
+	stepped    bool // a step was added
+	bytes      int64
+	start, end int64
+}
+
+// ns is how long its transfers took.
+func (s *send) ns() int64 { return s.end - s.start }
+
+// step adds one of its steps.
+func (s *send) step(st stepOf) {
+	s.bytes += st.bytes
+	if !s.stepped {
+		s.stepped, s.start, s.end = true, st.start, st.end
+		return
+	}
+	s.start, s.end = min(s.start, st.start), max(s.end, st.end)
 }
 
 // activity is what one rank (a process group of one file) recorded: from torch.profiler its GPU
@@ -39,17 +56,18 @@ type send struct {
 type activity struct {
 	names   []string
 	nameID  map[string]int32
-	kernels []span          // by start
-	calls   []span          // runtime calls, by start
-	cpu     []span          // cpu_op, python_function, user_annotation: by start
-	byCorr  map[int64]int32 // correlation → index in calls
+	kernels []span // by start
+	calls   []span
+	cpu     []span // cpu_op, python_function, user_annotation: by start
+	// calls: the runtime calls that launched a kernel recorded, by correlation (finish drops the
+	// others: cudaGetDevice, cudaStreamIsCapturing and their kind are most of a real trace's)
 	// the longest kernel and CPU operator: how far before a window a span may start
 	longestKernel, longestCPU int64
 	sends                     []send
 	// while reading: plugin handles → what they stand for
 	colls map[uint64]send // Coll id → (comm, fn, seq)
-	proxy map[uint64]int  // send ProxyOp id → index in sends
-	steps []stepOf
+	proxy map[uint64]int  // ProxyOp id → index in sends; -1: a receive, whose steps are not kept
+	steps []stepOf        // steps read before their ProxyOp
 }
 
 type stepOf struct {
@@ -78,7 +96,7 @@ func (f fileActivity) group(pid int64) *activity {
 	g := pid >> timelineShift
 	a := f[g]
 	if a == nil {
-		a = &activity{nameID: map[string]int32{}, byCorr: map[int64]int32{}, colls: map[uint64]send{}, proxy: map[uint64]int{}}
+		a = &activity{nameID: map[string]int32{}, colls: map[uint64]send{}, proxy: map[uint64]int{}}
 		f[g] = a
 	}
 	return a
@@ -111,12 +129,21 @@ func (a *activity) plugin(e *ptrace.Event) {
 		// a kept substring would keep whole.
 		a.colls[e.ID] = send{comm: e.Comm, fn: a.names[a.name(e.Func)], seq: e.Seq}
 	case ptrace.ProxyOp:
-		if e.Arg("is_send").Bool() {
+		a.proxy[e.ID] = -1
+		if e.IsSend {
 			a.proxy[e.ID] = len(a.sends)
 			a.sends = append(a.sends, send{coll: e.Parent, peer: int32(e.Peer)})
 		}
 	case ptrace.ProxyStep:
-		a.steps = append(a.steps, stepOf{e.Parent, e.Arg("trans_size").Int(), e.Start, e.End})
+		// Added to its send as it goes by: a job's steps are most of its plugin events, and half
+		// of them are receives'.
+		st := stepOf{e.Parent, e.TransSize, e.Start, e.End}
+		switch i, ok := a.proxy[st.proxy]; {
+		case !ok:
+			a.steps = append(a.steps, st)
+		case i >= 0:
+			a.sends[i].step(st)
+		}
 	}
 }
 
@@ -136,36 +163,61 @@ func (a *activity) finish(base int64) {
 	for _, c := range a.cpu {
 		a.longestCPU = max(a.longestCPU, c.end-c.start)
 	}
-	for i, c := range a.calls {
-		if c.corr != 0 {
-			a.byCorr[c.corr] = int32(i)
-		}
-	}
-	first := make([]bool, len(a.sends))
+	a.keepLaunches()
 	for _, st := range a.steps {
-		i, ok := a.proxy[st.proxy]
-		if !ok {
-			continue
+		if i, ok := a.proxy[st.proxy]; ok && i >= 0 {
+			a.sends[i].step(st)
 		}
-		s := &a.sends[i]
-		s.bytes += st.bytes
-		if !first[i] {
-			first[i], s.start, s.ns = true, st.start+base, st.end-st.start
-			continue
-		}
-		end := max(s.start+s.ns, st.end+base)
-		s.start = min(s.start, st.start+base)
-		s.ns = end - s.start
 	}
 	kept := a.sends[:0]
-	for i, s := range a.sends {
+	for _, s := range a.sends {
 		c, ok := a.colls[s.coll]
-		if !ok || !first[i] || s.bytes <= 0 {
+		if !ok || !s.stepped || s.bytes <= 0 {
 			continue
 		}
 		s.comm, s.fn, s.seq = c.comm, c.fn, c.seq
+		s.start += base
+		s.end += base
 		kept = append(kept, s)
 	}
 	a.sends = kept
+	// What is kept for the whole job: no room to grow (append leaves up to half of a slice's
+	// room unused).
+	a.kernels, a.calls, a.cpu, a.sends = slices.Clone(a.kernels), slices.Clone(a.calls), slices.Clone(a.cpu), slices.Clone(a.sends)
 	a.colls, a.proxy, a.steps = nil, nil, nil
+}
+
+// keepLaunches keeps the runtime calls that launched a recorded kernel, sorted by correlation
+// for launch.
+func (a *activity) keepLaunches() {
+	launched := make([]int64, 0, len(a.kernels))
+	for _, k := range a.kernels {
+		if k.corr != 0 {
+			launched = append(launched, k.corr)
+		}
+	}
+	slices.Sort(launched)
+	kept := a.calls[:0]
+	for _, c := range a.calls {
+		if _, ok := slices.BinarySearch(launched, c.corr); ok && c.corr != 0 {
+			kept = append(kept, c)
+		}
+	}
+	a.calls = kept
+	slices.SortStableFunc(a.calls, func(x, y span) int { return cmp.Compare(x.corr, y.corr) })
+}
+
+// launch is the runtime call that launched kernel k (false: not recorded).
+func (a *activity) launch(k *span) (span, bool) {
+	if k.corr == 0 {
+		return span{}, false
+	}
+	i, ok := slices.BinarySearchFunc(a.calls, k.corr, func(c span, corr int64) int { return cmp.Compare(c.corr, corr) })
+	if !ok {
+		return span{}, false
+	}
+	for i+1 < len(a.calls) && a.calls[i+1].corr == k.corr {
+		i++ // the last to start, as a map filled in order of start kept it
+	}
+	return a.calls[i], true
 }

@@ -153,14 +153,14 @@ func (a *analyzer) launcher(act *activity, i int32, name string) string {
 		if act.names[k.name] != name || k.corr == 0 {
 			continue
 		}
-		c, ok := act.byCorr[k.corr]
+		c, ok := act.launch(&k)
 		if !ok {
 			break
 		}
-		if op := act.enclosing(act.calls[c]); op >= 0 {
+		if op := act.enclosing(c); op >= 0 {
 			return act.names[act.cpu[op].name]
 		}
-		return act.names[act.calls[c].name]
+		return act.names[c.name]
 	}
 	return "(launch not recorded)"
 }
@@ -178,8 +178,8 @@ func (a *analyzer) dependency(r Row, i int32, act *activity, nk int, b span, pee
 		if k < 0 {
 			return 0
 		}
-		if c, ok := ac.byCorr[ac.kernels[k].corr]; ok {
-			return o.GPUArrive - ac.calls[c].end
+		if c, ok := ac.launch(&ac.kernels[k]); ok {
+			return o.GPUArrive - c.end
 		}
 		return 0
 	}

@@ -110,8 +110,8 @@ func (a *analyzer) threadTime(i int32) map[string]int64 {
 // thread with the most CPU operators.
 func (a *analyzer) launchThread(act *activity, i int32) int64 {
 	if k := act.kernelAt(a.s.Ops[i].GPUArrive); k >= 0 {
-		if c, ok := act.byCorr[act.kernels[k].corr]; ok {
-			return act.calls[c].tid
+		if c, ok := act.launch(&act.kernels[k]); ok {
+			return c.tid
 		}
 	}
 	n := map[int64]int{}

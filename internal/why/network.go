@@ -170,7 +170,7 @@ func (a *analyzer) links() (map[collKey][]link, map[collKey]map[int32]int32) {
 				order = append(order, mk)
 			}
 			l.bytes += s.bytes
-			l.ns = max(l.ns, s.ns) // channels run side by side
+			l.ns = max(l.ns, s.ns()) // channels run side by side
 		}
 		for _, mk := range order {
 			o := &a.s.Ops[mk[0]]

@@ -4,15 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/merge"
-	"github.com/ncclprof/ncclprof/internal/ptrace"
 	"github.com/ncclprof/ncclprof/internal/synth"
 	"github.com/ncclprof/ncclprof/internal/tracefile"
 )
@@ -52,23 +51,13 @@ func plantedJob(t *testing.T, plant func(o *synth.JobOptions) string) (*commops.
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kin []string
-	for r, p := range traces {
-		tr, err := ptrace.Read(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+	kin := kinetoTraces(t, dir, traces, func(r int) *synth.Work {
 		w := *realWork(t)
 		if r == plantRank && kinetoPlant != "" {
 			w.Plants = []synth.Plant{{Cause: kinetoPlant, Seq: plantSeq, Ns: plantNs}}
 		}
-		data, _ := synth.KinetoFromPlugin(tr, synth.KinetoOptions{Rank: r, WorldSize: 8, Work: &w})
-		kp := filepath.Join(dir, fmt.Sprintf("rank%d.pt.trace.json", r))
-		if err := os.WriteFile(kp, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		kin = append(kin, kp)
-	}
+		return &w
+	})
 	out := filepath.Join(dir, "timeline.json.gz")
 	if _, err := merge.Run(kin, traces, out, merge.Options{Timeline: true}); err != nil {
 		t.Fatal(err)
@@ -243,4 +232,24 @@ func heapInUse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// Sampled traces (1 in 3, seq 33 among those kept): the operations between two sampled ones are
+// not in the trace, so the late rank's interval cannot be compared with the others': the planted
+// host lateness is found by skew, and its cause is unknown, saying that the trace is sampled.
+func TestSampledTraceSaysUnknown(t *testing.T) {
+	s, acts := plantedJob(t, func(o *synth.JobOptions) string {
+		o.Sample = 3
+		o.SlowRank, o.SlowNs, o.SlowEvery = plantRank, plantNs, plantSeq+1
+		return synth.PlantHost
+	})
+	checkPlanted(t, Analyze(s, acts, Defaults), Unknown, "sampled 1/3 trace", "are not all in it")
+}
+
+// A job keeps about 40 spans per operation: its fields are ordered to pack in 40 bytes (48 with
+// the name before the thread, 8 bytes × 40 per operation more).
+func TestSpanPacks(t *testing.T) {
+	if n := unsafe.Sizeof(span{}); n != 40 {
+		t.Errorf("a span takes %d bytes, want 40: keep its 8-byte fields first", n)
+	}
 }

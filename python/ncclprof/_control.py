@@ -121,7 +121,8 @@ def _usable() -> bool:
 
 # Exports older or C-only builds lack: ncclprof_metrics_flush is Go's (absent from the C-only
 # sanitizer builds); the others are newer than the first Python package.
-_OPTIONAL = ("ncclprof_metrics_flush", "ncclprof_started", "ncclprof_counter_name", "ncclprof_stat_name")
+_OPTIONAL = ("ncclprof_metrics_flush", "ncclprof_started", "ncclprof_counter_name", "ncclprof_stat_name",
+             "ncclprof_dump_error")
 
 
 def _declare(lib) -> None:
@@ -138,6 +139,7 @@ def _declare(lib) -> None:
         "ncclprof_stats": (ctypes.c_int, [u64p, ctypes.c_int]),
         "ncclprof_metrics_flush": (ctypes.c_int, [ctypes.c_int]),
         "ncclprof_dump_inflight": (ctypes.c_int, []),
+        "ncclprof_dump_error": (ctypes.c_char_p, []),
         "ncclprof_started": (ctypes.c_int, []),
         "ncclprof_counter_name": (ctypes.c_char_p, [ctypes.c_int]),
         "ncclprof_stat_name": (ctypes.c_char_p, [ctypes.c_int]),
@@ -267,6 +269,7 @@ def flush(timeout: float = 5.0) -> str:
 
 
 WRITTEN = "written"
+FAILED = "failed"  # dump_inflight(): "failed: <the reason>" (a write error: permissions, a full disk)
 
 
 def dump_inflight() -> str:
@@ -274,12 +277,17 @@ def dump_inflight() -> str:
     (ncclprof-hang-<host>-<pid>.json in NCCLPROF_OUTPUT_DIR; docs/hang.md). Call it from a
     timeout handler (torch.distributed's watchdog, a signal handler of your own) before the
     process is torn down, on every rank, then run `ncclmerge hang` over the dumps. Returns
-    "written", "timeout" (not written within 10 s), "not_started" (no NCCL communicator yet) or
-    "forked_child"."""
+    "written", "failed: <why>" (it could not be written: the reason, e.g. permission denied on
+    the output directory), "timeout" (the plugin did not answer within 10 s), "not-started" (no
+    NCCL communicator yet) or "forked-child"."""
     lb = lib()
     if lb is None:
         return FORKED_CHILD
-    return {0: WRITTEN, 1: TIMEOUT, 2: NOT_STARTED, 3: FORKED_CHILD}.get(lb.ncclprof_dump_inflight(), TIMEOUT)
+    rc = lb.ncclprof_dump_inflight()
+    if rc == 4:
+        why = lb.ncclprof_dump_error() if hasattr(lb, "ncclprof_dump_error") else None
+        return f"{FAILED}: {(why or b'').decode('utf-8', 'replace') or 'no reason given'}"
+    return {0: WRITTEN, 1: TIMEOUT, 2: NOT_STARTED, 3: FORKED_CHILD}.get(rc, TIMEOUT)
 
 
 def flush_metrics(timeout: float = 2.0) -> str:

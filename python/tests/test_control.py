@@ -267,3 +267,26 @@ def test_dump_inflight_names_the_open_operation():
     assert r["DUMP"] == "written"
     assert r["REASON"] == ["request", 1, False]
     assert r["OPEN"] == [["AllReduce", 0, 4096, 0], ["AllReduce", 1, 8192, 0]]
+
+
+def test_dump_inflight_says_why_it_failed():
+    # Issue 23 item 15: a dump that cannot be written (here the output directory is a regular
+    # file; for an unprivileged user a directory without write permission fails the same way)
+    # used to come back as "timeout" within milliseconds. It now says the real reason.
+    r = _results(run_py(PRELUDE, """
+        import time
+        open("not-a-dir", "w").close()
+        os.environ["NCCLPROF_OUTPUT_DIR"] = os.path.abspath("not-a-dir")
+        ncclprof.enable(event_mask="default,kernelch")
+        nccl = NCCL()
+        c = nccl.comm(nranks=1)
+        c.allreduce(count=4096)
+        t0 = time.monotonic()
+        res = ncclprof.dump_inflight()
+        out("DUMP", [res, time.monotonic() - t0])
+        c.finalize()
+    """).stdout)
+    res, took = r["DUMP"]
+    assert res.startswith("failed: "), res
+    assert "not-a-dir" in res and "not a directory" in res, res
+    assert took < 5, took

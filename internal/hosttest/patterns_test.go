@@ -1,0 +1,94 @@
+package hosttest
+
+import (
+	"strings"
+	"testing"
+)
+
+// NCCL's proxy-thread patterns (docs/nccl-patterns.md, testhost/proxy_patterns.c), each
+// replayed at 12,000 operations paced at 2,000 per second (as the issue measured) and unpaced.
+// Unpaced, the windows are made large enough for the whole run, so that a drainer starved of
+// CPU by the shared machine cannot drop operation records: what is under test is the arena
+// (cells that NCCL never frees or frees once for many starts), which no window size helps.
+// Before the fix, the paced nostop run lost 30,225 ProxyOps and 59,758 ProxySteps to a full
+// arena, and restarted steps filled it within a few hundred operations.
+var patternRuns = []struct {
+	name string
+	rate string
+	env  []string
+}{
+	{"paced", "2000", nil},
+	{"unpaced", "0", []string{"NCCLPROF_WINDOW_SLOTS=32768"}},
+}
+
+// runProxyPattern replays a pattern with the hang watchdog at 2 s and checks what every pattern
+// must keep: operations, bytes, rank-pair and channel transfers exactly as the host counted
+// them, nothing dropped, the summary complete, and no hang dump (nothing hung).
+func runProxyPattern(t *testing.T, scenario, rate string, env []string) *Run {
+	t.Helper()
+	env = append([]string{"NCCLPROF_METRICS=none", "NCCLPROF_HANG_TIMEOUT_S=2"}, env...)
+	r := Start(t, Options{Args: args(6, "--iters", "12000", "--rate", rate, scenario), Env: env})
+	checkWhole(t, r)
+	if n := r.Truth[0].Counter(t, "ARENA_FULL"); n != 0 {
+		t.Errorf("the arena was full %d times", n)
+	}
+	if strings.Contains(string(r.Stderr), "dropped") {
+		t.Errorf("the plugin warned of drops:\n%s", r.Stderr)
+	}
+	return r
+}
+
+// ProxyOps that proxy.cc starts and nothing stops (CollNet AllReduce), alternating with ring
+// AllGathers over the network: each never-stopped ProxyOp is retired once a later ProxyOp of
+// its communicator stops, every one of them (2 per channel of 6,000 CollNet operations), and
+// none on weaker evidence; every AllGather transfer is kept and every AllGather completes.
+func TestNeverStoppedProxyOpsAreRetired(t *testing.T) {
+	for _, run := range patternRuns {
+		t.Run(run.name, func(t *testing.T) {
+			r := runProxyPattern(t, "nostop", run.rate, run.env)
+			tr := r.Truth[0]
+			tc := tr.Comms[0]
+			s := r.Summary(tc.Hash, tc.Rank)
+			const collnetOps, channels = 6000, 2
+			// The last CollNet operation's ProxyOps have no later stop: finalize reads them.
+			if got, want := tr.Counter(t, "OPS_RETIRED"), uint64(collnetOps*channels*2); got < want-4 || got > want {
+				t.Errorf("%d ProxyOps retired, want %d (all but the last operation's)", got, want)
+			}
+			if n := tr.Counter(t, "OPS_RETIRED_OLD"); n != 0 {
+				t.Errorf("%d ProxyOps retired without a later stop", n)
+			}
+			if s.Health.Expired != 0 || s.Counters["proxyops_retired"] != tr.Counter(t, "OPS_RETIRED") {
+				t.Errorf("health: %d expired; the summary's proxyops_retired %d", s.Health.Expired,
+					s.Counters["proxyops_retired"])
+			}
+			ag := s.Op("AllGather", "RING", "SIMPLE", channels)
+			if ag == nil || ag.NoCompletion != 0 || ag.Incomplete != 0 {
+				t.Errorf("AllGather: %+v, want every operation complete with its completion time", ag)
+			}
+			// CollNet operations say nothing of when they end (NCCL never reports on their
+			// ProxyOps, which therefore leave no record), but none is left incomplete.
+			if cn := s.Op("AllReduce", "COLLNET_DIRECT", "SIMPLE", channels); cn == nil || cn.Incomplete != 0 {
+				t.Errorf("CollNet AllReduce: %+v, want none incomplete", cn)
+			}
+		})
+	}
+}
+
+// Receive steps that net.cc starts again on every progress pass until their irecv is posted
+// (20 starts each here): each restart reuses the step's cell, so the arena holds one cell per
+// step in flight, every transfer is kept once, and the restarts are counted.
+func TestRestartedReceiveStepsReuseTheirCell(t *testing.T) {
+	for _, run := range patternRuns {
+		t.Run(run.name, func(t *testing.T) {
+			r := runProxyPattern(t, "restart", run.rate, run.env)
+			tr := r.Truth[0]
+			const ops, channels, steps, restarts = 12000, 2, 4, 19
+			if got, want := tr.Counter(t, "STEP_RESTARTS"), uint64(ops*channels*steps*restarts); got != want {
+				t.Errorf("%d restarts counted, want %d", got, want)
+			}
+			if n := tr.TypeCounts[4]; n != ops*channels*steps*(restarts+2) {
+				t.Errorf("the host started %d ProxySteps: the pattern is not the one intended", n)
+			}
+		})
+	}
+}

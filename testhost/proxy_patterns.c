@@ -1,0 +1,77 @@
+/*
+ * proxy_patterns.c — two call patterns of NCCL's proxy thread that the plugin must survive at
+ * any rate, replayed as NCCL's own code calls (docs/nccl-patterns.md has the sources):
+ *
+ *   nostop   ProxyOps that proxy.cc starts (ncclProxyOpToArgs → ncclProfilerStartProxyOpEvent,
+ *            for every proxied operation) but that nothing stops: only net.cc's progress
+ *            functions stop ProxyOps, so CollNet's (and the P2P/SHM copy-engine ones) stay
+ *            open for ever, with no state and no step. Operations alternate a CollNet AllReduce
+ *            and a ring AllGather over the network, whose ProxyOps net.cc runs and stops.
+ *   restart  net.cc's recvProxyProgress starts a receive step (ncclProfilerStartRecvProxyStep-
+ *            Event) before the checks that may postpone its irecv to a later pass; each later
+ *            pass starts it again into the same handle slot, and only the last handle is given
+ *            states and stopped. Ring AllReduces whose every receive step is started 20 times.
+ *
+ * --iters operations at --rate operations per second (0: as fast as the threads can), each
+ * with --channels channels; 4 steps per channel and direction.
+ */
+#define _GNU_SOURCE
+#include <string.h>
+#include <time.h>
+
+#include "scenarios.h"
+#include "world.h"
+
+#define PATTERN_RESTARTS 19 /* extra starts per receive step: 20 starts in all */
+
+/* Waits until operation i is due at `rate` per second after t0 (sleeping when far off, so the
+ * paced runs leave the machine's other work its CPUs). */
+static void pace(double t0, int i, double rate) {
+  if (rate <= 0) return;
+  double due = t0 + (double)i * 1e9 / rate;
+  double left = due - now_ns();
+  if (left > 200e3) {
+    struct timespec ts = {0, (long)(left - 100e3)};
+    nanosleep(&ts, NULL);
+  }
+  spin_until(due);
+}
+
+/* 256 KiB in all on 4 ranks (AllGather: 64 KiB per rank): a ring moves 192 KiB per channel
+ * and direction at 2 channels, 4 steps of 48 KiB. */
+static op_spec pattern_op(const char* func, const char* algo, int nch) {
+  op_spec o = {.func = func, .count = 64 * 1024, .dtype = "ncclInt8", .algo = algo,
+               .proto = "SIMPLE", .nchannels = nch, .chunk = 48 * 1024};
+  if (!strcmp(func, "AllReduce")) { /* 64 Ki floats */
+    o.count = 64 * 1024;
+    o.dtype = "ncclFloat32";
+  } else {
+    o.api_func = func;
+    o.api_count = o.count;
+    o.api_dtype = o.dtype;
+  }
+  return o;
+}
+
+/* --iters operations on a new communicator at --rate per second; `collnet`: every other one is
+ * a CollNet AllReduce (else a ring AllGather), else ring AllReduces with restarted steps. */
+static void pattern_run(const opts* op, const char* name, uint64_t hash, int collnet) {
+  hcomm* c = world_comm(name, hash + (uint64_t)op->seed, op->nranks, op->rank, 2);
+  proxy_start();
+  double t0 = now_ns();
+  for (int i = 0; i < op->iters; i++) {
+    pace(t0, i, op->rate);
+    op_spec o = !collnet         ? pattern_op("AllReduce", "RING", op->channels)
+                : i % 2 == 0     ? pattern_op("AllReduce", "COLLNET_DIRECT", op->channels)
+                                 : pattern_op("AllGather", "RING", op->channels);
+    o.collnet = collnet && i % 2 == 0;
+    o.restarts = collnet ? 0 : PATTERN_RESTARTS;
+    o.kernel = op->kernel;
+    launch_group(c, &o, 1, 1);
+  }
+  proxy_stop();
+}
+
+void scenario_nostop(const opts* op) { pattern_run(op, "nostop", 0xC0111E7000000001ull, 1); }
+
+void scenario_restart(const opts* op) { pattern_run(op, "restart", 0x2E57A27000000001ull, 0); }
