@@ -5,7 +5,7 @@
 #   make test     every test (Go, Python, sanitizers); needs no GPU; installs what it lacks first
 #                 (tools/deps.sh), or stops at once with the one command to run
 #   make wheel    the Python package as a platform wheel (carries the plugin and ncclmerge)
-#   make bench    the benchmarks (results go in the README)
+#   make bench    the benchmarks (results go in docs/benchmarks.md)
 
 GO      ?= go
 CC      ?= gcc
@@ -46,22 +46,27 @@ all: $(PLUGIN) $(DRAIN) $(HOST) $(EMPTY) $(MERGE) $(RECORDER) $(RECORDER_VARIANT
 gocheck:
 	@GO="$(GO)" tools/deps.sh go
 
+# The Go builds say what they do and, every 20 s, how far they are (tools/progress.sh): the first
+# build on a machine downloads about 100 modules and compiles them for a minute or two.
+PROGRESS := tools/progress.sh
+
 $(MERGE): $(GO_SRC) | gocheck
 	@mkdir -p $(BUILD)
-	$(GO) build -trimpath -o $@ ./cmd/ncclmerge
+	@$(PROGRESS) "building $@ (Go)" "1-2 minutes on 2 cores" $(GO) build -trimpath -o $@ ./cmd/ncclmerge
 
 # Both libraries are built by tools/build/plugin.sh (python/setup.py uses it too).
 $(PLUGIN): $(CORE_SRC) $(CORE_HDR) tools/build/plugin.sh
 	@mkdir -p $(BUILD)
-	CC=$(CC) tools/build/plugin.sh c $@
+	@$(PROGRESS) "building $@ (C: the library NCCL loads)" "15 s on 2 cores" env CC=$(CC) tools/build/plugin.sh c $@
 
 $(DRAIN): $(GO_SRC) $(CORE_HDR) tools/build/plugin.sh tools/build/drain.map | gocheck
 	@mkdir -p $(BUILD)
-	GO=$(GO) tools/build/plugin.sh go $@
+	@$(PROGRESS) "building $@ (the Go drainer)" "1-2 minutes on 2 cores" env GO=$(GO) tools/build/plugin.sh go $@
 
 $(HOST): $(HOST_SRC) $(HOST_HDR)
 	@mkdir -p $(BUILD)
-	$(CC) $(HOST_CFLAGS) -o $@ $(HOST_SRC) -ldl -lpthread
+	@$(PROGRESS) "building $@ (C: the test host that stands in for NCCL)" "20 s on 2 cores" \
+	  $(CC) $(HOST_CFLAGS) -o $@ $(HOST_SRC) -ldl -lpthread
 
 $(EMPTY): testhost/empty.c profiler/abi.h
 	@mkdir -p $(BUILD)
@@ -87,18 +92,22 @@ $(BUILD)/recorder/librecorder-%table.so: $(REC_DEPS)
 SAN_SRC := $(CORE_SRC) testhost/cdrain.c
 $(BUILD)/asan/libnccl-profiler-ncclprof.so: $(SAN_SRC) $(CORE_HDR)
 	@mkdir -p $(BUILD)/asan
-	$(CC) -std=gnu11 -O1 -g -fPIC -shared -fsanitize=address,undefined -fno-omit-frame-pointer \
+	@$(PROGRESS) "building $@ (the C core under AddressSanitizer)" "30 s on 2 cores" \
+	  $(CC) -std=gnu11 -O1 -g -fPIC -shared -fsanitize=address,undefined -fno-omit-frame-pointer \
 	  -fno-sanitize-recover=undefined $(WARN) -o $@ $(SAN_SRC) -Wl,-z,nodelete -ldl -lpthread
 $(BUILD)/asan/ncclprof-testhost: $(HOST_SRC) $(HOST_HDR)
 	@mkdir -p $(BUILD)/asan
-	$(CC) $(HOST_CFLAGS) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
+	@$(PROGRESS) "building $@ (the test host under AddressSanitizer)" "30 s on 2 cores" \
+	  $(CC) $(HOST_CFLAGS) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
 	  -fno-sanitize-recover=undefined -o $@ $(HOST_SRC) -ldl -lpthread
 $(BUILD)/tsan/libnccl-profiler-ncclprof.so: $(SAN_SRC) $(CORE_HDR)
 	@mkdir -p $(BUILD)/tsan
-	$(CC) -std=gnu11 -O1 -g -fPIC -shared -fsanitize=thread -DNP_TSAN $(WARN) -o $@ $(SAN_SRC) -Wl,-z,nodelete -ldl -lpthread
+	@$(PROGRESS) "building $@ (the C core under ThreadSanitizer)" "30 s on 2 cores" \
+	  $(CC) -std=gnu11 -O1 -g -fPIC -shared -fsanitize=thread -DNP_TSAN $(WARN) -o $@ $(SAN_SRC) -Wl,-z,nodelete -ldl -lpthread
 $(BUILD)/tsan/ncclprof-testhost: $(HOST_SRC) $(HOST_HDR)
 	@mkdir -p $(BUILD)/tsan
-	$(CC) $(HOST_CFLAGS) -O1 -fsanitize=thread -o $@ $(HOST_SRC) -ldl -lpthread
+	@$(PROGRESS) "building $@ (the test host under ThreadSanitizer)" "30 s on 2 cores" \
+	  $(CC) $(HOST_CFLAGS) -O1 -fsanitize=thread -o $@ $(HOST_SRC) -ldl -lpthread
 
 sanitize: $(BUILD)/asan/libnccl-profiler-ncclprof.so $(BUILD)/asan/ncclprof-testhost \
           $(BUILD)/tsan/libnccl-profiler-ncclprof.so $(BUILD)/tsan/ncclprof-testhost
@@ -137,28 +146,41 @@ test: deps
 hta:
 	@PYTHON=$(PYTHON) tools/hta/venv.sh $(BUILD)
 
-test-go: all sanitize otelcol prometheus hta
-	NCCLPROF_FUZZ_SECONDS=$(FUZZ_SECONDS) $(GO) test -count=1 -p 1 -timeout 30m ./...
+# go test's JSON through tools/testprogress: a line as each package starts and ends, every 30 s
+# what a long one is doing, skipped tests with their reasons, failed tests in full. Its status
+# and go test's are both kept (no pipefail in sh).
+TESTPROGRESS := $(BUILD)/testprogress
+$(TESTPROGRESS): tools/testprogress/main.go | gocheck
+	@mkdir -p $(BUILD)
+	$(GO) build -o $@ ./tools/testprogress
 
-# The Python package, built from this checkout and installed into build/py (made once by
-# tools/python/venv.sh, with the newest torch when the disk has room), then its tests; then
-# the torch tests again in build/py-torch<v>, with the oldest torch the package supports
-# (docs/python.md#torch-versions).
+test-go: all sanitize otelcol prometheus hta $(TESTPROGRESS)
+	@echo "go test: every package, one at a time (about 20 minutes on 2 cores)"
+	@rc=$(BUILD)/go-test.rc; \
+	{ NCCLPROF_FUZZ_SECONDS=$(FUZZ_SECONDS) $(GO) test -json -count=1 -p 1 -timeout 30m ./... 2>&1; echo $$? >$$rc; } | \
+	  $(TESTPROGRESS) -packages $$($(GO) list ./... | wc -l); s=$$?; [ $$s = 0 ] && [ "$$(cat $$rc)" = 0 ]
+
+# The Python package, built from this checkout and installed into build/py (made by
+# tools/python/venv.sh, with the newest torch it is tested with when the disk has room; torch
+# itself is installed once per machine under ~/.cache/ncclprof and shared by every clone), then
+# its tests; then the torch tests again in build/py-torch<v>, with the oldest torch the package
+# supports (docs/python.md#torch-versions).
 PYTHON ?= python3
 PYENV  := $(BUILD)/py
+TORCH_NEWEST := 2.15.0
 TORCH_OLDEST := 2.7.0
 PYENV_OLDEST := $(BUILD)/py-torch$(basename $(TORCH_OLDEST))
 PYWHEEL := $(BUILD)/pywheel
 test-python: all
-	@PYTHON=$(PYTHON) tools/python/venv.sh $(PYENV)
+	@PYTHON=$(PYTHON) tools/python/venv.sh $(PYENV) torch==$(TORCH_NEWEST)
 	@PYTHON=$(PYTHON) tools/python/venv.sh $(PYENV_OLDEST) torch==$(TORCH_OLDEST)
 	@rm -rf $(PYWHEEL)
 	$(PYENV)/bin/pip wheel -q --disable-pip-version-check --no-deps --wheel-dir $(PYWHEEL) ./python
 	@rm -rf python/build python/ncclprof.egg-info
 	for env in $(PYENV) $(PYENV_OLDEST); do \
 	  $$env/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps $(PYWHEEL)/*.whl || exit 1; done
-	NCCLPROF_TEST_NO_TORCH="$$(cat $(PYENV)/no-torch 2>/dev/null)" $(PYENV)/bin/python -m pytest -q python/tests
-	NCCLPROF_TEST_NO_TORCH="$$(cat $(PYENV_OLDEST)/no-torch 2>/dev/null)" $(PYENV_OLDEST)/bin/python -m pytest -q \
+	NCCLPROF_TEST_NO_TORCH="$$(cat $(PYENV)/no-torch 2>/dev/null)" $(PYENV)/bin/python -m pytest -q -rs python/tests
+	NCCLPROF_TEST_NO_TORCH="$$(cat $(PYENV_OLDEST)/no-torch 2>/dev/null)" $(PYENV_OLDEST)/bin/python -m pytest -q -rs \
 	  python/tests/test_torch.py python/tests/test_torch_dropin.py
 
 # A platform wheel (linux x86_64 or aarch64, glibc) that installs without Go.
@@ -211,8 +233,9 @@ soak: all
 	NCCLPROF_SOAK_SECONDS=$(SOAK_SECONDS) NCCLPROF_SOAK_COMMS=64 $(GO) test -count=1 -v -run TestSoakShort -timeout 30m ./internal/hosttest
 
 # The embedded default: four simulated ranks through the real plugin, their traces merged with
-# synthesized torch.profiler traces into one timeline; no GPU, no collector.
-demo: all
+# synthesized torch.profiler traces into one timeline; no GPU, no collector. It builds only what
+# it runs (not the benchmark floor or the recording plugins `make` also builds).
+demo: $(PLUGIN) $(DRAIN) $(HOST) $(MERGE)
 	$(MERGE) demo --dir $(BUILD)/demo
 
 clean:

@@ -1,10 +1,10 @@
 /*
  * abi.h — ncclprof's own declarations of the NCCL profiler plugin ABI, versions 1 to 6.
  *
- * Written from the layout facts collected in ../shared/docs/nccl-profiler-api.md (§1; the path
- * is relative to this repository's root), not from NCCL's headers. Every offset and size that
- * document lists is pinned by a static assertion at the end of this file, so a mistake here
- * fails the build instead of corrupting a training job.
+ * Written from layout facts read in NCCL's sources (docs/nccl-profiler-api.md §1 sums them up),
+ * not from NCCL's headers. Every field offset and size is pinned by a static assertion at the
+ * end of this file, the table of record, so a mistake here fails the build instead of
+ * corrupting a training job.
  *
  * Names are ours (npabi_*). NCCL finds the plugin through the data symbols ncclProfiler_v1 …
  * ncclProfiler_v6, which adapters.c defines with the function tables declared here.

@@ -3,7 +3,7 @@
  * ABI version. An adapter reads its version's descriptor and state arguments and calls the
  * version-free starters below; nothing past this file knows about versions.
  *
- * Differences handled here (../shared/docs/nccl-profiler-api.md §1, §2.6, §7):
+ * Differences handled here (docs/nccl-profiler-api.md §1, §2.6, §7):
  *   - init argument order: v1–v3 (ctx, mask); v4 (ctx, mask, name, hash, …); v5/v6 (ctx, id,
  *     mask, name, …). v1–v3 learn the communicator's hash, name and rank from Coll/P2p.
  *   - `type` is uint8_t up to v4 and uint64_t from v5.

@@ -1,7 +1,7 @@
 /*
  * drainapi.h — the C functions the Go drainer may call, and how it calls them.
  *
- * The plugin is two libraries (docs/architecture.md, "Two libraries"):
+ * The plugin is two libraries (docs/how-it-works.md, "Two libraries"):
  *   - libnccl-profiler-ncclprof.so, the one NCCL loads: pure C (the core's files, adapters.c, control.c,
  *     loader.c). Hot path, ABI tables, control API. No Go runtime.
  *   - libncclprof-drain.so, the Go part (drainer/): drainer, aggregation, metrics, trace.

@@ -34,3 +34,21 @@ cache_publish() {
   echo "$0: built $bin" >&2
   echo "$bin"
 }
+
+# cache_lock NAME: holds the machine's lock NAME until the script ends, so that two clones (or
+# CI jobs) making the same cached environment take turns and the second finds it made.
+cache_lock() {
+  mkdir -p "$cache_root"
+  exec 8>"$cache_root/.$1.lock"
+  flock 8
+}
+
+# cache_link DIR LINK: makes LINK (a path under a clone's build/) a symbolic link to the cached
+# DIR, replacing whatever LINK was (an environment made there by an older script included).
+cache_link() {
+  local dir=$1 link=$2
+  [ "$(readlink "$link" 2>/dev/null)" = "$dir" ] && return 0
+  rm -rf "$link"
+  mkdir -p "$(dirname "$link")"
+  ln -s "$dir" "$link"
+}

@@ -14,12 +14,14 @@
 # prefix), and the OpenTelemetry Collector (tools/otelcol/build.sh), both cached under
 #   ${NCCLPROF_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ncclprof}  (tools/cache.sh)
 # `make test-go` builds Prometheus 3.x (tools/prometheus/build.sh) and HTA's venvs
-# (tools/hta/venv.sh); `make test-python` the Python venv (build/py: pytest, torch).
+# (tools/hta/venv.sh); `make test-python` the Python venvs (tools/python/venv.sh: build/py with
+# pytest and torch). All of them are made once per machine in that cache and shared by clones.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 SPEEDSCOPE_VERSION=1.25.0
-. tools/cache.sh # cache_root
+. tools/cache.sh    # cache_root
+. tools/progress.sh # progress
 speedscope_dir="$cache_root/speedscope-$SPEEDSCOPE_VERSION/node_modules/speedscope/dist/release"
 go_bin="${GO:-go}"
 python="${PYTHON:-python3}"
@@ -94,17 +96,20 @@ install_packages() {
     say "then run make test again"
     return 1
   fi
-  say "installing $pkgs with apt-get"
+  progress "tools/deps.sh: installing $pkgs with apt-get" "1-3 minutes" apt_install "$pkgs"
+}
+
+apt_install() {
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $1 >/dev/null
 }
 
 install_speedscope() {
   [ -f "$speedscope_dir/index.html" ] && return 0
-  say "installing speedscope@$SPEEDSCOPE_VERSION from npm into $cache_root"
   local prefix="$cache_root/speedscope-$SPEEDSCOPE_VERSION"
   mkdir -p "$prefix"
-  npm install --prefix "$prefix" --no-save --no-fund --no-audit --loglevel=error "speedscope@$SPEEDSCOPE_VERSION" >&2
+  progress "tools/deps.sh: installing speedscope@$SPEEDSCOPE_VERSION from npm into $prefix (once per machine)" "30 s" \
+    npm install --prefix "$prefix" --no-save --no-fund --no-audit --loglevel=error "speedscope@$SPEEDSCOPE_VERSION"
   [ -f "$speedscope_dir/index.html" ] || { say "npm installed speedscope but $speedscope_dir/index.html is missing"; return 1; }
 }
 

@@ -55,9 +55,30 @@ func readOpsWith(cmd *cobra.Command, args []string, quiet bool, opt commops.Opti
 		return nil, err
 	}
 	if len(set.Ops) == 0 {
-		return nil, fmt.Errorf("no NCCL operations in %d trace(s): pass the plugin's traces (NCCLPROF_TRACE=1 writes them) or ncclmerge merge outputs, not torch.profiler traces alone", len(paths))
+		return nil, noOpsError(cmd.Name(), len(paths), set.Others)
 	}
 	return set, nil
+}
+
+// noOpsError says why traces hold no NCCL operation, in words that fit the run they come from:
+// a hint to trace NCCL helps only where NCCL ran.
+func noOpsError(command string, files int, o commops.Others) error {
+	switch {
+	case o.Gloo > 0 && o.NCCLKernels == 0:
+		return fmt.Errorf("%s has nothing to analyse: the %d trace(s) come from a run without NCCL "+
+			"(%d gloo collectives, torch.distributed's CPU backend) and ncclprof sees NCCL only. "+
+			"Open the torch.profiler traces in https://ui.perfetto.dev, or put all ranks on one timeline: "+
+			"ncclmerge merge --kineto 'DIR/rank*.pt.trace.json.gz' --timeline -o job.json.gz (no --nccl). "+
+			"stats, skew, pprof and report need a run with NCCL (GPUs); ncclmerge demo shows them on a "+
+			"simulated job", command, files, o.Gloo)
+	case o.NCCLKernels > 0:
+		return fmt.Errorf("no NCCL operations in %d trace(s): they hold %d NCCL kernels but none of the "+
+			"plugin's events. Pass the plugin's traces (ncclprof-*.trace.json, written by ncclprof.profile "+
+			"or NCCLPROF_TRACE=1) or ncclmerge merge outputs of them", files, o.NCCLKernels)
+	}
+	return fmt.Errorf("no NCCL operations in %d trace(s): pass the plugin's traces (ncclprof-*.trace.json, "+
+		"written by ncclprof.profile or NCCLPROF_TRACE=1) or ncclmerge merge outputs, not torch.profiler "+
+		"traces alone", files)
 }
 
 // expandTraces expands the arguments like merge's inputs, except that a directory gives its plugin

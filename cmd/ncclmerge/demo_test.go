@@ -184,7 +184,7 @@ func ranksWaitForEachOther(t *testing.T, set *commops.Set, nranks, iters int) {
 	}
 }
 
-// gpuClockBound: how far a GPU time converted to Unix time may be off (README: the plugin's
+// gpuClockBound: how far a GPU time converted to Unix time may be off (docs/tracing.md: the plugin's
 // estimate is tested within 3 µs).
 const gpuClockBound = 3000
 

@@ -103,7 +103,8 @@ and 3, and HTA's analyses of them equal those of the Kineto traces alone).`,
 			var np []string
 			if len(nccl) > 0 {
 				if np, err = merge.ExpandFor(nccl, merge.PluginTrace); err != nil {
-					return err
+					return fmt.Errorf("--nccl %w (the plugin writes a trace only where NCCL runs: a CPU run "+
+						"under gloo has none, so leave --nccl out to merge the torch.profiler traces alone)", err)
 				}
 				np = uniqueFiles(np)
 			}

@@ -24,6 +24,9 @@ import (
 type pageLayout struct {
 	Plots           []image.Rectangle
 	Scroll, Visible int
+	// Buttons: each copy button's right edge and that of the section holding it, which hides
+	// what lies beyond it behind a scroll.
+	Buttons [][2]int
 }
 
 // layoutOf loads a copy of the page with a script that reports its layout in the DOM.
@@ -31,7 +34,8 @@ func layoutOf(t *testing.T, bin, html string, w int) pageLayout {
 	probe := filepath.Join(t.TempDir(), "probe.html")
 	os.WriteFile(probe, []byte(strings.Replace(html, "</body>", `<script>
 var r=[].map.call(document.querySelectorAll("svg.plot"),function(e){var b=e.getBoundingClientRect();return [b.left,b.top,b.right,b.bottom].map(Math.round)});
-document.body.dataset.layout=JSON.stringify({plots:r,scroll:document.documentElement.scrollWidth,visible:document.documentElement.clientWidth});
+var c=[].map.call(document.querySelectorAll("button.copy"),function(b){return [b.getBoundingClientRect().right,b.closest("section").getBoundingClientRect().right].map(Math.round)});
+document.body.dataset.layout=JSON.stringify({plots:r,buttons:c,scroll:document.documentElement.scrollWidth,visible:document.documentElement.clientWidth});
 </script></body>`, 1)), 0o644)
 	dom, _ := headless(t, bin, fmt.Sprintf("--window-size=%d,1300", w), "--dump-dom", "file://"+probe)
 	m := regexp.MustCompile(`data-layout="([^"]*)"`).FindSubmatch(dom)
@@ -40,12 +44,13 @@ document.body.dataset.layout=JSON.stringify({plots:r,scroll:document.documentEle
 	}
 	var l struct {
 		Plots           [][4]int
+		Buttons         [][2]int
 		Scroll, Visible int
 	}
 	if err := json.Unmarshal([]byte(strings.ReplaceAll(string(m[1]), "&quot;", `"`)), &l); err != nil {
 		t.Fatal(err)
 	}
-	out := pageLayout{Scroll: l.Scroll, Visible: l.Visible}
+	out := pageLayout{Scroll: l.Scroll, Visible: l.Visible, Buttons: l.Buttons}
 	for _, p := range l.Plots {
 		out.Plots = append(out.Plots, image.Rect(p[0], p[1], p[2], p[3]))
 	}
@@ -100,6 +105,12 @@ func TestReportRendersInChromium(t *testing.T) {
 	if !regexp.MustCompile(fmt.Sprintf(`<tr class="slow"><td class="l">world</td><td>%d</td>`, truth.SlowRank)).MatchString(html) {
 		t.Errorf("the page does not name rank %d of world as slow", truth.SlowRank)
 	}
+	// The heat map says why the slow rank is its lightest cell, and names it.
+	for _, want := range []string{">A slow rank is light:<", ">the others wait for<", fmt.Sprintf(">Slow here: rank %d<", truth.SlowRank)} {
+		if !strings.Contains(html, want) {
+			t.Errorf("the heat map does not say %q", want)
+		}
+	}
 	// Plugin traces alone: the why table says what it needs instead of a row per late arrival.
 	if !strings.Contains(html, "<h2>Why they were late</h2>") || !strings.Contains(html, "No rank's torch.profiler trace is among the inputs") || strings.Contains(html, "<td class=\"l\">unknown</td>") {
 		t.Error("the why section of plugin traces alone does not say to merge the torch.profiler traces, or lists unknowns")
@@ -131,14 +142,24 @@ setTimeout(function(){document.body.dataset.selected=getSelection().toString();d
 	if m := regexp.MustCompile(`data-selected="(SELECT \* FROM slice WHERE ts = \d+)" data-label="(copied|selected: Ctrl\+C)"`).FindSubmatch(dom); m == nil || !strings.Contains(html, "<code>"+string(m[1])+"</code>") {
 		t.Errorf("a click on copy did not select the first query: %s", regexp.MustCompile(`<body[^>]*>`).Find(dom))
 	}
-	// At 1280 and 1920 px (issue 13 #9: at 1400 px the right column was cut): the page is no
-	// wider than the window, its four plots side by side two by two, and each drawn: its data
-	// area has marks. Nothing coloured in the page's left margin.
+	// At 1280, 1400 and 1920 px (issue 13 #9: at 1400 px the right column was cut): the page is
+	// no wider than the window, its four plots side by side two by two, and each drawn: its data
+	// area has marks. Nothing coloured in the page's left margin. Every copy button is inside
+	// its section (issue 25: at 1400 px the wide tables scrolled and hid them).
 	names := []string{"bandwidth against size", "busy time per rank and communicator", "skew over time", "late arrivals per rank"}
-	for _, w := range []int{1280, 1920} {
+	for _, w := range []int{1280, 1400, 1920} {
 		l := layoutOf(t, bin, html, w)
 		if l.Scroll > l.Visible || len(l.Plots) != 4 {
 			t.Fatalf("at %d px: the page is %d px wide in a %d px window, %d plots", w, l.Scroll, l.Visible, len(l.Plots))
+		}
+		if len(l.Buttons) != strings.Count(html, `<button type="button" class="copy"`) {
+			t.Errorf("at %d px: %d copy buttons laid out", w, len(l.Buttons))
+		}
+		for i, b := range l.Buttons {
+			if b[0] > b[1] {
+				t.Errorf("at %d px: copy button %d ends at %d px, past its section's edge at %d px (hidden behind a scroll)", w, i, b[0], b[1])
+				break
+			}
 		}
 		if a, b := l.Plots[0], l.Plots[1]; a.Min.Y != b.Min.Y || b.Min.X < a.Max.X || b.Max.X > l.Visible {
 			t.Errorf("at %d px: plots not two side by side inside the window: %v %v", w, a, b)

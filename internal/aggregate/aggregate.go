@@ -20,7 +20,7 @@
 // Everything pending ages out after MaxAgeNs, so memory is bounded even when NCCL never stops
 // an event (CollNet ProxyOps).
 //
-// Conventions (documented in the README):
+// Conventions (documented in docs/numbers.md):
 //   - bytes of an operation are nccl-tests' "size": count × datatype size, times nranks for
 //     AllGather, ReduceScatter and AlltoAll;
 //   - rank-pair and channel stats use send-side transfers; receive steps add RecvBytes only;

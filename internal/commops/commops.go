@@ -187,8 +187,20 @@ type Set struct {
 	Notes []string
 	// Sampling sums up the sampled traces among the inputs (zero when every trace is full).
 	Sampling Sampling
+	// Others counts what the inputs hold that is no plugin operation, so that inputs with none
+	// can be told apart: a CPU-only (gloo) run, or torch.profiler traces without the plugin's.
+	Others Others
 
 	marks []stepMark // step labels, until finish gives them to the operations
+}
+
+// Others counts torch.profiler events that tell what kind of run a trace without plugin
+// operations comes from.
+type Others struct {
+	// Gloo: gloo collectives (torch.distributed's CPU backend: "gloo:all_reduce", ...).
+	Gloo int `json:"gloo_ops"`
+	// NCCLKernels: NCCL kernels that carry no plugin operation (no "nccl" argument from a merge).
+	NCCLKernels int `json:"nccl_kernels_unlinked"`
 }
 
 // Options tune reading.
@@ -247,9 +259,13 @@ func Read(paths []string, opt Options) (*Set, error) {
 		}
 		n += len(p.ops)
 	}
-	s.Ops = make([]Op, 0, n)
+	dup := dedupe(parts)
+	s.Ops = make([]Op, 0, n-dup)
 	for _, p := range parts {
 		s.add(p)
+	}
+	if dup > 0 {
+		s.Notes = append(s.Notes, duplicateNote(dup))
 	}
 	s.finish()
 	return s, nil

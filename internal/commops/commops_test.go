@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ncclprof/ncclprof/internal/merge"
@@ -46,12 +47,8 @@ func TestPluginTrace(t *testing.T) {
 
 // A merged rank times its operations by their kernels; a timeline keeps the ranks apart.
 func TestMergedAndTimeline(t *testing.T) {
-	dir := t.TempDir()
-	k, np := "../merge/testdata/tiny_kineto.json", "../merge/testdata/tiny_nccl.trace.json"
-	out := filepath.Join(dir, "m.json")
-	if _, err := merge.Run([]string{k}, []string{np}, out, merge.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	np := "../merge/testdata/tiny_nccl.trace.json"
+	out := mergeTiny(t, np)
 	s, err := Read([]string{out}, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +93,57 @@ func TestCutTrace(t *testing.T) {
 	if !s.Procs[0].Truncated || s.Procs[0].Ops >= 40 || s.Procs[0].Ops < 10 || s.Procs[1].Ops != 40 || len(s.Notes) == 0 {
 		t.Errorf("procs %+v notes %v", s.Procs, s.Notes)
 	}
+}
+
+// The directory ncclprof.profile leaves holds a rank's plugin trace and its merged output, which
+// carries the same plugin events: read together, in either order, each operation counts once,
+// timed by its kernel where the merge linked one, and a note says so.
+func TestPluginTraceBesideItsMerge(t *testing.T) {
+	dir := t.TempDir()
+	// The plugin names its host; the tiny trace leaves it empty (then each file is a process
+	// of its own, whose clock is its own).
+	data, err := os.ReadFile("../merge/testdata/tiny_nccl.trace.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	np := filepath.Join(dir, "ncclprof-node-100-0.trace.json")
+	if err := os.WriteFile(np, bytes.Replace(data, []byte(`"host":""`), []byte(`"host":"node"`), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := mergeTiny(t, np)
+	alone, err := Read([]string{out}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, paths := range [][]string{{np, out}, {out, np}} {
+		s, err := Read(paths, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kernels := 0
+		for _, o := range s.Ops {
+			if o.Source == Kernel {
+				kernels++
+			}
+		}
+		if len(s.Ops) != len(alone.Ops) || kernels != 2 {
+			t.Errorf("%v: %d operations (%d timed by kernels); the merged output alone has %d (2)", paths, len(s.Ops), kernels, len(alone.Ops))
+		}
+		if len(s.Notes) == 0 || !strings.Contains(s.Notes[len(s.Notes)-1], "each is counted once") {
+			t.Errorf("%v: no note says that duplicates were dropped: %q", paths, s.Notes)
+		}
+	}
+}
+
+// mergeTiny merges the tiny Kineto trace with the plugin trace np, as ncclmerge merge does, and
+// returns the merged rank's path.
+func mergeTiny(t *testing.T, np string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "rank0.merged.json")
+	if _, err := merge.Run([]string{"../merge/testdata/tiny_kineto.json"}, []string{np}, out, merge.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // A communicator's label escapes what would act on a terminal (issue 23, item 14).

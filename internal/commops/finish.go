@@ -36,6 +36,7 @@ func (r *reader) finish(t *ptrace.Trace) error {
 		ops = append(ops, o)
 	}
 	r.p.ops = ops
+	r.keepHandles(moved)
 	r.sampling(t)
 	for i := range r.p.steps {
 		r.p.steps[i].at += base
@@ -165,6 +166,7 @@ func (r *reader) groupOp(k kernelLink, members []int32, dead map[int32]bool) *Op
 		}
 		g.Proc = m.Proc
 		dead[i] = true
+		r.groupOf[i] = int32(len(r.p.ops))
 	}
 	r.p.ops = append(r.p.ops, g)
 	r.arrive = append(r.arrive, true)
@@ -230,6 +232,8 @@ func (s *Set) add(p *part) {
 		s.marks = append(s.marks, m)
 	}
 	s.Notes = append(s.Notes, p.notes...)
+	s.Others.Gloo += p.others.Gloo
+	s.Others.NCCLKernels += p.others.NCCLKernels
 }
 
 func (s *Set) procIndex(pr Proc) int32 {
@@ -350,8 +354,8 @@ func cmpInt(a, b int64) int {
 }
 
 // summarizeSampling sums up the sampled traces among the inputs, with what a reader of the
-// analyses must know: counts are scaled, what the trigger added is left out of them, and a
-// process read from both a sampled and a full trace is counted twice.
+// analyses must know: counts are scaled, what the trigger added is left out of them, and how a
+// process read from both a sampled and a full trace is counted (dedupe keeps the full copy).
 func (s *Set) summarizeSampling() {
 	sm := &s.Sampling
 	kinds := map[int32][2]bool{} // proc → (has full, has sampled)
@@ -384,7 +388,7 @@ func (s *Set) summarizeSampling() {
 	}
 	for p := range s.Procs {
 		if k := kinds[int32(p)]; k[0] && k[1] {
-			s.Notes = append(s.Notes, fmt.Sprintf("process %s pid %d was read from both a sampled and a full trace: its operations in both are counted twice; pass one of them", s.Procs[p].Host, s.Procs[p].Pid))
+			s.Notes = append(s.Notes, fmt.Sprintf("process %s pid %d was read from both a sampled and a full trace: an operation in both counts once, from the full trace; its sampled operations outside the full trace stand for the operations they were sampled from", s.Procs[p].Host, s.Procs[p].Pid))
 		}
 	}
 }

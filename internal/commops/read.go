@@ -7,6 +7,7 @@ import (
 
 	"github.com/ncclprof/ncclprof/internal/collective"
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
+	"github.com/ncclprof/ncclprof/internal/kineto"
 	"github.com/ncclprof/ncclprof/internal/ptrace"
 	"github.com/ncclprof/ncclprof/internal/traceevent"
 	"github.com/ncclprof/ncclprof/internal/tracefile"
@@ -33,29 +34,35 @@ type stepMark struct {
 
 // part is what one file holds, with indices local to it.
 type part struct {
-	procs []Proc
-	comms []Comm
-	steps []stepMark
-	ops   []Op
-	notes []string
+	procs  []Proc
+	comms  []Comm
+	steps  []stepMark
+	ops    []Op
+	notes  []string
+	others Others
+	// handles[i] is the plugin handle of ops[i] (0 for an operation standing for a kernel's
+	// group), members[i] the handles such a group took in: what dedupe matches across files.
+	handles []uint64
+	members map[int32][]uint64
 }
 
 // reader reads one file.
 type reader struct {
-	file   int32
-	path   string
-	opt    Options
-	p      part
-	groups map[int64]int32  // pid>>22 → local proc
-	comms  map[uint64]int32 // hash → local comm
-	keys   map[opKey]int32  // operation handle → index in p.ops
-	arrive []bool           // p.ops[i].Arrive was set from its Coll/P2p or completion
-	legs   map[opKey][]Leg
-	kerns  []kernelLink
-	gpu    gpuArrivals
-	strs   map[string]string // interned: nothing kept may point into the file's buffer
-	ev     ptrace.Event
-	last   time.Time
+	file    int32
+	path    string
+	opt     Options
+	p       part
+	groups  map[int64]int32  // pid>>22 → local proc
+	comms   map[uint64]int32 // hash → local comm
+	keys    map[opKey]int32  // operation handle → index in p.ops
+	arrive  []bool           // p.ops[i].Arrive was set from its Coll/P2p or completion
+	groupOf map[int32]int32  // an operation that a kernel's group took in → the group's operation
+	legs    map[opKey][]Leg
+	kerns   []kernelLink
+	gpu     gpuArrivals
+	strs    map[string]string // interned: nothing kept may point into the file's buffer
+	ev      ptrace.Event
+	last    time.Time
 }
 
 // kernelLink is a GPU kernel ncclmerge linked to plugin operations (its args.nccl).
@@ -74,7 +81,7 @@ func readFile(fi int32, path string, opt Options) (*part, error) {
 		return nil, err
 	}
 	r := &reader{file: fi, path: path, opt: opt, groups: map[int64]int32{}, comms: map[uint64]int32{},
-		keys: map[opKey]int32{}, legs: map[opKey][]Leg{}, strs: map[string]string{}, last: time.Now()}
+		keys: map[opKey]int32{}, legs: map[opKey][]Leg{}, strs: map[string]string{}, groupOf: map[int32]int32{}, last: time.Now()}
 	visit := r.visit
 	var also EventVisitor
 	if opt.Also != nil {
@@ -156,6 +163,8 @@ func (r *reader) visit(t *ptrace.Trace, e *traceevent.Event) error {
 	case ptrace.KindOther:
 		if strings.EqualFold(e.Cat, "kernel") {
 			r.kernel(e)
+		} else if strings.HasPrefix(e.Name, "gloo:") {
+			r.p.others.Gloo++
 		}
 	}
 	return nil
@@ -268,6 +277,9 @@ func (r *reader) leg(e *ptrace.Event) {
 func (r *reader) kernel(e *traceevent.Event) {
 	n := e.Arg("nccl")
 	if !n.IsObject() {
+		if kineto.IsNCCLKernel(e.Name) {
+			r.p.others.NCCLKernels++
+		}
 		return
 	}
 	kl := kernelLink{group: e.Pid.Num >> timelineShift, start: e.Ts, dur: e.Dur, ref: r.ref(e),

@@ -14,7 +14,7 @@ type FitTolerance struct {
 	BandwidthRel float64 // relative
 }
 
-// DefaultFit is stated in the README: latency within 300 ns, bandwidth within 3 %.
+// DefaultFit is stated in docs/testing.md: latency within 300 ns, bandwidth within 3 %.
 var DefaultFit = FitTolerance{LatencyNs: 300, BandwidthRel: 0.03}
 
 // CheckExact compares every communicator of the truth with the plugin's summary: operation

@@ -367,7 +367,7 @@ func TestNCCLReleaseMaskRules(t *testing.T) {
 }
 
 // In real time, each release's order of records still lets the plugin recover every peer's
-// latency and bandwidth (MIN mode) within the README's tolerance. Not 2.23: its sends have no
+// latency and bandwidth (MIN mode) within the tolerance docs/testing.md states. Not 2.23: its sends have no
 // sizes (check223).
 func TestNCCLReleaseFits(t *testing.T) {
 	for _, rel := range ncclReleases[1:] {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 
 	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/quantile"
@@ -111,8 +112,10 @@ func bandwidthPlot(s *commops.Set) string {
 }
 
 // heatmap: how long NCCL was busy for every rank (row) on every communicator (column), operations
-// in flight together counted once.
-func heatmap(s *commops.Set) string {
+// in flight together counted once. A slow rank is the lightest cell, which reads backwards until
+// one knows why (the others wait for it inside NCCL): the plot says so, naming the ranks skew
+// flagged.
+func heatmap(s *commops.Set, sk *skew.Result) string {
 	p := newSVG("Busy time per rank and communicator", "communicator", "rank")
 	procs := make([]int, len(s.Procs))
 	for i := range procs {
@@ -170,8 +173,33 @@ func heatmap(s *commops.Set) string {
 	p.text(float64(PlotW-MarginR+12), t+10, "start", "tick", "0 ms (white)")
 	p.rect(float64(PlotW-MarginR+12), t+18, 14, 60, "url(#heatgrad)", "colour scale")
 	p.text(float64(PlotW-MarginR+12), t+94, "start", "tick", fmt.Sprintf("%.1f ms", float64(top)/1e6))
+	for i, line := range heatmapLegend(sk) {
+		p.text(float64(PlotW-MarginR+12), t+122+float64(i)*15, "start", "tick", line)
+	}
 	fmt.Fprintf(&p.b, `<defs><linearGradient id="heatgrad" x1="0" y1="0" x2="0" y2="1"><stop offset="0" stop-color="%s"/><stop offset="1" stop-color="%s"/></linearGradient></defs>`, heat(0), heat(1))
 	return p.done()
+}
+
+// heatmapLegend: the lines beside the heat map's scale that say why a slow rank is light: it
+// arrives last, so it waits least in NCCL, while the others wait there for it.
+func heatmapLegend(sk *skew.Result) []string {
+	lines := []string{"A slow rank is light:", "it arrives last and", "waits least, while", "the others wait for", "it inside NCCL."}
+	if sk == nil || len(sk.Slow) == 0 {
+		return lines
+	}
+	seen := map[int]bool{}
+	var ranks []string
+	for _, r := range sk.Slow {
+		if !seen[r.GlobalRank] {
+			seen[r.GlobalRank] = true
+			ranks = append(ranks, fmt.Sprint(r.GlobalRank))
+		}
+	}
+	name := "Slow here: rank "
+	if len(ranks) > 1 {
+		name = "Slow here: ranks "
+	}
+	return append(lines, clip(name+strings.Join(ranks, ", "), 24))
 }
 
 // heat maps 0..1 to white → dark blue.

@@ -104,7 +104,7 @@ func Build(s *commops.Set, st *stats.Table, sk *skew.Result, title string) *Page
 		Ops: st.Ops, Ranks: len(s.Procs), TotalNs: st.TotalNs, Busy: st.Ranks, Skew: sk, Notes: sk.Notes,
 		Sampled: s.Sampling.Label(), OpsRead: s.Sampling.Sampled + s.Sampling.Full}
 	p.BusyTop, p.BusyMedianNs = st.Busiest()
-	for _, svg := range []string{bandwidthPlot(s), heatmap(s), skewPlot(s, sk), latePlot(sk)} {
+	for _, svg := range []string{bandwidthPlot(s), heatmap(s, sk), skewPlot(s, sk), latePlot(sk)} {
 		p.Plots = append(p.Plots, template.HTML(svg)) // built by this package, every text escaped
 	}
 	p.Stats = st.Rows[:min(len(st.Rows), 25)]

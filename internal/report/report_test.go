@@ -123,7 +123,7 @@ func TestAxesReadable(t *testing.T) {
 		t.Errorf("late arrivals ticks %q: a count has no halves", labels)
 	}
 	h := heatmap(&commops.Set{Procs: []commops.Proc{{Rank: 0}}, Comms: s.Comms, Ops: []commops.Op{
-		{Source: commops.Completion, Arrive: base, Done: base + 1e6, Time: 1e6}}})
+		{Source: commops.Completion, Arrive: base, Done: base + 1e6, Time: 1e6}}}, nil)
 	for _, title := range []string{`>rank</text>`, `>communicator</text>`} {
 		if !strings.Contains(h, title) {
 			t.Errorf("the heatmap has no axis title %s", title)

@@ -275,6 +275,19 @@ def test_ddp_example_runs_under_torchrun_on_cpu(tmp_path):
         assert any(e.get("name") == "aten::linear" for e in m["traceEvents"])
         assert f"rank {r}: 8 steps" in p.stdout
     assert f"Open {d}/rank0.merged.json.gz in https://ui.perfetto.dev" in p.stdout
+    # The README's commands on this output: the merge without --nccl (gloo runs no NCCL, so
+    # there is no plugin trace) gives the timeline; the analyses say why they have nothing to
+    # show, not to set NCCLPROF_TRACE (which cannot help without NCCL).
+    cli = [sys.executable, "-m", "ncclprof"]
+    m = subprocess.run(cli + ["merge", "--kineto", f"{d}/rank*.pt.trace.json.gz", "--timeline",
+                              "--align", "ends", "-o", f"{d}/job.json.gz"],
+                       capture_output=True, text=True, timeout=120)
+    assert m.returncode == 0 and (d / "job.json.gz").stat().st_size > 0, m.stdout + m.stderr
+    for cmd in ("stats", "skew"):
+        a = subprocess.run(cli + [cmd, str(d)], capture_output=True, text=True, timeout=120)
+        assert a.returncode != 0
+        assert "run without NCCL" in a.stderr and "gloo collectives" in a.stderr, a.stderr
+        assert "NCCLPROF_TRACE" not in a.stderr, a.stderr
 
 
 def test_one_gpu_check_says_it_needs_a_gpu(tmp_path):

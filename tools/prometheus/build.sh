@@ -9,7 +9,7 @@
 # there as v0.3XX.Y for Prometheus v3.XX.Y), in a temporary module outside the repository, without
 # its web UI (the tests use the HTTP API only). The result is cached under
 #   ${NCCLPROF_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ncclprof}/prometheus-<version>/
-# like the collector (tools/otelcol/build.sh). A build takes about 8 CPU-minutes.
+# like the collector (tools/otelcol/build.sh). A build took 10.2 minutes on a fresh 2-core machine.
 # Debian's Prometheus (apt-get install prometheus: 2.42 on Debian 12) is the other version the
 # tests run; examples/metrics/README.md says which configuration each one takes.
 set -euo pipefail
@@ -30,18 +30,21 @@ command -v "$go_bin" >/dev/null 2>&1 || die "the Go toolchain ('$go_bin') is not
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/ncclprof-prometheus-build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
-echo "tools/prometheus/build.sh: building Prometheus $PROMETHEUS_VERSION ($module_version; about 8 CPU-minutes)" >&2
-export GOWORK=off CGO_ENABLED=0
-pkg=github.com/prometheus/prometheus/cmd/prometheus
-ver=github.com/prometheus/common/version
-(
-  cd "$work" &&
-    "$go_bin" mod init ncclprof-prometheus >/dev/null 2>&1 &&
-    "$go_bin" get "$pkg@$module_version" >&2 &&
-    "$go_bin" build -trimpath -o prometheus \
-      -ldflags="-s -w -X $ver.Version=$PROMETHEUS_VERSION -X $ver.Branch=ncclprof-build -X $ver.Revision=$module_version" \
-      "$pkg" >&2
-) || die "the Prometheus build failed (see the go output above; GOPROXY=$("$go_bin" env GOPROXY))"
+build() {
+  export GOWORK=off CGO_ENABLED=0
+  local pkg=github.com/prometheus/prometheus/cmd/prometheus ver=github.com/prometheus/common/version
+  (
+    cd "$work" &&
+      "$go_bin" mod init ncclprof-prometheus >/dev/null 2>&1 &&
+      "$go_bin" get "$pkg@$module_version" &&
+      "$go_bin" build -trimpath -o prometheus \
+        -ldflags="-s -w -X $ver.Version=$PROMETHEUS_VERSION -X $ver.Branch=ncclprof-build -X $ver.Revision=$module_version" \
+        "$pkg"
+  ) || die "the Prometheus build failed (see the go output above; GOPROXY=$("$go_bin" env GOPROXY))"
+}
+. "$(dirname "${BASH_SOURCE[0]}")/../progress.sh"
+progress "tools/prometheus/build.sh: building Prometheus $PROMETHEUS_VERSION ($module_version) into $(dirname "$bin") (once per machine)" \
+  "10 minutes on 2 cores" build
 "$work/prometheus" --version >/dev/null 2>&1 || die "the built Prometheus does not run"
 
 cache_publish "$work/prometheus" "$bin"
