@@ -60,6 +60,7 @@ func TestSummary(t *testing.T) {
 		"BUILD FAILED github.com/ncclprof/ncclprof/internal/c [github.com/ncclprof/ncclprof/internal/c.test]\n    internal/c/c.go:3:1: syntax error\n",
 		"go: downloading go1.26.8 (linux/amd64)\n", // the toolchain line stays: it takes a while
 		"go test: 1 packages ok, FAILED: internal/b (22s; 1 Go modules downloaded)\n",
+		"gotest: 1 passed, 1 failed, 1 skipped\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the log lacks %q:\n%s", want, out)
