@@ -32,7 +32,7 @@ func (g *gpuArrivals) see(e *ptrace.Event) {
 			g.kernelCh[k] = e.Start
 		}
 	case ptrace.ProxyOp:
-		if !e.Arg("is_send").Bool() {
+		if !e.IsSend {
 			return
 		}
 		if g.proxyOf == nil {

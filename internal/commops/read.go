@@ -265,7 +265,7 @@ func (r *reader) leg(e *ptrace.Event) {
 	if e.Kind == ptrace.KernelCh {
 		k.handle = e.Op
 	} else {
-		if !e.Arg("is_send").Bool() {
+		if !e.IsSend {
 			return
 		}
 		l.Peer = int32(e.Peer)
