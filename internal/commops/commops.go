@@ -8,10 +8,10 @@ package commops
 import (
 	"fmt"
 	"io"
-	"runtime"
 	"sync"
 	"time"
 
+	"github.com/ncclprof/ncclprof/internal/parallel"
 	"github.com/ncclprof/ncclprof/internal/ptrace"
 	"github.com/ncclprof/ncclprof/internal/traceevent"
 	"github.com/ncclprof/ncclprof/internal/words"
@@ -227,30 +227,17 @@ type EventVisitor interface {
 func Read(paths []string, opt Options) (*Set, error) {
 	parts := make([]*part, len(paths))
 	errs := make([]error, len(paths))
-	jobs := make(chan int)
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	done, start := 0, time.Now()
-	for w := 0; w < min(runtime.GOMAXPROCS(0), len(paths)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				parts[i], errs[i] = readFile(int32(i), paths[i], opt)
-				mu.Lock()
-				done++
-				if opt.Log != nil && len(paths) > 4 && (done%16 == 0 || done == len(paths)) {
-					fmt.Fprintf(opt.Log, "read %d of %d traces in %.1f s\n", done, len(paths), time.Since(start).Seconds())
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	for i := range paths {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
+	parallel.Each(len(paths), func(i int) {
+		parts[i], errs[i] = readFile(int32(i), paths[i], opt)
+		mu.Lock()
+		done++
+		if opt.Log != nil && len(paths) > 4 && (done%16 == 0 || done == len(paths)) {
+			fmt.Fprintf(opt.Log, "read %d of %d traces in %.1f s\n", done, len(paths), time.Since(start).Seconds())
+		}
+		mu.Unlock()
+	})
 	s := &Set{Files: paths}
 	n := 0
 	for i, p := range parts {

@@ -10,12 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 
+	"github.com/ncclprof/ncclprof/internal/parallel"
 	"github.com/ncclprof/ncclprof/internal/tracefile"
 )
 
@@ -120,7 +119,7 @@ func (f *Found) Load() *Input {
 	in := &Input{Traces: f.Traces}
 	loaded := make([]*Dump, len(dumps))
 	errs := make([]error, len(dumps))
-	parallel(len(dumps), func(i int) { loaded[i], errs[i] = ReadFile(dumps[i]) })
+	parallel.Each(len(dumps), func(i int) { loaded[i], errs[i] = ReadFile(dumps[i]) })
 	seen := map[string]int{}
 	for i, d := range loaded {
 		if errs[i] != nil {
@@ -253,26 +252,6 @@ func readSummary(path string) (Summary, error) {
 		s.Ops[o.Func] += o.Count
 	}
 	return s, nil
-}
-
-// parallel runs f(0..n-1) on every CPU.
-func parallel(n int, f func(i int)) {
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for w := 0; w < min(n, runtime.GOMAXPROCS(0)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				f(i)
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
 }
 
 // dumpKey tells whether two dumps are of one process (a copy, or an earlier rewrite): host, pid

@@ -2,10 +2,10 @@ package why
 
 import (
 	"errors"
-	"runtime"
 	"sync"
 
 	"github.com/ncclprof/ncclprof/internal/commops"
+	"github.com/ncclprof/ncclprof/internal/parallel"
 	"github.com/ncclprof/ncclprof/internal/ptrace"
 	"github.com/ncclprof/ncclprof/internal/traceevent"
 	"github.com/ncclprof/ncclprof/internal/tracefile"
@@ -97,21 +97,6 @@ func (c *Collector) Activities(s *commops.Set) []Activity {
 func ReadAll(s *commops.Set) ([]Activity, error) {
 	acts := make([]Activity, len(s.Files))
 	errs := make([]error, len(s.Files))
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for w := 0; w < min(runtime.GOMAXPROCS(0), len(s.Files)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				acts[i], errs[i] = ReadActivity(s.Files[i])
-			}
-		}()
-	}
-	for i := range s.Files {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
+	parallel.Each(len(s.Files), func(i int) { acts[i], errs[i] = ReadActivity(s.Files[i]) })
 	return acts, errors.Join(errs...)
 }
