@@ -14,7 +14,7 @@ func TestOneVersion(t *testing.T) {
 	root := testtraces.Root(t)
 	for file, pattern := range map[string]string{
 		"Makefile":                    `(?m)^VERSION\s*:=\s*(\S+)$`,
-		"profiler/core.h":               `#define NCCLPROF_VERSION "([^"]+)"`,
+		"profiler/core.h":             `#define NCCLPROF_VERSION "([^"]+)"`,
 		"python/ncclprof/_version.py": `__version__ = "([^"]+)"`,
 	} {
 		b, err := os.ReadFile(filepath.Join(root, file))
