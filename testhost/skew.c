@@ -46,6 +46,7 @@ typedef struct skew_cfg {
   int rank, nranks, steps, channels, kernel, slow_rank;
   unsigned long long seed, start_ns;
   double slow_us, jitter_us;
+  double* took; /* per (step, op): ns from this rank's start of the op to its completion, as run */
 } skew_cfg;
 
 /* splitmix64 of a tuple: every process draws the same numbers for the same (step, op, rank). */
@@ -115,6 +116,7 @@ static void run_op(const skew_cfg* c, hcomm* comm, int step, int op) {
   host_plugin* p = &W.plugin;
   const skew_op* o = &step_ops[op];
   sleep_until(c, arrival_ns(c, step, op, c->rank));
+  double began = real_ns();
   host_ev ge = {.type = NPABI_GROUP};
   void* grp = start_event(comm->ctx, &ge, 0);
   host_ev ce = {.type = NPABI_COLL, .parent_group = grp, .rank = comm->rank, .comm_name = comm->name,
@@ -141,6 +143,7 @@ static void run_op(const skew_cfg* c, hcomm* comm, int step, int op) {
   }
   host_stop(p, grp);
   sleep_until(c, completion_ns(c, step, op));
+  c->took[step * NOPS + op] = real_ns() - began;
   for (int ch = 0; ch < c->channels; ch++) {
     host_stop(p, step_h[ch]);
     host_stop(p, proxy[ch]);
@@ -168,6 +171,10 @@ static void write_truth(const skew_cfg* c, hcomm* world, hcomm* pair) {
   fprintf(f, "],\"arrivals_ns\":[");
   for (int s = 0; s < c->steps; s++)
     for (int k = 0; k < NOPS; k++) fprintf(f, "%s%.0f", s || k ? "," : "", arrival_ns(c, s, k, c->rank));
+  /* How long each took as run: a busy machine wakes a process late, and the bandwidths the plugin
+   * measures are those of the run, not of the plan. */
+  fprintf(f, "],\"took_ns\":[");
+  for (int i = 0; i < c->steps * NOPS; i++) fprintf(f, "%s%.0f", i ? "," : "", c->took[i]);
   fprintf(f, "],\"slow_ops\":\"all\",\"ops\":[");
   for (int k = 0; k < NOPS; k++) {
     const skew_op* o = &step_ops[k];
@@ -225,6 +232,8 @@ static skew_cfg parse(int argc, char** argv) {
 
 int scenario_skew(int argc, char** argv) {
   skew_cfg c = parse(argc, argv);
+  c.took = calloc((size_t)c.steps * NOPS, sizeof *c.took);
+  if (!c.took) return 1;
   world_init(c.lib, 6, c.rank, c.nranks, 1, c.seed);
   int (*set_step)(const char*) = (int (*)(const char*))dlsym(W.plugin.lib, "ncclprof_set_step");
   hcomm* world = world_comm("world", 0x5CE3000000000000ull + c.seed, c.nranks, c.rank, 1);

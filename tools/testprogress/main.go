@@ -63,7 +63,19 @@ type summary struct {
 	anyError bool
 	// Tests over every package, for the closing line that CI's log readers know.
 	passed, failedTests, skipped int
+	// Every failed test with the last lines it printed, said again at the very end: CI's log
+	// readers keep a run's first and last lines and may cut the middle where they were printed.
+	failures []failure
 }
+
+// failure is one failed test and the end of what it printed.
+type failure struct {
+	name  string
+	lines []string
+}
+
+// failureLines is how many of a failed test's last lines the closing recap repeats.
+const failureLines = 12
 
 func newSummary(w io.Writer, total int, now func() time.Time) *summary {
 	return &summary{w: w, total: total, now: now, pkgs: map[string]*pkg{}, builds: map[string][]string{}, start: now(), lastEnd: now()}
@@ -174,6 +186,9 @@ func (s *summary) end(p *pkg, e *event) {
 			for _, l := range p.out[t] {
 				fmt.Fprintf(s.w, "    %s\n", l)
 			}
+			if t != "" {
+				s.failures = append(s.failures, failure{short(p.name) + " " + t, lastLines(p.out[t], failureLines)})
+			}
 		}
 	}
 	delete(s.pkgs, p.name)
@@ -218,6 +233,15 @@ func (s *summary) finish() bool {
 		dl = fmt.Sprintf("; %d Go modules downloaded", s.modules)
 	}
 	ok := len(s.failed) == 0 && !s.anyError
+	if len(s.failures) > 0 {
+		fmt.Fprintf(s.w, "go test: %d failed tests, again (their last lines):\n", len(s.failures))
+	}
+	for _, f := range s.failures {
+		fmt.Fprintf(s.w, "  FAIL %s\n", f.name)
+		for _, l := range f.lines {
+			fmt.Fprintf(s.w, "    %s\n", l)
+		}
+	}
 	if ok {
 		fmt.Fprintf(s.w, "go test: %d packages ok (%s%s)\n", s.ok, d, dl)
 	} else {
@@ -226,6 +250,14 @@ func (s *summary) finish() bool {
 	// The plain closing line CI reads when the go test lines themselves are summarized away.
 	fmt.Fprintf(s.w, "gotest: %d passed, %d failed, %d skipped\n", s.passed, s.failedTests, s.skipped)
 	return ok
+}
+
+// lastLines returns at most n of lines' last lines.
+func lastLines(lines []string, n int) []string {
+	if len(lines) > n {
+		return lines[len(lines)-n:]
+	}
+	return lines
 }
 
 // short drops the module path from a package name.

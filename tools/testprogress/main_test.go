@@ -59,6 +59,8 @@ func TestSummary(t *testing.T) {
 		"        b_test.go:5: got 3, want 4\n",
 		"BUILD FAILED github.com/ncclprof/ncclprof/internal/c [github.com/ncclprof/ncclprof/internal/c.test]\n    internal/c/c.go:3:1: syntax error\n",
 		"go: downloading go1.26.8 (linux/amd64)\n", // the toolchain line stays: it takes a while
+		// said again at the end, where CI's log readers keep lines
+		"go test: 1 failed tests, again (their last lines):\n  FAIL internal/b TestBad\n        b_test.go:5: got 3, want 4\ngo test: 1 packages ok",
 		"go test: 1 packages ok, FAILED: internal/b (22s; 1 Go modules downloaded)\n",
 		"gotest: 1 passed, 1 failed, 1 skipped\n",
 	} {
