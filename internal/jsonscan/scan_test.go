@@ -3,6 +3,7 @@ package jsonscan
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 )
@@ -200,5 +201,67 @@ func TestScaledFastPathEdges(t *testing.T) {
 	}
 	if _, err := Scaled("999999999999999999", 3); err != ErrRange {
 		t.Errorf("18 nines × 1000 must overflow int64: %v", err)
+	}
+}
+
+// Absolute Unix µs as PyTorch ≤ 2.3 writes them (16 digits, 19 once in ns) take the fast path,
+// with the general path's value, up to the last that fits an int64; beyond, the general path
+// says it does not fit.
+func TestScaledFastAbsoluteMicros(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+	}{
+		{"1711964647000000", 1711964647000000000},
+		{"-1711964647000000", -1711964647000000000},
+		{"1711964647000000.5", 1711964647000000500},
+		{"9223372036854775", 9223372036854775000},
+		{"9223372036854775.807", math.MaxInt64},
+		{"922337203685477.5807", 0}, // four decimals: rounding, general path
+	} {
+		fast, ok := scaledFast(c.in, 3)
+		slow, err := Scaled(c.in+"e0", 3)
+		if c.want == 0 {
+			if ok {
+				t.Errorf("%s: fast path took a value it must round", c.in)
+			}
+			continue
+		}
+		if !ok || fast != c.want || err != nil || slow != c.want {
+			t.Errorf("%s: fast %d (%v), general %d (%v); want %d", c.in, fast, ok, slow, err, c.want)
+		}
+	}
+	for _, in := range []string{"9223372036854776", "9223372036854775.808", "9999999999999999.999", "-9223372036854775.808"} {
+		if v, ok := scaledFast(in, 3); ok {
+			t.Errorf("%s: fast path gave %d for a value beyond int64", in, v)
+		}
+		if _, err := Scaled(in, 3); err != ErrRange {
+			t.Errorf("Scaled(%s): %v, want ErrRange", in, err)
+		}
+	}
+}
+
+// FuzzScaledFastPath holds the fast path to the general one on any text it accepts.
+func FuzzScaledFastPath(f *testing.F) {
+	for _, s := range []string{"1711964647000000", "9223372036854775.807", "-0.001", "00012.000", "9999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		fast, ok := scaledFast(in, 3)
+		if !ok {
+			return
+		}
+		if slow, err := Scaled(in+"e0", 3); err != nil || slow != fast {
+			t.Fatalf("%q: fast %d, general %d %v", in, fast, slow, err)
+		}
+	})
+}
+
+// BenchmarkScaledAbsoluteMicros: a PyTorch ≤ 2.3 ts, as every event of such a trace has one.
+func BenchmarkScaledAbsoluteMicros(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		if _, err := Scaled("1711964647000123", 3); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
