@@ -61,3 +61,30 @@ func TestTallyProxiesAnyOrder(t *testing.T) {
 	rand.New(rand.NewSource(7)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 	check("shuffled", shuffled)
 }
+
+// A handle repeated (a damaged file) is counted once as a repeat, and its first record is the
+// one the records under it are counted by: proxies before channels before groups, each in file
+// order, as countProxies fills its map.
+func TestCountProxiesFirstRecordWins(t *testing.T) {
+	lp := &leanPlugin{dupGroupAPIs: 2}
+	for _, r := range []proxyRec{
+		{10, 1, ptrace.ProxyOp},    // the first record of handle 10: a proxy op of operation 1
+		{11, 10, ptrace.ProxyStep}, // a step under it: operation 1's
+		{10, 2, ptrace.ProxyOp},    // handle 10 again, under operation 2: a repeat
+		{12, 11, ptrace.Net},       // under the step: operation 1's network event
+		{0, 2, ptrace.ProxyOp},     // no handle: counted, never a repeat
+	} {
+		lp.proxies.add(r)
+	}
+	lp.channels.add(channelRec{id: 11, op: 3}) // the step's handle again
+	lp.channels.add(channelRec{id: 20, op: 3})
+	lp.groups = []groupRec{{id: 20}, {id: 21}, {id: 0}}
+	counts, dups := lp.countProxies()
+	want := map[uint64]proxyCounts{1: {proxies: 1, steps: 1, net: 1}, 2: {proxies: 2}}
+	if len(counts) != len(want) || counts[1] != want[1] || counts[2] != want[2] {
+		t.Errorf("counts %+v, want %+v", counts, want)
+	}
+	if dups != 3+2 { // 10, 11 and 20 repeated, and the two repeated GroupApi handles
+		t.Errorf("%d repeats counted, want 5", dups)
+	}
+}
