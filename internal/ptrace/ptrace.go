@@ -274,7 +274,10 @@ func parseLean(path string, data []byte, drop func(*Event) bool, repair bool) (*
 		}
 		return nil
 	}
-	doc, err := traceevent.ReadWith(path, data, traceevent.Options{Truncated: true, Hint: syntaxHint, RepairUTF8: repair},
+	// A lean reader's caller walks the file again (the merge's writer): LineRuns lets it skip
+	// the args of the plugin's one-line events that time.
+	opt := traceevent.Options{Truncated: true, Hint: syntaxHint, RepairUTF8: repair, LineRuns: drop != nil}
+	doc, err := traceevent.ReadWith(path, data, opt,
 		traceevent.Reader[Event]{Parse: parse, Event: func(e *Event) *traceevent.Event { return &e.Event }, Visit: visit})
 	if err != nil {
 		return nil, err

@@ -40,6 +40,9 @@ type Doc struct {
 	eventsStart, eventsEnd int
 	// marks are the starts of every markEvery-th event, from the first (see WalkParallel).
 	marks []int
+	// lines[k] (with Options.LineRuns): every event of the run that starts at marks[k] is on
+	// a line of its own with its args last (see parseLine).
+	lines []bool
 }
 
 // Member returns the raw value of a top-level key ("" when absent).
@@ -74,6 +77,10 @@ type Options struct {
 	// caller owns it), so that what is copied from the document is valid JSON text for every
 	// reader; Doc.InvalidUTF8 counts them either way.
 	RepairUTF8 bool
+	// LineRuns notes which runs of events (see WalkParallel) have each event on a line of its
+	// own with its args last, as the ncclprof plugin writes them: WalkRange then reads them
+	// again without walking their args (a third of that second pass over a plugin trace).
+	LineRuns bool
 }
 
 // Error is a problem with a trace file, at a byte offset.
@@ -307,6 +314,12 @@ func (w *walker[T]) accept(t *T, start, end int) error {
 	}
 	if w.n%markEvery == 0 {
 		w.d.marks = append(w.d.marks, start)
+		if w.opt.LineRuns {
+			w.d.lines = append(w.d.lines, true)
+		}
+	}
+	if w.opt.LineRuns && w.d.lines[len(w.d.lines)-1] && !lineEvent(ev, w.d.doc, end) {
+		w.d.lines[len(w.d.lines)-1] = false
 	}
 	w.n++
 	w.d.Events++

@@ -94,6 +94,9 @@ type Event struct {
 	// IDRaw is the flow id as written; Bp the flow binding point.
 	IDRaw string
 	Bp    string
+	// argsTwice: the event has more than one args object (the last is ArgsSpan); a second
+	// pass must then not take the first for the last (see Options.LineRuns).
+	argsTwice bool
 }
 
 // Args returns the event's args object (zero-copy).
@@ -132,7 +135,7 @@ func escapePath(name string) string {
 // returned as a *jsonscan.Error too (the caller adds the file).
 func Parse(e *Event, doc string, start int) (int, error) {
 	if start < len(doc) && doc[start] == '{' {
-		if end, ok := parseFast(e, doc, start, false); ok {
+		if end, ok := parseFast(e, doc, start, false, -1); ok {
 			return end, nil
 		}
 	}
@@ -143,7 +146,7 @@ func Parse(e *Event, doc string, start int) (int, error) {
 // it reads the same fields without validating the values again.
 func ParseValid(e *Event, doc string, start int) (int, error) {
 	if start < len(doc) && doc[start] == '{' {
-		if end, ok := parseFast(e, doc, start, true); ok {
+		if end, ok := parseFast(e, doc, start, true, -1); ok {
 			return end, nil
 		}
 	}

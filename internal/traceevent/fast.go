@@ -1,6 +1,10 @@
 package traceevent
 
-import "github.com/ncclprof/ncclprof/internal/jsonscan"
+import (
+	"strings"
+
+	"github.com/ncclprof/ncclprof/internal/jsonscan"
+)
 
 // parseFast is Parse for the events traces are made of: an object of plain keys whose values
 // are validated scalars, or containers validated by jsonscan.Skip. It reads the members in
@@ -10,8 +14,9 @@ import "github.com/ncclprof/ncclprof/internal/jsonscan"
 // general way, which says what is wrong: the result is always the general reader's.
 //
 // With valid, the document was validated already (a second pass): values are only delimited,
-// not validated again.
-func parseFast(e *Event, s string, start int, valid bool) (end int, ok bool) {
+// not validated again. argsEnd ≥ 0 (with valid) is where the event's args object is known to
+// end (see parseLine): it is not delimited at all.
+func parseFast(e *Event, s string, start int, valid bool, argsEnd int) (end int, ok bool) {
 	*e = Event{Off: int64(start)}
 	i := skipWS(s, start+1)
 	if i < len(s) && s[i] == '}' {
@@ -47,6 +52,8 @@ func parseFast(e *Event, s string, start int, valid bool) (end int, ok bool) {
 		plain := false // a string value without escapes
 		var err error
 		switch c := s[i]; {
+		case argsEnd >= 0 && c == '{' && key == "args":
+			i = argsEnd
 		case valid && c == '"':
 			i, plain = jsonscan.StringEnd(s, i)
 		case valid:
@@ -121,6 +128,7 @@ func (e *Event) member(key, s string, v, ve, start int, plain bool) (problem str
 		e.Bp = str()
 	case "args":
 		if raw[0] == '{' {
+			e.argsTwice = e.argsTwice || e.ArgsSpan.Valid()
 			e.ArgsSpan = sp
 		}
 	}
@@ -133,4 +141,45 @@ func skipWS(s string, i int) int {
 		i++
 	}
 	return i
+}
+
+// parseLine is ParseValid for an event of a run Read found to be one event per line with args
+// last (Options.LineRuns): the event ends at the '}' before the newline that follows it, so
+// its args object, most of its text, is not walked again.
+func parseLine(e *Event, s string, start int) (int, error) {
+	nl := strings.IndexByte(s[start:], '\n')
+	if nl < 0 || s[start] != '{' {
+		return ParseValid(e, s, start)
+	}
+	end := start + nl
+	for end > start && (s[end-1] == ' ' || s[end-1] == '\t' || s[end-1] == '\r' || s[end-1] == ',') {
+		end--
+	}
+	argsEnd := end - 1 // the event's '}'
+	for argsEnd > start && (s[argsEnd-1] == ' ' || s[argsEnd-1] == '\t' || s[argsEnd-1] == '\r') {
+		argsEnd--
+	}
+	if got, ok := parseFast(e, s, start, true, argsEnd); ok && got == end {
+		return end, nil
+	}
+	return ParseValid(e, s, start)
+}
+
+// lineEvent reports whether the event s[start:end] can be read again by parseLine: no newline
+// inside it, one between it and the next, and its one args object (if any) last.
+func lineEvent(ev *Event, s string, end int) bool {
+	if strings.IndexByte(ev.Raw, '\n') >= 0 {
+		return false
+	}
+	j := end
+	for j < len(s) && (s[j] == ' ' || s[j] == '\t' || s[j] == '\r' || s[j] == ',') {
+		j++
+	}
+	if j >= len(s) || s[j] != '\n' {
+		return false
+	}
+	if !ev.ArgsSpan.Valid() {
+		return true
+	}
+	return !ev.argsTwice && strings.TrimLeft(ev.Raw[ev.ArgsSpan.End:], " \t\r") == "}"
 }

@@ -3,8 +3,11 @@ package traceevent
 import (
 	"os"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
+
+	"github.com/ncclprof/ncclprof/internal/jsonscan"
 )
 
 // fastSeeds are events of every shape the readers meet: Kineto's spaced style and the plugin's
@@ -42,7 +45,7 @@ var fastSeeds = []string{
 func checkFastMatchesSlow(t *testing.T, doc string, start int) {
 	t.Helper()
 	var fast, slow, valid Event
-	end, ok := parseFast(&fast, doc, start, false)
+	end, ok := parseFast(&fast, doc, start, false, -1)
 	slowEnd, err := parseSlow(&slow, doc, start)
 	if err == nil {
 		// What the general reader accepts, ParseValid reads the same on a second pass.
@@ -66,7 +69,7 @@ func TestParseFastMatchesSlow(t *testing.T) {
 	for _, s := range fastSeeds {
 		checkFastMatchesSlow(t, s, 0)
 		var ev Event
-		if _, ok := parseFast(&ev, s, 0, false); ok {
+		if _, ok := parseFast(&ev, s, 0, false, -1); ok {
 			accepted++
 		}
 	}
@@ -104,4 +107,87 @@ func FuzzParseFast(f *testing.F) {
 			t.Fatalf("end %d, raw %q", end, ev.Raw)
 		}
 	})
+}
+
+// parseLine reads what ParseValid reads wherever Read marked a run as one event per line with
+// its args last, and Read marks no run where that would go wrong: an event over several
+// lines, a second args object (the first would be taken for the last, and the ts after it
+// lost), args before another member, no newline after the last event. (args that is not an
+// object is read as usual, so it may be in a marked run.)
+func TestLineRuns(t *testing.T) {
+	plain := `{"ph":"X","cat":"nccl_proxy","name":"ProxyOp send","pid":4242,"tid":2000424900,"ts":1000041.305,"dur":9.939,"args":{"id":"0x0000000000001005","parent":"0x0000000000001004","name":"a}b\"}","x":{"y":[1,{"z":2}]}}}`
+	spaced := `{ "ph": "X", "name": "k", "ts": 5, "dur": 1, "args": { "External id": 1 } }`
+	noArgs := `{"ph":"s","id":1,"cat":"nccl_flow","name":"nccl","pid":4242,"tid":4242,"ts":999994.277}`
+	bad := map[string]string{
+		"two args":       `{"ph":"X","name":"two","args":{"a":1},"ts":5,"args":{"b":2}}`,
+		"args not last":  `{"ph":"X","name":"notlast","args":{"a":"}"},"ts":7}`,
+		"several lines":  "{\"ph\":\"X\",\"name\":\"lines\",\"ts\":8,\"args\":{\"a\":1,\n\"b\":{\"c\":2}}}",
+		"args not {":     `{"ph":"X","name":"num","args":5,"ts":9}`,
+		"args then args": `{"ph":"X","name":"num2","args":{"a":1},"args":5}`,
+	}
+	type run struct {
+		bad  string // the key of bad planted in the run, or ""
+		want bool
+	}
+	var runs []run
+	for k := range bad {
+		// args that is not an object is delimited as usual: harmless.
+		runs = append(runs, run{k, k == "args not {"})
+	}
+	runs = append(runs, run{"", true}, run{"", true})
+	var b strings.Builder
+	b.WriteString("{\"traceEvents\": [\n")
+	for r, ru := range runs {
+		for i := 0; i < markEvery; i++ {
+			if r > 0 || i > 0 {
+				b.WriteString(",\n")
+			}
+			ev := []string{plain, spaced, noArgs}[i%3]
+			if ru.bad != "" && i == markEvery/2 {
+				ev = bad[ru.bad]
+			}
+			b.WriteString(ev)
+		}
+	}
+	b.WriteString("]}\n") // the last event is not followed by a newline
+	runs = append(runs[:len(runs)-1], run{"no newline after the last event", false})
+	doc := b.String()
+	d, err := Read("l.json", []byte(doc), Options{LineRuns: true}, nil)
+	if err != nil || len(d.lines) != len(runs) {
+		t.Fatalf("%v: %d runs marked, want %d", err, len(d.lines), len(runs))
+	}
+	for k, ru := range runs {
+		if d.lines[k] != ru.want {
+			t.Errorf("run %d (%s): marked %v, want %v", k, ru.bad, d.lines[k], ru.want)
+		}
+	}
+	// Every event of every run, marked or not, as ParseValid reads it.
+	for _, sp := range d.spans() {
+		for i := sp[0]; i < sp[1]; {
+			var want, got Event
+			wantEnd, err := ParseValid(&want, doc, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotEnd, err := parseLine(&got, doc, i)
+			if k := sort.SearchInts(d.marks, sp[0]); d.lines[k] && (err != nil || gotEnd != wantEnd || !reflect.DeepEqual(got, want)) {
+				t.Fatalf("parseLine at %d: %d %v %+v, want %d %+v", i, gotEnd, err, got, wantEnd, want)
+			}
+			i = jsonscan.SkipWS(doc, wantEnd)
+			if i < len(doc) && doc[i] == ',' {
+				i = jsonscan.SkipWS(doc, i+1)
+			}
+		}
+		var walked []Event
+		d.WalkRange(sp[0], sp[1], func(e *Event) bool { walked = append(walked, *e); return true })
+		for _, e := range walked {
+			var want Event
+			if _, err := ParseValid(&want, doc, int(e.Off)); err != nil || !reflect.DeepEqual(e, want) {
+				t.Fatalf("WalkRange at %d: %+v, want %+v", e.Off, e, want)
+			}
+		}
+		if len(walked) != markEvery {
+			t.Fatalf("WalkRange from %d: %d events, want %d", sp[0], len(walked), markEvery)
+		}
+	}
 }

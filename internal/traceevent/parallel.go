@@ -2,6 +2,7 @@ package traceevent
 
 import (
 	"runtime"
+	"sort"
 	"strings"
 
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
@@ -269,9 +270,13 @@ func (d *Doc) spans() [][2]int {
 // reused between calls; visit returns false to stop.
 func (d *Doc) WalkRange(from, to int, visit func(*Event) bool) {
 	s := d.doc
+	parse := ParseValid
+	if k := sort.SearchInts(d.marks, from); k < len(d.lines) && d.marks[k] == from && d.lines[k] {
+		parse = parseLine
+	}
 	var ev Event
 	for i := from; i < to; {
-		end, err := ParseValid(&ev, s, i)
+		end, err := parse(&ev, s, i)
 		if err != nil || !visit(&ev) {
 			return
 		}
