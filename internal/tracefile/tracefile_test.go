@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // A .gz name is written compressed and reads back the same; nothing appears under the name
@@ -205,5 +206,64 @@ func TestAvailableMemoryTightest(t *testing.T) {
 		if v > 0 && a > v {
 			t.Errorf("available %d above a tighter limit %d", a, v)
 		}
+	}
+}
+
+// An output that is a pipe or a device (ncclmerge merge -o /dev/null) is written in place, and
+// one that is a symbolic link is written to the file it names: renaming the finished file onto
+// the name replaced /dev/null, as root, with a regular file, and a link with its target.
+func TestCreateKeepsDevicesAndLinks(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "out.fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Skipf("no named pipes here: %v", err)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := os.ReadFile(fifo) // opens the reading end; returns once the writer closes
+		got <- b
+	}()
+	w, err := Create(fifo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteString(`{"traceEvents":[]}`)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(fifo); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		t.Fatalf("the pipe was replaced: %v %v", st.Mode(), err) // (its reader waits on)
+	}
+	select {
+	case b := <-got:
+		if string(b) != `{"traceEvents":[]}` {
+			t.Errorf("the pipe's reader got %q", b)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("nothing was written to the pipe")
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*tmp*")); len(left) > 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+
+	real := filepath.Join(dir, "real.json")
+	os.WriteFile(real, []byte("old"), 0o644)
+	link := filepath.Join(dir, "link.json")
+	if err := os.Symlink("real.json", link); err != nil {
+		t.Fatal(err)
+	}
+	w, err = Create(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteString("new")
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link was replaced: %v %v", st.Mode(), err)
+	}
+	if b, _ := os.ReadFile(real); string(b) != "new" {
+		t.Errorf("the link's target holds %q, want the output", b)
 	}
 }

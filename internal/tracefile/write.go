@@ -27,6 +27,8 @@ type Writer struct {
 	async *asyncWriter
 	path  string
 	tmp   string
+	// direct: path is written in place (a device or pipe such as /dev/null), not renamed onto.
+	direct bool
 }
 
 // Create opens path for writing; a name ending in .gz is written gzip-compressed.
@@ -50,11 +52,40 @@ func Create(path string) (*Writer, error) {
 // CreateRaw opens path for writing bytes as given (for formats that compress themselves). The
 // directory is made if missing; the file gets 0644 less the umask, like any new file.
 func CreateRaw(path string) (*Writer, error) {
-	f, err := createTemp(path)
+	target, direct := renameTarget(path)
+	if direct {
+		// A rename would put a regular file in the place of the device (as root, /dev/null).
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return nil, fmt.Errorf("cannot write %s: %w", path, err)
+		}
+		return &Writer{Writer: bufio.NewWriterSize(f, 1<<20), f: f, path: path, direct: true}, nil
+	}
+	f, err := createTemp(target)
 	if err != nil {
 		return nil, fmt.Errorf("cannot write %s: %w", path, err)
 	}
-	return &Writer{Writer: bufio.NewWriterSize(f, 1<<20), f: f, path: path, tmp: f.Name()}, nil
+	return &Writer{Writer: bufio.NewWriterSize(f, 1<<20), f: f, path: target, tmp: f.Name()}, nil
+}
+
+// renameTarget is the file a finished output is renamed onto: path, or the file a symbolic
+// link at path names (renaming onto the link would replace it: -o /dev/stdout replaced /dev's
+// link); direct when path is neither a regular file nor missing (a device, a pipe), which is
+// written in place.
+func renameTarget(path string) (target string, direct bool) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return path, false // missing (or unreadable: creating the file beside it says why)
+	}
+	if !st.Mode().IsRegular() {
+		return path, !st.IsDir()
+	}
+	if lst, err := os.Lstat(path); err == nil && lst.Mode()&fs.ModeSymlink != 0 {
+		if real, err := filepath.EvalSymlinks(path); err == nil {
+			return real, false
+		}
+	}
+	return path, false
 }
 
 // createTemp makes a new file beside path, under a hidden temporary name. (os.CreateTemp
@@ -91,11 +122,13 @@ func (w *Writer) Close() error {
 	if e := w.f.Close(); err == nil {
 		err = e
 	}
-	if err == nil {
+	if err == nil && !w.direct {
 		err = os.Rename(w.tmp, w.path)
 	}
 	if err != nil {
-		os.Remove(w.tmp)
+		if !w.direct {
+			os.Remove(w.tmp)
+		}
 		return fmt.Errorf("writing %s: %w", w.path, err)
 	}
 	return nil
@@ -143,5 +176,7 @@ func (w *Writer) Abort() {
 		w.async.Close()
 	}
 	w.f.Close()
-	os.Remove(w.tmp)
+	if !w.direct {
+		os.Remove(w.tmp)
+	}
 }
