@@ -165,8 +165,8 @@ func parseLine(e *Event, s string, start int) (int, error) {
 	return ParseValid(e, s, start)
 }
 
-// lineEvent reports whether the event s[start:end] can be read again by parseLine: no newline
-// inside it, one between it and the next, and its one args object (if any) last.
+// lineEvent reports whether ev, which ends at s[end], can be read again by parseLine: no
+// newline inside it, one between it and the next, and its one args object (if any) last.
 func lineEvent(ev *Event, s string, end int) bool {
 	if strings.IndexByte(ev.Raw, '\n') >= 0 {
 		return false
