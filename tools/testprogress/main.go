@@ -108,6 +108,8 @@ func (s *summary) line(text string) {
 		}
 	case e.Action == "fail" && strings.Contains(e.Test, "/"):
 		p.failed = append(p.failed, e.Test)
+	case e.Action == "pass" && strings.Contains(e.Test, "/"):
+		delete(p.out, e.Test) // its lines are noise beside its failed siblings'
 	case strings.Contains(e.Test, "/"): // subtests are reported with their parent
 	case e.Action == "run":
 		p.running = e.Test
