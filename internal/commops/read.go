@@ -103,6 +103,9 @@ func readFile(fi int32, path string, opt Options) (*part, error) {
 	if err := r.finish(t); err != nil {
 		return nil, err
 	}
+	if ov, ok := also.(OpsVisitor); ok {
+		ov.Ops(r.p.ops)
+	}
 	// A copy: a pointer into the reader would keep it alive, and with it (through its last
 	// event) the whole file's buffer until every file is read.
 	p := r.p

@@ -63,7 +63,17 @@ type activity struct {
 	// others: cudaGetDevice, cudaStreamIsCapturing and their kind are most of a real trace's)
 	// the longest kernel and CPU operator: how far before a window a span may start
 	longestKernel, longestCPU int64
-	sends                     []send
+	// compute: the stream where most of its non-NCCL kernels ran (counted, not timed: one long
+	// copy on a side stream must not make it the compute stream); busiest: the thread with the
+	// most CPU slices (the launching thread where a launch is not recorded); python: the names
+	// of python_function slices; hasKineto: torch.profiler's side was read. All kept once the
+	// spans are dropped, with each operation's digest (digest.go).
+	compute, busiest int64
+	python           map[int32]bool
+	hasKineto        bool
+	digests          []digest
+	arena            []nameNs
+	sends            []send
 	// while reading: plugin handles → what they stand for
 	colls map[uint64]send // Coll id → (comm, fn, seq)
 	proxy map[uint64]int  // ProxyOp id → index in sends; -1: a receive, whose steps are not kept
@@ -77,7 +87,7 @@ type stepOf struct {
 }
 
 // Kineto reports whether torch.profiler's side was read for this rank.
-func (a *activity) Kineto() bool { return len(a.kernels)+len(a.cpu) > 0 }
+func (a *activity) Kineto() bool { return a.hasKineto }
 
 func (a *activity) name(s string) int32 {
 	if id, ok := a.nameID[s]; ok {
@@ -157,12 +167,23 @@ func (a *activity) finish(base int64) {
 		}
 		sort.Slice(v, func(i, j int) bool { return v[i].start < v[j].start })
 	}
+	a.hasKineto = len(a.kernels)+len(a.cpu) > 0
+	a.python = map[int32]bool{}
+	kernels, threads := map[int64]int64{}, map[int64]int{}
 	for _, k := range a.kernels {
 		a.longestKernel = max(a.longestKernel, k.end-k.start)
+		if !k.nccl {
+			kernels[k.tid]++
+		}
 	}
 	for _, c := range a.cpu {
 		a.longestCPU = max(a.longestCPU, c.end-c.start)
+		threads[c.tid]++
+		if c.python {
+			a.python[c.name] = true
+		}
 	}
+	a.compute, a.busiest = most(kernels), most(threads)
 	a.keepLaunches()
 	for _, st := range a.steps {
 		if i, ok := a.proxy[st.proxy]; ok && i >= 0 {
@@ -182,9 +203,20 @@ func (a *activity) finish(base int64) {
 	}
 	a.sends = kept
 	// What is kept for the whole job: no room to grow (append leaves up to half of a slice's
-	// room unused).
-	a.kernels, a.calls, a.cpu, a.sends = slices.Clone(a.kernels), slices.Clone(a.calls), slices.Clone(a.cpu), slices.Clone(a.sends)
+	// room unused). The spans go once digested.
+	a.sends = slices.Clone(a.sends)
 	a.colls, a.proxy, a.steps = nil, nil, nil
+}
+
+// most is the key with the highest count, the lowest on a tie (-1: none).
+func most[N int | int64](n map[int64]N) int64 {
+	best, top := int64(-1), N(-1)
+	for k, c := range n {
+		if c > top || c == top && k < best {
+			best, top = k, c
+		}
+	}
+	return best
 }
 
 // keepLaunches keeps the runtime calls that launched a recorded kernel, sorted by correlation

@@ -17,7 +17,7 @@ import (
 type Activity struct{ groups fileActivity }
 
 // ReadActivity reads one trace: a merged rank, a timeline, or a plugin trace alone (then only its
-// transfers).
+// transfers). Its spans are kept until digested (ReadAll).
 func ReadActivity(path string) (Activity, error) {
 	data, err := tracefile.ReadFile(path)
 	if err != nil {
@@ -62,6 +62,27 @@ func (r *fileReader) Done(t *ptrace.Trace) {
 	}
 }
 
+// Ops digests the file's operations as soon as they are final (commops.OpsVisitor), and drops
+// its spans: what is held until every file is read is the digests.
+func (r *fileReader) Ops(ops []commops.Op) {
+	r.a.digest(byProcess(ops), func(o *commops.Op) bool { return true })
+}
+
+// digest digests the operations of ops (sorted by process, then arrival) that are this file's
+// (mine), each in its rank's activity, and drops the spans.
+func (a *Activity) digest(ops []*commops.Op, mine func(*commops.Op) bool) {
+	acts := make([]*activity, 0, len(a.groups))
+	for _, act := range a.groups {
+		acts = append(acts, act)
+	}
+	digestAll(ops, func(o *commops.Op) *activity {
+		if !mine(o) {
+			return nil
+		}
+		return a.groups[o.Ref.Pid>>timelineShift]
+	}, acts)
+}
+
 // Collector gathers what Analyze needs while commops reads the traces, in the same pass: set
 // commops.Options.Also to its Hook, then take Activities.
 type Collector struct {
@@ -93,10 +114,18 @@ func (c *Collector) Activities(s *commops.Set) []Activity {
 }
 
 // ReadAll reads the activity of every file of s, in order, several files at once (for a Set read
-// without it).
+// without it), each digested with s's operations as soon as it is read.
 func ReadAll(s *commops.Set) ([]Activity, error) {
 	acts := make([]Activity, len(s.Files))
 	errs := make([]error, len(s.Files))
-	parallel.Each(len(s.Files), func(i int) { acts[i], errs[i] = ReadActivity(s.Files[i]) })
+	ops := make([]*commops.Op, len(s.Ops)) // s orders them by process, then arrival
+	for i := range s.Ops {
+		ops[i] = &s.Ops[i]
+	}
+	parallel.Each(len(s.Files), func(i int) {
+		if acts[i], errs[i] = ReadActivity(s.Files[i]); errs[i] == nil {
+			acts[i].digest(ops, func(o *commops.Op) bool { return o.Ref.File == int32(i) })
+		}
+	})
 	return acts, errors.Join(errs...)
 }
