@@ -25,6 +25,15 @@ type span struct {
 	python     bool  // CPU: a python_function slice
 }
 
+// sent is what a collective sent to one peer, over all its channels: what is kept of its sends.
+type sent struct {
+	comm      uint64
+	fn        string
+	seq       int64
+	peer      int32
+	bytes, ns int64
+}
+
 // send is one send ProxyOp of a collective: its peer, the bytes of its steps, and the span from
 // its first step's start to its last step's end (the transfers, not the wait for peers before).
 type send struct {
@@ -73,8 +82,9 @@ type activity struct {
 	hasKineto        bool
 	digests          []digest
 	arena            []nameNs
-	sends            []send
-	// while reading: plugin handles → what they stand for
+	sent             []sent
+	// while reading: the sends, and plugin handles → what they stand for
+	sends []send
 	colls map[uint64]send // Coll id → (comm, fn, seq)
 	proxy map[uint64]int  // ProxyOp id → index in sends; -1: a receive, whose steps are not kept
 	steps []stepOf        // steps read before their ProxyOp
@@ -190,22 +200,31 @@ func (a *activity) finish(base int64) {
 			a.sends[i].step(st)
 		}
 	}
-	kept := a.sends[:0]
+	a.keepSent()
+	a.sends, a.colls, a.proxy, a.steps = nil, nil, nil, nil
+}
+
+// keepSent keeps one sent per collective and peer: its channels' sends, their bytes added and
+// the longest of their times (channels run side by side), in order of first send.
+func (a *activity) keepSent() {
+	at := map[sent]int{} // by collective and peer
 	for _, s := range a.sends {
 		c, ok := a.colls[s.coll]
 		if !ok || !s.stepped || s.bytes <= 0 {
 			continue
 		}
-		s.comm, s.fn, s.seq = c.comm, c.fn, c.seq
-		s.start += base
-		s.end += base
-		kept = append(kept, s)
+		k := sent{comm: c.comm, fn: c.fn, seq: c.seq, peer: s.peer}
+		i, ok := at[k]
+		if !ok {
+			i, at[k] = len(a.sent), len(a.sent)
+			a.sent = append(a.sent, k)
+		}
+		a.sent[i].bytes += s.bytes
+		a.sent[i].ns = max(a.sent[i].ns, s.ns())
 	}
-	a.sends = kept
 	// What is kept for the whole job: no room to grow (append leaves up to half of a slice's
-	// room unused). The spans go once digested.
-	a.sends = slices.Clone(a.sends)
-	a.colls, a.proxy, a.steps = nil, nil, nil
+	// room unused).
+	a.sent = slices.Clone(a.sent)
 }
 
 // most is the key with the highest count, the lowest on a tie (-1: none).

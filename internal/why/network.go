@@ -156,7 +156,7 @@ func (a *analyzer) links() (map[collKey][]link, map[collKey]map[int32]int32) {
 		}
 		merged := map[[2]int64]*link{}
 		var order [][2]int64
-		for _, s := range act.sends {
+		for _, s := range act.sent {
 			k := collKey{s.comm, collective.NormFunc(s.fn), s.seq}
 			i, ok := ops[k][proc]
 			if !ok {
@@ -170,7 +170,7 @@ func (a *analyzer) links() (map[collKey][]link, map[collKey]map[int32]int32) {
 				order = append(order, mk)
 			}
 			l.bytes += s.bytes
-			l.ns = max(l.ns, s.ns()) // channels run side by side
+			l.ns = max(l.ns, s.ns) // channels run side by side
 		}
 		for _, mk := range order {
 			o := &a.s.Ops[mk[0]]
