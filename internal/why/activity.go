@@ -124,19 +124,19 @@ func (f fileActivity) group(pid int64) *activity {
 
 // kineto keeps a torch.profiler slice.
 func (a *activity) kineto(e *traceevent.Event, sp span) {
-	switch strings.ToLower(e.Cat) {
-	case "kernel", "gpu_memcpy", "gpu_memset":
+	switch cat := e.Cat; {
+	case strings.EqualFold(cat, "kernel"), strings.EqualFold(cat, "gpu_memcpy"), strings.EqualFold(cat, "gpu_memset"):
 		sp.corr = e.Arg("correlation").Int()
 		sp.nccl = e.Arg("nccl").Exists() || strings.HasPrefix(e.Name, "ncclDevKernel") || strings.HasPrefix(e.Name, "ncclKernel")
 		sp.name = a.name(e.Name)
 		a.kernels = append(a.kernels, sp)
-	case "cuda_runtime", "cuda_driver":
+	case strings.EqualFold(cat, "cuda_runtime"), strings.EqualFold(cat, "cuda_driver"):
 		sp.corr = e.Arg("correlation").Int()
 		sp.name = a.name(e.Name)
 		a.calls = append(a.calls, sp)
-	case "cpu_op", "python_function", "user_annotation":
+	case strings.EqualFold(cat, "cpu_op"), strings.EqualFold(cat, "python_function"), strings.EqualFold(cat, "user_annotation"):
 		sp.name = a.name(e.Name)
-		sp.python = strings.EqualFold(e.Cat, "python_function")
+		sp.python = strings.EqualFold(cat, "python_function")
 		a.cpu = append(a.cpu, sp)
 	}
 }

@@ -39,16 +39,25 @@ type fileReader struct {
 }
 
 func (r *fileReader) Visit(t *ptrace.Trace, e *traceevent.Event) error {
+	return r.VisitDecoded(t, e, nil)
+}
+
+// VisitDecoded takes the plugin's fields from dec where commops decoded them already
+// (commops.DecodedVisitor): a Coll, a ProxyOp, a first step.
+func (r *fileReader) VisitDecoded(t *ptrace.Trace, e *traceevent.Event, dec *ptrace.Event) error {
 	if e.Ph != "X" {
 		return nil
 	}
 	a := r.a.groups.group(e.Pid.Num)
 	switch k := ptrace.KindOf(e.Cat, e.Name); k {
 	case ptrace.Coll, ptrace.ProxyOp, ptrace.ProxyStep:
-		if err := t.Decode(e, &r.ev); err != nil {
-			return err
+		if dec == nil {
+			if err := t.Decode(e, &r.ev); err != nil {
+				return err
+			}
+			dec = &r.ev
 		}
-		a.plugin(&r.ev)
+		a.plugin(dec)
 	case ptrace.KindOther:
 		a.kineto(e, span{start: e.Ts, end: e.Ts + e.Dur, tid: e.Tid.Num})
 	}
