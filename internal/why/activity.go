@@ -15,7 +15,8 @@ import (
 const timelineShift = 22
 
 // span is one slice on the Unix clock. Its fields are in this order so that it packs in 40 bytes
-// (48 with name before tid): a job keeps about 40 of them per operation.
+// (48 with name before tid): a file holds about 40 of them per operation until its operations
+// are digested.
 type span struct {
 	start, end int64
 	tid        int64 // CPU thread, or GPU stream
