@@ -36,6 +36,17 @@ func ReadActivity(path string) (Activity, error) {
 type fileReader struct {
 	a  *Activity
 	ev ptrace.Event
+	// the group of the last event and its activity: a file's events are mostly one rank's
+	last  int64
+	lastA *activity
+}
+
+// group is the activity of the event's rank.
+func (r *fileReader) group(pid int64) *activity {
+	if g := pid >> timelineShift; r.lastA == nil || g != r.last {
+		r.last, r.lastA = g, r.a.groups.group(pid)
+	}
+	return r.lastA
 }
 
 func (r *fileReader) Visit(t *ptrace.Trace, e *traceevent.Event) error {
@@ -48,7 +59,7 @@ func (r *fileReader) VisitDecoded(t *ptrace.Trace, e *traceevent.Event, dec *ptr
 	if e.Ph != "X" {
 		return nil
 	}
-	a := r.a.groups.group(e.Pid.Num)
+	a := r.group(e.Pid.Num)
 	switch k := ptrace.KindOf(e.Cat, e.Name); k {
 	case ptrace.Coll, ptrace.ProxyOp, ptrace.ProxyStep:
 		if dec == nil {
