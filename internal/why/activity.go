@@ -6,8 +6,10 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ncclprof/ncclprof/internal/jsonscan"
 	"github.com/ncclprof/ncclprof/internal/ptrace"
 	"github.com/ncclprof/ncclprof/internal/traceevent"
+	"github.com/tidwall/gjson"
 )
 
 // timelineShift: ncclmerge's timeline numbers rank i's processes (i+1)·2^22 + pid, as commops
@@ -127,12 +129,13 @@ func (f fileActivity) group(pid int64) *activity {
 func (a *activity) kineto(e *traceevent.Event, sp span) {
 	switch cat := e.Cat; {
 	case strings.EqualFold(cat, "kernel"), strings.EqualFold(cat, "gpu_memcpy"), strings.EqualFold(cat, "gpu_memset"):
-		sp.corr = e.Arg("correlation").Int()
-		sp.nccl = e.Arg("nccl").Exists() || strings.HasPrefix(e.Name, "ncclDevKernel") || strings.HasPrefix(e.Name, "ncclKernel")
+		var linked bool
+		sp.corr, linked = launchArgs(e)
+		sp.nccl = linked || strings.HasPrefix(e.Name, "ncclDevKernel") || strings.HasPrefix(e.Name, "ncclKernel")
 		sp.name = a.name(e.Name)
 		a.kernels = append(a.kernels, sp)
 	case strings.EqualFold(cat, "cuda_runtime"), strings.EqualFold(cat, "cuda_driver"):
-		sp.corr = e.Arg("correlation").Int()
+		sp.corr, _ = launchArgs(e)
 		sp.name = a.name(e.Name)
 		a.calls = append(a.calls, sp)
 	case strings.EqualFold(cat, "cpu_op"), strings.EqualFold(cat, "python_function"), strings.EqualFold(cat, "user_annotation"):
@@ -140,6 +143,26 @@ func (a *activity) kineto(e *traceevent.Event, sp span) {
 		sp.python = strings.EqualFold(cat, "python_function")
 		a.cpu = append(a.cpu, sp)
 	}
+}
+
+// launchArgs is a kernel's or runtime call's CUDA correlation, and whether it has an nccl
+// member (ncclmerge linked the kernel to plugin operations), as gjson would find them, in one
+// walk of its args: two lookups walked them twice, for every kernel.
+func launchArgs(e *traceevent.Event) (corr int64, nccl bool) {
+	if !e.ArgsSpan.Valid() {
+		return 0, false
+	}
+	o := jsonscan.NewObject(e.Raw[e.ArgsSpan.Start:e.ArgsSpan.End])
+	found := false
+	for k, raw, ok := o.Next(); ok; k, raw, ok = o.Next() {
+		switch {
+		case k == "correlation" && !found:
+			corr, found = gjson.Parse(raw).Int(), true
+		case k == "nccl":
+			nccl = true
+		}
+	}
+	return corr, nccl
 }
 
 // plugin keeps what names a collective's send transfers.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/synth"
+	"github.com/ncclprof/ncclprof/internal/traceevent"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -137,5 +138,25 @@ func TestKeptPerOperation(t *testing.T) {
 	}
 	if per(large, nLarge) > 1.15*per(small, nSmall) {
 		t.Errorf("per operation, %.0f bytes kept after 16 steps against %.0f after 4: more than what is kept per operation", per(large, nLarge), per(small, nSmall))
+	}
+}
+
+// launchArgs finds what gjson's lookups found: the first correlation, as a number or quoted,
+// and an nccl member of any value.
+func TestLaunchArgsAsGjson(t *testing.T) {
+	for _, args := range []string{
+		`{"correlation": 123, "nccl": {"coll": "0x1"}}`,
+		`{"External id": 7, "correlation": "456"}`,
+		`{"correlation": 9, "correlation": 10, "nccl": null}`,
+		`{"stream": 7, "device": 0}`,
+		`{"correlation": 1.5e3, "grid": [1, 2, 3]}`,
+		`{}`,
+	} {
+		raw := `{"args": ` + args + `}`
+		e := &traceevent.Event{Raw: raw, ArgsSpan: traceevent.Span{Start: int32(len(`{"args": `)), End: int32(len(raw) - 1)}}
+		corr, nccl := launchArgs(e)
+		if corr != e.Arg("correlation").Int() || nccl != e.Arg("nccl").Exists() {
+			t.Errorf("%s: correlation %d, nccl %v; gjson: %d, %v", args, corr, nccl, e.Arg("correlation").Int(), e.Arg("nccl").Exists())
+		}
 	}
 }
