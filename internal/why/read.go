@@ -16,9 +16,9 @@ import (
 // Activity is what one trace file holds for Analyze, rank by rank.
 type Activity struct{ groups fileActivity }
 
-// ReadActivity reads one trace: a merged rank, a timeline, or a plugin trace alone (then only its
+// readActivity reads one trace: a merged rank, a timeline, or a plugin trace alone (then only its
 // transfers). Its spans are kept until digested (ReadAll).
-func ReadActivity(path string) (Activity, error) {
+func readActivity(path string) (Activity, error) {
 	data, err := tracefile.ReadFile(path)
 	if err != nil {
 		return Activity{}, err
@@ -143,7 +143,7 @@ func ReadAll(s *commops.Set) ([]Activity, error) {
 		ops[i] = &s.Ops[i]
 	}
 	parallel.Each(len(s.Files), func(i int) {
-		if acts[i], errs[i] = ReadActivity(s.Files[i]); errs[i] == nil {
+		if acts[i], errs[i] = readActivity(s.Files[i]); errs[i] == nil {
 			acts[i].digest(ops, func(o *commops.Op) bool { return o.Ref.File == int32(i) })
 		}
 	})
