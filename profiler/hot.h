@@ -25,7 +25,7 @@
  * and every stop (its ProxyOp's latest activity, which says when a ProxyOp NCCL leaves
  * unstopped finished its steps) always read the counter. */
 NP_HOT uint64_t np_step_clock(uint16_t sflags) {
-  uint64_t t = __atomic_load_n(&np_coarse_tsc, __ATOMIC_RELAXED);
+  uint64_t t = __atomic_load_n(&np_coarse.tsc, __ATOMIC_RELAXED);
   if (NP_LIKELY(t != 0) && !(sflags & NP_F_SAMPLE_BITS) &&
       !__atomic_load_n(&np_detail_on, __ATOMIC_RELAXED))
     return t;

@@ -157,7 +157,7 @@ static int np_poll_set(np_comm* c, uint32_t i, uint32_t set, int fin, uint64_t n
 
 int np_poll(np_ready* out, int max, int flush, int set_mask) {
   uint64_t now = np_ticks();
-  __atomic_store_n(&np_coarse_tsc, now, __ATOMIC_RELAXED); /* np_step_clock */
+  __atomic_store_n(&np_coarse.tsc, now, __ATOMIC_RELAXED); /* np_step_clock */
   int n = 0;
   uint32_t hwm = __atomic_load_n(&np_comms_hwm, __ATOMIC_ACQUIRE);
   /* The PXN communicator is never finalized by NCCL: it is flushed whenever one is, so other

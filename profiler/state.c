@@ -14,7 +14,7 @@ int np_clock = NP_CLOCK_MONO;
 int np_fence_mode = 1;
 uint32_t np_record_mask;
 uint32_t np_detail_on;
-uint64_t np_coarse_tsc;
+np_coarse_clock np_coarse;
 uint32_t np_sample_n;
 uint64_t np_dropped_type[NP_T_COUNT];
 uint64_t np_trace_dropped_type[NP_T_COUNT];

@@ -206,7 +206,14 @@ extern NP_HIDDEN int np_clock;      /* NP_CLOCK_* */
 extern NP_HIDDEN int np_fence_mode; /* 1: no membarrier, writers fence */
 extern NP_HIDDEN uint32_t np_record_mask;
 extern NP_HIDDEN uint32_t np_detail_on; /* detail events are recorded (a trace wants them) */
-extern NP_HIDDEN uint64_t np_coarse_tsc; /* the clock at the drainer's last pass (0: none yet) */
+/* The clock at the drainer's last pass (0: none yet). The drainer writes it at every pass and
+ * the globals beside it (np_record_mask, np_detail_on, np_sample_n) are read by every callback:
+ * alone on its cache line, a pass does not take their line away from NCCL's threads. */
+typedef struct __attribute__((aligned(64))) np_coarse_clock {
+  uint64_t tsc;
+  uint8_t pad[56];
+} np_coarse_clock;
+extern NP_HIDDEN np_coarse_clock np_coarse;
 extern NP_HIDDEN uint32_t np_sample_n;  /* NCCLPROF_TRACE_SAMPLE (0: off); set once, at setup */
 extern NP_HIDDEN uint64_t np_dropped_type[NP_T_COUNT];
 extern NP_HIDDEN uint64_t np_trace_dropped_type[NP_T_COUNT];

@@ -267,6 +267,17 @@ void open_lib(bench_lib* L, const char* path, const char* name) {
   L->trace_stop = (int (*)(void))dlsym(h, "ncclprof_trace_stop");
   L->dropped = (int (*)(uint64_t*, uint64_t*, int))dlsym(h, "ncclprof_dropped");
   L->t->init(&L->ctx, 0xBE4C000000000001ull, &L->mask, name, 1, 2, 0, NULL);
+  /* ncclprof (it can flush) that gave no context, or whose drainer is not running once it has
+   * started (a flush says: 2 when ncclprof turned itself off, e.g. libncclprof-drain.so is not
+   * beside it, as its message above says), records nothing: timing it would report figures at
+   * or under the floor as if they were ncclprof's. */
+  int off = L->flush && (L->ctx == NULL || L->flush(30000) != 0);
+  if (off) {
+    fprintf(stderr, "bench: %s is off in this process or its drainer does not answer (see its "
+            "message above): its figures would be those of a plugin that records nothing; fix "
+            "that and run again\n", path);
+    exit(2);
+  }
 }
 
 static uint64_t dropped(bench_lib* L) {

@@ -53,9 +53,10 @@ var (
 )
 
 // plantedJob runs the skew scenario once per test binary: 8 test-host processes through the real
-// plugin, on one schedule starting 1 s from now, rank 3 late by 30 ms on every collective of the
-// seed's slow steps (6 of 16). 30 ms is far above what the scheduler of this 2-core machine, busy
-// with other tests, makes a process late by (a few ms, now and then tens).
+// plugin, on one schedule starting 1 s from now, rank 3 late by 60 ms on every collective of the
+// seed's slow steps (6 of 16). 60 ms is far above what the scheduler of this 2-core machine, busy
+// with other tests, makes a process late by (a few ms; 15-30 ms seen at load 6-8, when a 30 ms
+// plan failed four runs in a row).
 // NCCLPROF_WINDOW_MS=2: the plugin drops the step labels set before its trace file opens (at the
 // end of its first window), so the first window must end before the second step.
 func plantedJob(t *testing.T) (string, skewTruth) {
@@ -90,7 +91,7 @@ func plantedJob(t *testing.T) (string, skewTruth) {
 }
 
 // scheduleSlack: how far from its planned time an arrival may be for the truth to hold.
-const scheduleSlack = 10 * time.Millisecond
+const scheduleSlack = 20 * time.Millisecond
 
 // runPlanted runs the job into a new directory and returns how far the worst arrival was from
 // its plan.
@@ -103,8 +104,8 @@ func runPlanted(host, lib string) (string, time.Duration, error) {
 	// Every process must be up (dlopen of the plugin, its Go runtime) before the first collective.
 	start := strconv.FormatInt(time.Now().UnixNano()+1_000_000_000, 10)
 	err = runRanks(plantedRanks, func(r int) *exec.Cmd {
-		cmd := exec.Command(host, "--lib", absLib, "--rank", strconv.Itoa(r), "--nranks", strconv.Itoa(plantedRanks),
-			"--start-ns", start, "--seed", "11", "--slow-rank", strconv.Itoa(plantedSlow), "--slow-us", "30000", "--steps", "16",
+		cmd := aheadOfOthers(host, "--lib", absLib, "--rank", strconv.Itoa(r), "--nranks", strconv.Itoa(plantedRanks),
+			"--start-ns", start, "--seed", "11", "--slow-rank", strconv.Itoa(plantedSlow), "--slow-us", "60000", "--steps", "16",
 			"--kernel", "--truth", filepath.Join(dir, fmt.Sprintf("truth-%d.json", r)), "skew")
 		// Beside its full trace, each rank writes a sampled one (1 in 4), moved to sampled/ after
 		// the run: the same job read both ways (TestSampledAnalysesScaleAndSay).
@@ -130,6 +131,15 @@ func runPlanted(host, lib string) (string, time.Duration, error) {
 	}
 	late, err := scheduleError(dir)
 	return dir, late, err
+}
+
+// aheadOfOthers runs a command at a higher scheduling priority where the test may raise it (as
+// root): the ranks keep their schedule while other work loads the machine.
+func aheadOfOthers(name string, args ...string) *exec.Cmd {
+	if os.Geteuid() == 0 {
+		return exec.Command("nice", append([]string{"-n", "-10", name}, args...)...)
+	}
+	return exec.Command(name, args...)
 }
 
 // scheduleError compares every rank's Coll starts in its plugin trace with its planned arrivals,

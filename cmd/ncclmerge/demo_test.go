@@ -127,7 +127,7 @@ func TestDemo(t *testing.T) {
 
 // demoSlack: how far from its plan an arrival may be for the truth to hold (the planted delay
 // is 30 ms).
-const demoSlack = scheduleSlack
+const demoSlack = 10 * time.Millisecond
 
 // offSchedule is how far the worst arrival was from its plan: each rank's Coll start after the
 // collective's earliest, less the planted delay for the slow rank on the odd steps (5

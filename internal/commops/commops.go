@@ -223,6 +223,21 @@ type EventVisitor interface {
 	Done(t *ptrace.Trace)
 }
 
+// DecodedVisitor is an EventVisitor that takes the plugin's fields of an event where commops
+// decoded them already (dec; nil where it did not: a ProxyStep after the first, a Kineto
+// slice), instead of decoding them again: VisitDecoded is called instead of Visit.
+type DecodedVisitor interface {
+	VisitDecoded(t *ptrace.Trace, e *traceevent.Event, dec *ptrace.Event) error
+}
+
+// OpsVisitor is an EventVisitor that is also given the file's operations once they are final
+// (after Done): their arrivals on the Unix clock, their Proc an index local to the file, in the
+// file's order. So it can take from its events what it needs of each operation and drop the
+// rest before the next file, instead of holding every file's until the Set is whole.
+type OpsVisitor interface {
+	Ops(ops []Op)
+}
+
 // Read reads the operations of every trace in paths (several at once, in file order).
 func Read(paths []string, opt Options) (*Set, error) {
 	parts := make([]*part, len(paths))

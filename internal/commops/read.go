@@ -62,6 +62,7 @@ type reader struct {
 	gpu     gpuArrivals
 	strs    map[string]string // interned: nothing kept may point into the file's buffer
 	ev      ptrace.Event
+	decoded *ptrace.Event // &ev where the event visited was decoded into it (for Options.Also)
 	last    time.Time
 }
 
@@ -87,8 +88,12 @@ func readFile(fi int32, path string, opt Options) (*part, error) {
 	if opt.Also != nil {
 		also = opt.Also(fi)
 		visit = func(t *ptrace.Trace, e *traceevent.Event) error {
+			r.decoded = nil
 			if err := r.visit(t, e); err != nil {
 				return err
+			}
+			if dv, ok := also.(DecodedVisitor); ok {
+				return dv.VisitDecoded(t, e, r.decoded)
 			}
 			return also.Visit(t, e)
 		}
@@ -102,6 +107,9 @@ func readFile(fi int32, path string, opt Options) (*part, error) {
 	}
 	if err := r.finish(t); err != nil {
 		return nil, err
+	}
+	if ov, ok := also.(OpsVisitor); ok {
+		ov.Ops(r.p.ops)
 	}
 	// A copy: a pointer into the reader would keep it alive, and with it (through its last
 	// event) the whole file's buffer until every file is read.
@@ -140,11 +148,13 @@ func (r *reader) visit(t *ptrace.Trace, e *traceevent.Event) error {
 		if err := t.Decode(e, &r.ev); err != nil {
 			return err
 		}
+		r.decoded = &r.ev
 		r.op(&r.ev)
 	case ptrace.KernelCh, ptrace.ProxyOp:
 		if err := t.Decode(e, &r.ev); err != nil {
 			return err
 		}
+		r.decoded = &r.ev
 		r.gpu.see(&r.ev)
 		if r.opt.Legs {
 			r.leg(&r.ev)
@@ -154,6 +164,7 @@ func (r *reader) visit(t *ptrace.Trace, e *traceevent.Event) error {
 			if err := t.Decode(e, &r.ev); err != nil {
 				return err
 			}
+			r.decoded = &r.ev
 			r.gpu.see(&r.ev)
 		}
 	case ptrace.StepState:

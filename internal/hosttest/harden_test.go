@@ -240,13 +240,20 @@ func TestHangDumpInStickyDirectoryNameTaken(t *testing.T) {
 	if os.Geteuid() != 0 || exec.Command("unshare", "-p", "-f", "true").Run() != nil {
 		t.Skip("needs root: two users and a PID namespace")
 	}
-	parent := t.TempDir()
+	// The other user must reach the directory and run the test host and the plugin: a checkout
+	// under root's 0700 home (CI's) or a private TMPDIR lets them do neither, so all of it is
+	// under /tmp, copied.
+	parent, err := os.MkdirTemp("/tmp", "ncclprof-sticky-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(parent) })
+	os.Chmod(parent, 0o755)
+	bin := copyFor(t, parent, "ncclprof-testhost", "libnccl-profiler-ncclprof.so", "libncclprof-drain.so")
 	dir := filepath.Join(parent, "shared")
 	if err := os.Mkdir(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	os.Chmod(parent, 0o755) // the other user must reach it (testing makes both 0700)
-	os.Chmod(filepath.Dir(parent), 0o755)
 	os.Chmod(dir, 0o1777)
 	host, _ := os.Hostname()
 	squat := filepath.Join(dir, "ncclprof-hang-"+host+"-1.json")
@@ -255,7 +262,7 @@ func TestHangDumpInStickyDirectoryNameTaken(t *testing.T) {
 	}
 	os.Chown(squat, 4244, 4244)
 	cmd := exec.Command("unshare", "-p", "-f", "setpriv", "--reuid=4243", "--regid=4243", "--clear-groups",
-		Path(t, "ncclprof-testhost"), "--lib", Path(t, "libnccl-profiler-ncclprof.so"), "--rank", "0", "--nranks", "4", "--scenario", "link", "--culprit", "2", "--hold-s", "1.5",
+		filepath.Join(bin, "ncclprof-testhost"), "--lib", filepath.Join(bin, "libnccl-profiler-ncclprof.so"), "--rank", "0", "--nranks", "4", "--scenario", "link", "--culprit", "2", "--hold-s", "1.5",
 		"--dump-after-s", "0.5", "hang")
 	cmd.Env = append(os.Environ(), "NCCLPROF_OUTPUT_DIR="+dir, "NCCLPROF_HANG_TIMEOUT_S=0", "NCCLPROF_METRICS=none",
 		"NCCLPROF_SUMMARY=0", "NCCLPROF_EVENT_MASK=default,kernelch")
@@ -277,6 +284,25 @@ func TestHangDumpInStickyDirectoryNameTaken(t *testing.T) {
 	if strings.Contains(string(out), "not written") {
 		t.Errorf("a dump failed:\n%s", out)
 	}
+}
+
+// copyFor copies build products into a new folder of dir that anybody can read and run, and
+// returns it.
+func copyFor(t *testing.T, dir string, names ...string) string {
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		b, err := os.ReadFile(Path(t, n))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(bin, n), b, 0o755)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bin
 }
 
 // Item 13, the C side: strtoull takes a sign and wraps, so a negative number could land inside

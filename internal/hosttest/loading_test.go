@@ -59,16 +59,7 @@ func TestResourceLimitsWithRoomProfile(t *testing.T) {
 // The C library without its Go library beside it (a copy of one file): one message that says
 // what to install, the job goes on, and NCCL is asked for no more events.
 func TestDrainLibraryMissing(t *testing.T) {
-	Build(t)
-	dir := t.TempDir()
-	lib := filepath.Join(dir, "libnccl-profiler-ncclprof.so")
-	b, err := os.ReadFile(Path(t, "libnccl-profiler-ncclprof.so"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(lib, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	lib := pluginAlone(t)
 	r := Start(t, Options{Lib: lib, Args: args(6, "--logger", "--iters", "100", "--fast", "allreduce")})
 	checkOneMessage(t, r, "profiling is off in this process: cannot load its drainer",
 		"libncclprof-drain.so", "side by side")
@@ -207,5 +198,40 @@ func TestExportsOnlyTheirAPI(t *testing.T) {
 	}
 	if len(front) < 6 {
 		t.Errorf("the library NCCL loads exports only %v", front)
+	}
+}
+
+// pluginAlone copies the built C library into a directory of its own, without the Go library
+// it loads: it turns itself off at its first communicator.
+func pluginAlone(t *testing.T) string {
+	Build(t)
+	lib := filepath.Join(t.TempDir(), "libnccl-profiler-ncclprof.so")
+	b, err := os.ReadFile(Path(t, "libnccl-profiler-ncclprof.so"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lib, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return lib
+}
+
+// The benchmarks time a plugin that turned itself off as if it recorded (a copy without its
+// drainer measured 0.34x the floor, a figure that looks like a gain): they refuse, say why, and
+// tools/bench/nccl.sh fails with the message.
+func TestBenchRefusesAPluginThatIsOff(t *testing.T) {
+	lib := pluginAlone(t)
+	out := filepath.Join(t.TempDir(), "bench")
+	cmd := exec.Command("bash", filepath.Join(Root(t), "tools/bench/nccl.sh"), Path(t, "ncclprof-testhost"),
+		lib, Path(t, "libnccl-profiler-empty.so"), out, "3")
+	cmd.Env = append(os.Environ(), "NCCLPROF_BENCH_ROWS=no network (user thread's events only), paced")
+	msg, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("nccl.sh succeeded on a plugin that is off:\n%s", msg)
+	}
+	for _, want := range []string{"cannot load its drainer", "is off in this process", "records nothing", "bench-nccl failed"} {
+		if !strings.Contains(string(msg), want) {
+			t.Errorf("output lacks %q:\n%s", want, msg)
+		}
 	}
 }

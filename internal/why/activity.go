@@ -6,8 +6,10 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ncclprof/ncclprof/internal/jsonscan"
 	"github.com/ncclprof/ncclprof/internal/ptrace"
 	"github.com/ncclprof/ncclprof/internal/traceevent"
+	"github.com/tidwall/gjson"
 )
 
 // timelineShift: ncclmerge's timeline numbers rank i's processes (i+1)·2^22 + pid, as commops
@@ -15,7 +17,8 @@ import (
 const timelineShift = 22
 
 // span is one slice on the Unix clock. Its fields are in this order so that it packs in 40 bytes
-// (48 with name before tid): a job keeps about 40 of them per operation.
+// (48 with name before tid): a file holds about 40 of them per operation until its operations
+// are digested.
 type span struct {
 	start, end int64
 	tid        int64 // CPU thread, or GPU stream
@@ -23,6 +26,15 @@ type span struct {
 	name       int32 // index in activity.names
 	nccl       bool  // kernels: an NCCL kernel
 	python     bool  // CPU: a python_function slice
+}
+
+// sent is what a collective sent to one peer, over all its channels: what is kept of its sends.
+type sent struct {
+	comm      uint64
+	fn        string
+	seq       int64
+	peer      int32
+	bytes, ns int64
 }
 
 // send is one send ProxyOp of a collective: its peer, the bytes of its steps, and the span from
@@ -63,8 +75,19 @@ type activity struct {
 	// others: cudaGetDevice, cudaStreamIsCapturing and their kind are most of a real trace's)
 	// the longest kernel and CPU operator: how far before a window a span may start
 	longestKernel, longestCPU int64
-	sends                     []send
-	// while reading: plugin handles → what they stand for
+	// compute: the stream where most of its non-NCCL kernels ran (counted, not timed: one long
+	// copy on a side stream must not make it the compute stream); busiest: the thread with the
+	// most CPU slices (the launching thread where a launch is not recorded); python: the names
+	// of python_function slices; hasKineto: torch.profiler's side was read. All kept once the
+	// spans are dropped, with each operation's digest (digest.go).
+	compute, busiest int64
+	python           map[int32]bool
+	hasKineto        bool
+	digests          []digest
+	arena            []nameNs
+	sent             []sent
+	// while reading: the sends, and plugin handles → what they stand for
+	sends []send
 	colls map[uint64]send // Coll id → (comm, fn, seq)
 	proxy map[uint64]int  // ProxyOp id → index in sends; -1: a receive, whose steps are not kept
 	steps []stepOf        // steps read before their ProxyOp
@@ -77,7 +100,7 @@ type stepOf struct {
 }
 
 // Kineto reports whether torch.profiler's side was read for this rank.
-func (a *activity) Kineto() bool { return len(a.kernels)+len(a.cpu) > 0 }
+func (a *activity) Kineto() bool { return a.hasKineto }
 
 func (a *activity) name(s string) int32 {
 	if id, ok := a.nameID[s]; ok {
@@ -104,21 +127,42 @@ func (f fileActivity) group(pid int64) *activity {
 
 // kineto keeps a torch.profiler slice.
 func (a *activity) kineto(e *traceevent.Event, sp span) {
-	switch strings.ToLower(e.Cat) {
-	case "kernel", "gpu_memcpy", "gpu_memset":
-		sp.corr = e.Arg("correlation").Int()
-		sp.nccl = e.Arg("nccl").Exists() || strings.HasPrefix(e.Name, "ncclDevKernel") || strings.HasPrefix(e.Name, "ncclKernel")
+	switch cat := e.Cat; {
+	case strings.EqualFold(cat, "kernel"), strings.EqualFold(cat, "gpu_memcpy"), strings.EqualFold(cat, "gpu_memset"):
+		var linked bool
+		sp.corr, linked = launchArgs(e)
+		sp.nccl = linked || strings.HasPrefix(e.Name, "ncclDevKernel") || strings.HasPrefix(e.Name, "ncclKernel")
 		sp.name = a.name(e.Name)
 		a.kernels = append(a.kernels, sp)
-	case "cuda_runtime", "cuda_driver":
-		sp.corr = e.Arg("correlation").Int()
+	case strings.EqualFold(cat, "cuda_runtime"), strings.EqualFold(cat, "cuda_driver"):
+		sp.corr, _ = launchArgs(e)
 		sp.name = a.name(e.Name)
 		a.calls = append(a.calls, sp)
-	case "cpu_op", "python_function", "user_annotation":
+	case strings.EqualFold(cat, "cpu_op"), strings.EqualFold(cat, "python_function"), strings.EqualFold(cat, "user_annotation"):
 		sp.name = a.name(e.Name)
-		sp.python = strings.EqualFold(e.Cat, "python_function")
+		sp.python = strings.EqualFold(cat, "python_function")
 		a.cpu = append(a.cpu, sp)
 	}
+}
+
+// launchArgs is a kernel's or runtime call's CUDA correlation, and whether it has an nccl
+// member (ncclmerge linked the kernel to plugin operations), as gjson would find them, in one
+// walk of its args: two lookups walked them twice, for every kernel.
+func launchArgs(e *traceevent.Event) (corr int64, nccl bool) {
+	if !e.ArgsSpan.Valid() {
+		return 0, false
+	}
+	o := jsonscan.NewObject(e.Raw[e.ArgsSpan.Start:e.ArgsSpan.End])
+	found := false
+	for k, raw, ok := o.Next(); ok; k, raw, ok = o.Next() {
+		switch {
+		case k == "correlation" && !found:
+			corr, found = gjson.Parse(raw).Int(), true
+		case k == "nccl":
+			nccl = true
+		}
+	}
+	return corr, nccl
 }
 
 // plugin keeps what names a collective's send transfers.
@@ -157,34 +201,65 @@ func (a *activity) finish(base int64) {
 		}
 		sort.Slice(v, func(i, j int) bool { return v[i].start < v[j].start })
 	}
+	a.hasKineto = len(a.kernels)+len(a.cpu) > 0
+	a.python = map[int32]bool{}
+	kernels, threads := map[int64]int64{}, map[int64]int{}
 	for _, k := range a.kernels {
 		a.longestKernel = max(a.longestKernel, k.end-k.start)
+		if !k.nccl {
+			kernels[k.tid]++
+		}
 	}
 	for _, c := range a.cpu {
 		a.longestCPU = max(a.longestCPU, c.end-c.start)
+		threads[c.tid]++
+		if c.python {
+			a.python[c.name] = true
+		}
 	}
+	a.compute, a.busiest = most(kernels), most(threads)
 	a.keepLaunches()
 	for _, st := range a.steps {
 		if i, ok := a.proxy[st.proxy]; ok && i >= 0 {
 			a.sends[i].step(st)
 		}
 	}
-	kept := a.sends[:0]
+	a.keepSent()
+	a.sends, a.colls, a.proxy, a.steps = nil, nil, nil, nil
+}
+
+// keepSent keeps one sent per collective and peer: its channels' sends, their bytes added and
+// the longest of their times (channels run side by side), in order of first send.
+func (a *activity) keepSent() {
+	at := map[sent]int{} // by collective and peer
 	for _, s := range a.sends {
 		c, ok := a.colls[s.coll]
 		if !ok || !s.stepped || s.bytes <= 0 {
 			continue
 		}
-		s.comm, s.fn, s.seq = c.comm, c.fn, c.seq
-		s.start += base
-		s.end += base
-		kept = append(kept, s)
+		k := sent{comm: c.comm, fn: c.fn, seq: c.seq, peer: s.peer}
+		i, ok := at[k]
+		if !ok {
+			i, at[k] = len(a.sent), len(a.sent)
+			a.sent = append(a.sent, k)
+		}
+		a.sent[i].bytes += s.bytes
+		a.sent[i].ns = max(a.sent[i].ns, s.ns())
 	}
-	a.sends = kept
 	// What is kept for the whole job: no room to grow (append leaves up to half of a slice's
 	// room unused).
-	a.kernels, a.calls, a.cpu, a.sends = slices.Clone(a.kernels), slices.Clone(a.calls), slices.Clone(a.cpu), slices.Clone(a.sends)
-	a.colls, a.proxy, a.steps = nil, nil, nil
+	a.sent = slices.Clone(a.sent)
+}
+
+// most is the key with the highest count, the lowest on a tie (-1: none).
+func most[N int | int64](n map[int64]N) int64 {
+	best, top := int64(-1), N(-1)
+	for k, c := range n {
+		if c > top || c == top && k < best {
+			best, top = k, c
+		}
+	}
+	return best
 }
 
 // keepLaunches keeps the runtime calls that launched a recorded kernel, sorted by correlation

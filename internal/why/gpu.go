@@ -23,53 +23,23 @@ func (a *analyzer) gpuSide(r Row, e *skew.EachRow, all []skew.EachRow) Row {
 		return unknown(r, fmt.Sprintf("no Kineto trace for rank %d: its GPU started the collective %s late while its CPU called on time, and what ran before it on the GPU is not recorded (merge its torch.profiler trace: ncclmerge merge)", r.Rank, fmtNs(r.LateNs)))
 	}
 	o := &a.s.Ops[i]
-	nk := act.kernelAt(o.GPUArrive)
-	from := a.gpuFrom(i)
-	b := act.blocker(o.GPUArrive, from, nk)
-	if b < 0 {
-		return unknown(r, fmt.Sprintf("rank %d's GPU was idle for up to %s before the collective's kernel started %s late, and nothing recorded on it ended just before: the kernel waited for something the trace does not show", r.Rank, fmtNs(o.GPUArrive-from), fmtNs(r.LateNs)))
+	d := act.digestOf(o)
+	if !d.blocked {
+		return unknown(r, fmt.Sprintf("rank %d's GPU was idle for up to %s before the collective's kernel started %s late, and nothing recorded on it ended just before: the kernel waited for something the trace does not show", r.Rank, fmtNs(o.GPUArrive-a.gpuFrom(i)), fmtNs(r.LateNs)))
 	}
-	bk := act.kernels[b]
-	if bk.nccl || bk.tid != a.computeStream(act) {
-		return a.dependency(r, i, act, nk, bk, others(e, all))
+	if d.blocker.nccl || d.blocker.tid != act.compute {
+		return a.dependency(r, i, act, d.blocker, others(e, all))
 	}
 	return a.compute(r, i, act, others(e, all))
 }
 
-// gpuFrom is where operation i's GPU interval starts: its previous operation's GPU arrival (the
-// compute before a collective overlaps the previous one's communication), else that one's Coll
-// start, else its own.
+// gpuFrom is where operation i's GPU interval starts (gpuFrom of it and its previous operation).
 func (a *analyzer) gpuFrom(i int32) int64 {
-	p := a.prev(i)
-	if p < 0 {
-		return a.s.Ops[i].Arrive
+	var p *commops.Op
+	if j := a.prev(i); j >= 0 {
+		p = &a.s.Ops[j]
 	}
-	if po := &a.s.Ops[p]; po.GPUFrom != commops.NoGPU {
-		return po.GPUArrive
-	}
-	return a.s.Ops[p].Arrive
-}
-
-// computeStream is the stream where most of the rank's non-NCCL kernels ran (counted, not
-// timed: one long copy on a side stream must not make it the compute stream).
-func (a *analyzer) computeStream(act *activity) int64 {
-	if s, ok := a.comp[act]; ok {
-		return s
-	}
-	busy := map[int64]int64{}
-	for _, k := range act.kernels {
-		if !k.nccl {
-			busy[k.tid]++
-		}
-	}
-	best, most := int64(-1), int64(-1)
-	for s, ns := range busy {
-		if ns > most || ns == most && s < best {
-			best, most = s, ns
-		}
-	}
-	a.comp[act] = best
-	return best
+	return gpuFrom(&a.s.Ops[i], p)
 }
 
 // compute names the compute kernels that ran longer before the collective than on the median
@@ -109,7 +79,7 @@ func (a *analyzer) compute(r Row, i int32, act *activity, peers []int32) Row {
 	r.Evidence = append(r.Evidence, Evidence{What: "compute kernels before the collective", Ns: sum, MedianNs: medTotal})
 	var named []string
 	for _, x := range ex[:min(len(ex), 3)] {
-		op := a.launcher(act, i, x.name)
+		op := a.launcher(i, x.name)
 		r.Evidence = append(r.Evidence, Evidence{What: "kernel " + x.name, Ns: x.ns, MedianNs: x.med, Detail: "launched by " + op})
 		named = append(named, fmt.Sprintf("%s (launched by %s) %s against %s", shortName(x.name), op, fmtNs(x.ns), fmtNs(x.med)))
 	}
@@ -131,55 +101,26 @@ func medianPadded(v []int64, n int) int64 {
 // kernelTime is the time each non-NCCL kernel name ran on the compute stream of operation i's
 // rank in its GPU interval.
 func (a *analyzer) kernelTime(i int32) map[string]int64 {
-	act := a.activity(i)
-	out := map[string]int64{}
+	act, d := a.digest(i)
 	if act == nil {
-		return out
+		return map[string]int64{}
 	}
-	from, to, stream := a.gpuFrom(i), a.s.Ops[i].GPUArrive, a.computeStream(act)
-	for _, k := range window(act.kernels, act.longestKernel, from, to) {
-		if !k.nccl && k.tid == stream {
-			out[act.names[k.name]] += min(k.end, to) - max(k.start, from)
-		}
-	}
-	return out
+	return act.times(d.kernelsAt, d.kernelsN)
 }
 
 // launcher names the CPU operator that launched the first kernel of that name in operation i's
 // GPU interval: the innermost cpu_op around the runtime call of the kernel's correlation.
-func (a *analyzer) launcher(act *activity, i int32, name string) string {
-	from, to := a.gpuFrom(i), a.s.Ops[i].GPUArrive
-	for _, k := range window(act.kernels, act.longestKernel, from, to) {
-		if act.names[k.name] != name || k.corr == 0 {
-			continue
-		}
-		c, ok := act.launch(&k)
-		if !ok {
-			break
-		}
-		if op := act.enclosing(c); op >= 0 {
-			return act.names[act.cpu[op].name]
-		}
-		return act.names[c.name]
-	}
-	return "(launch not recorded)"
+func (a *analyzer) launcher(i int32, name string) string {
+	act, d := a.digest(i)
+	return act.launcherOf(d, name)
 }
 
 // dependency says what the collective's kernel waited for on the GPU: another collective's kernel
 // or another stream's work, and how long it sat queued after its launch.
-func (a *analyzer) dependency(r Row, i int32, act *activity, nk int, b span, peers []int32) Row {
+func (a *analyzer) dependency(r Row, i int32, act *activity, b span, peers []int32) Row {
 	queued := func(j int32) int64 {
-		ac := a.activity(j)
-		if ac == nil {
-			return 0
-		}
-		o := &a.s.Ops[j]
-		k := ac.kernelAt(o.GPUArrive)
-		if k < 0 {
-			return 0
-		}
-		if c, ok := ac.launch(&ac.kernels[k]); ok {
-			return o.GPUArrive - c.end
+		if _, d := a.digest(j); d != nil {
+			return d.queued
 		}
 		return 0
 	}

@@ -2,7 +2,6 @@ package why
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/ncclprof/ncclprof/internal/skew"
@@ -65,12 +64,8 @@ func hostKind(name string, act *activity) string {
 	case strings.Contains(l, "synchronize") || strings.Contains(l, "aten::item") || strings.Contains(l, "_local_scalar_dense") || strings.Contains(l, "wait"):
 		return "synchronisation"
 	}
-	if id, ok := act.nameID[name]; ok {
-		for _, c := range act.cpu {
-			if c.name == id && c.python {
-				return "Python"
-			}
-		}
+	if id, ok := act.nameID[name]; ok && act.python[id] {
+		return "Python"
 	}
 	return "CPU operator"
 }
@@ -78,53 +73,9 @@ func hostKind(name string, act *activity) string {
 // threadTime is what operation i's launching thread did between its previous operation's Coll
 // start and its own: time per top-level slice name (clipped), and the time nothing was recorded.
 func (a *analyzer) threadTime(i int32) map[string]int64 {
-	act := a.activity(i)
-	out := map[string]int64{}
+	act, d := a.digest(i)
 	if act == nil {
-		return out
+		return map[string]int64{}
 	}
-	o := &a.s.Ops[i]
-	from := o.Arrive
-	if p := a.prev(i); p >= 0 {
-		from = a.s.Ops[p].Arrive
-	}
-	to, tid := o.Arrive, a.launchThread(act, i)
-	covered, end := int64(0), from
-	for _, s := range window(act.cpu, act.longestCPU, from, to) {
-		if s.tid != tid || s.start < end && s.end <= end {
-			continue // another thread, or nested in what is counted
-		}
-		st, en := max(s.start, end, from), min(s.end, to)
-		if en <= st {
-			continue
-		}
-		out[act.names[s.name]] += en - st
-		covered += en - st
-		end = en
-	}
-	out[gapName] = to - from - covered
-	return out
-}
-
-// launchThread is the thread that launched operation i's kernel (its runtime call), else the
-// thread with the most CPU operators.
-func (a *analyzer) launchThread(act *activity, i int32) int64 {
-	if k := act.kernelAt(a.s.Ops[i].GPUArrive); k >= 0 {
-		if c, ok := act.launch(&act.kernels[k]); ok {
-			return c.tid
-		}
-	}
-	n := map[int64]int{}
-	for _, c := range act.cpu {
-		n[c.tid]++
-	}
-	tids := make([]int64, 0, len(n))
-	for t := range n {
-		tids = append(tids, t)
-	}
-	sort.Slice(tids, func(x, y int) bool { return n[tids[x]] > n[tids[y]] || n[tids[x]] == n[tids[y]] && tids[x] < tids[y] })
-	if len(tids) == 0 {
-		return -1
-	}
-	return tids[0]
+	return act.times(d.threadAt, d.threadN)
 }

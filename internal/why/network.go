@@ -46,10 +46,20 @@ func (a *analyzer) slowCollectives() {
 		ck := linkKey{k.comm, k.fn, ls[0].bytes, -1, -1}
 		usualColl[ck] = append(usualColl[ck], slowest[k])
 	}
-	med := func(v []int64) (int64, int64) {
-		s := quantile.Sorted(v)
-		m := quantile.MedianSorted(s)
-		return m, quantile.MAD(s, m)
+	// The median and MAD of each kind, taken once: every collective of a kind compares with
+	// them (taken per collective, they cost a sort of the kind's every collective each time:
+	// quadratic in the job's length).
+	type usual struct{ med, mad int64 }
+	usualOf := map[linkKey]usual{}
+	med := func(k linkKey) (int64, int64) {
+		u, ok := usualOf[k]
+		if !ok {
+			s := quantile.Sorted(usualColl[k])
+			u.med = quantile.MedianSorted(s)
+			u.mad = quantile.MAD(s, u.med)
+			usualOf[k] = u
+		}
+		return u.med, u.mad
 	}
 	keys := make([]collKey, 0, len(colls))
 	for k := range colls {
@@ -65,8 +75,9 @@ func (a *analyzer) slowCollectives() {
 			// transfers are not slow, and the late arrival is explained already.
 			continue
 		}
-		m, mad := med(usualColl[linkKey{k.comm, k.fn, ls[0].bytes, -1, -1}])
-		if len(usualColl[linkKey{k.comm, k.fn, ls[0].bytes, -1, -1}]) < 3 || float64(slowest[k]) <= a.opt.SlowFactor*float64(m) || float64(slowest[k]-m) <= a.opt.SlowK*float64(mad) ||
+		kind := linkKey{k.comm, k.fn, ls[0].bytes, -1, -1}
+		m, mad := med(kind)
+		if len(usualColl[kind]) < 3 || float64(slowest[k]) <= a.opt.SlowFactor*float64(m) || float64(slowest[k]-m) <= a.opt.SlowK*float64(mad) ||
 			slowest[k]-m < a.opt.Skew.MinLateNs {
 			continue
 		}
@@ -156,7 +167,7 @@ func (a *analyzer) links() (map[collKey][]link, map[collKey]map[int32]int32) {
 		}
 		merged := map[[2]int64]*link{}
 		var order [][2]int64
-		for _, s := range act.sends {
+		for _, s := range act.sent {
 			k := collKey{s.comm, collective.NormFunc(s.fn), s.seq}
 			i, ok := ops[k][proc]
 			if !ok {
@@ -170,7 +181,7 @@ func (a *analyzer) links() (map[collKey][]link, map[collKey]map[int32]int32) {
 				order = append(order, mk)
 			}
 			l.bytes += s.bytes
-			l.ns = max(l.ns, s.ns()) // channels run side by side
+			l.ns = max(l.ns, s.ns) // channels run side by side
 		}
 		for _, mk := range order {
 			o := &a.s.Ops[mk[0]]

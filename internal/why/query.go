@@ -19,8 +19,11 @@ func (a *activity) kernelAt(t int64) int {
 // startTolNs of t: what the kernel starting at t waited for (-1: none).
 func (a *activity) blocker(t, from int64, skip int) int {
 	best := -1
+	// It ends after both from and t − startTolNs, so it starts no earlier than the longest
+	// kernel before that.
+	lo := sort.Search(len(a.kernels), func(j int) bool { return a.kernels[j].start >= max(from, t-startTolNs)-a.longestKernel })
 	end := sort.Search(len(a.kernels), func(j int) bool { return a.kernels[j].start > t })
-	for j := 0; j < end; j++ {
+	for j := lo; j < end; j++ {
 		k := &a.kernels[j]
 		if j == skip || k.end > t+startTolNs/10 || k.end < from || k.end < t-startTolNs {
 			continue
@@ -32,24 +35,21 @@ func (a *activity) blocker(t, from int64, skip int) int {
 	return best
 }
 
-// window is the spans of v (sorted by start, none longer than longest) that overlap [from, to].
+// window is the spans of v (sorted by start, none longer than longest) that may overlap
+// [from, to]: those of them that end after from do. (A sub-slice, not a copy: it is taken for
+// every operation.)
 func window(v []span, longest, from, to int64) []span {
 	lo := sort.Search(len(v), func(j int) bool { return v[j].start >= from-longest })
 	hi := sort.Search(len(v), func(j int) bool { return v[j].start >= to })
-	out := make([]span, 0, max(hi-lo, 0))
-	for _, s := range v[lo:max(hi, lo)] {
-		if s.end > from {
-			out = append(out, s)
-		}
-	}
-	return out
+	return v[lo:max(hi, lo)]
 }
 
 // enclosing is the innermost CPU operator on the call's thread that contains it (-1: none).
 func (a *activity) enclosing(c span) int {
 	end := sort.Search(len(a.cpu), func(j int) bool { return a.cpu[j].start > c.start })
 	best := -1
-	for j := end - 1; j >= 0; j-- {
+	// One that contains it starts no earlier than the longest operator before its end.
+	for j := end - 1; j >= 0 && a.cpu[j].start >= c.end-a.longestCPU; j-- {
 		s := &a.cpu[j]
 		if s.tid == c.tid && s.end >= c.end {
 			best = j

@@ -16,9 +16,9 @@ import (
 // Activity is what one trace file holds for Analyze, rank by rank.
 type Activity struct{ groups fileActivity }
 
-// ReadActivity reads one trace: a merged rank, a timeline, or a plugin trace alone (then only its
-// transfers).
-func ReadActivity(path string) (Activity, error) {
+// readActivity reads one trace: a merged rank, a timeline, or a plugin trace alone (then only its
+// transfers). Its spans are kept until digested (ReadAll).
+func readActivity(path string) (Activity, error) {
 	data, err := tracefile.ReadFile(path)
 	if err != nil {
 		return Activity{}, err
@@ -36,19 +36,39 @@ func ReadActivity(path string) (Activity, error) {
 type fileReader struct {
 	a  *Activity
 	ev ptrace.Event
+	// the group of the last event and its activity: a file's events are mostly one rank's
+	last  int64
+	lastA *activity
+}
+
+// group is the activity of the event's rank.
+func (r *fileReader) group(pid int64) *activity {
+	if g := pid >> timelineShift; r.lastA == nil || g != r.last {
+		r.last, r.lastA = g, r.a.groups.group(pid)
+	}
+	return r.lastA
 }
 
 func (r *fileReader) Visit(t *ptrace.Trace, e *traceevent.Event) error {
+	return r.VisitDecoded(t, e, nil)
+}
+
+// VisitDecoded takes the plugin's fields from dec where commops decoded them already
+// (commops.DecodedVisitor): a Coll, a ProxyOp, a first step.
+func (r *fileReader) VisitDecoded(t *ptrace.Trace, e *traceevent.Event, dec *ptrace.Event) error {
 	if e.Ph != "X" {
 		return nil
 	}
-	a := r.a.groups.group(e.Pid.Num)
+	a := r.group(e.Pid.Num)
 	switch k := ptrace.KindOf(e.Cat, e.Name); k {
 	case ptrace.Coll, ptrace.ProxyOp, ptrace.ProxyStep:
-		if err := t.Decode(e, &r.ev); err != nil {
-			return err
+		if dec == nil {
+			if err := t.Decode(e, &r.ev); err != nil {
+				return err
+			}
+			dec = &r.ev
 		}
-		a.plugin(&r.ev)
+		a.plugin(dec)
 	case ptrace.KindOther:
 		a.kineto(e, span{start: e.Ts, end: e.Ts + e.Dur, tid: e.Tid.Num})
 	}
@@ -60,6 +80,27 @@ func (r *fileReader) Done(t *ptrace.Trace) {
 	for _, a := range r.a.groups {
 		a.finish(t.Base)
 	}
+}
+
+// Ops digests the file's operations as soon as they are final (commops.OpsVisitor), and drops
+// its spans: what is held until every file is read is the digests.
+func (r *fileReader) Ops(ops []commops.Op) {
+	r.a.digest(byProcess(ops), func(o *commops.Op) bool { return true })
+}
+
+// digest digests the operations of ops (sorted by process, then arrival) that are this file's
+// (mine), each in its rank's activity, and drops the spans.
+func (a *Activity) digest(ops []*commops.Op, mine func(*commops.Op) bool) {
+	acts := make([]*activity, 0, len(a.groups))
+	for _, act := range a.groups {
+		acts = append(acts, act)
+	}
+	digestAll(ops, func(o *commops.Op) *activity {
+		if !mine(o) {
+			return nil
+		}
+		return a.groups[o.Ref.Pid>>timelineShift]
+	}, acts)
 }
 
 // Collector gathers what Analyze needs while commops reads the traces, in the same pass: set
@@ -93,10 +134,18 @@ func (c *Collector) Activities(s *commops.Set) []Activity {
 }
 
 // ReadAll reads the activity of every file of s, in order, several files at once (for a Set read
-// without it).
+// without it), each digested with s's operations as soon as it is read.
 func ReadAll(s *commops.Set) ([]Activity, error) {
 	acts := make([]Activity, len(s.Files))
 	errs := make([]error, len(s.Files))
-	parallel.Each(len(s.Files), func(i int) { acts[i], errs[i] = ReadActivity(s.Files[i]) })
+	ops := make([]*commops.Op, len(s.Ops)) // s orders them by process, then arrival
+	for i := range s.Ops {
+		ops[i] = &s.Ops[i]
+	}
+	parallel.Each(len(s.Files), func(i int) {
+		if acts[i], errs[i] = readActivity(s.Files[i]); errs[i] == nil {
+			acts[i].digest(ops, func(o *commops.Op) bool { return o.Ref.File == int32(i) })
+		}
+	})
 	return acts, errors.Join(errs...)
 }

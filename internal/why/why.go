@@ -116,8 +116,7 @@ type analyzer struct {
 	sk    *skew.Result
 	acts  map[ranksKey]*activity
 	res   *Result
-	comp  map[*activity]int64 // the compute stream of each rank
-	slack int64               // the clocks' residual misalignment (p90), 0 on one host
+	slack int64 // the clocks' residual misalignment (p90), 0 on one host
 	// lateBy: every compared operation's arrival after its collective's median; rowOf: the row
 	// of each late one explained so far.
 	lateBy map[int32]int64
@@ -132,7 +131,7 @@ func Analyze(s *commops.Set, acts []Activity, opt Options) *Result {
 	so := opt.Skew
 	so.Each = true
 	sk := skew.Analyze(s, so)
-	a := &analyzer{s: s, opt: opt, sk: sk, acts: map[ranksKey]*activity{}, comp: map[*activity]int64{},
+	a := &analyzer{s: s, opt: opt, sk: sk, acts: map[ranksKey]*activity{},
 		res: &Result{Causes: map[string]int{}, Arrivals: sk.Arrivals, Notes: sk.Notes}}
 	for f, m := range acts {
 		for g, act := range m.groups {
@@ -241,6 +240,15 @@ func (a *analyzer) row(i int32, late int64, arrival string) Row {
 func (a *analyzer) activity(i int32) *activity {
 	o := &a.s.Ops[i]
 	return a.acts[ranksKey{o.Ref.File, o.Ref.Pid >> timelineShift}]
+}
+
+// digest is operation i's digest in its rank's activity (nil: no activity read).
+func (a *analyzer) digest(i int32) (*activity, *digest) {
+	act := a.activity(i)
+	if act == nil {
+		return nil, nil
+	}
+	return act, act.digestOf(&a.s.Ops[i])
 }
 
 // explain names the cause of one late arrival e among its collective's ranks.

@@ -202,7 +202,7 @@ func TestLooseClocksSayUnknown(t *testing.T) {
 	}
 }
 
-// What is kept of a file is its spans, not the file: no string kept may point into the file's
+// What is kept of a file is its digests, not the file: no string kept may point into the file's
 // buffer. (A Coll's function name, kept as read, held every merged file whole: 20 KB per
 // operation, 164 MB for 8 ranks × 1,000 collectives.)
 func TestActivityKeepsNoFileBuffer(t *testing.T) {
@@ -246,8 +246,8 @@ func TestSampledTraceSaysUnknown(t *testing.T) {
 	checkPlanted(t, Analyze(s, acts, Defaults), Unknown, "sampled 1/3 trace", "are not all in it")
 }
 
-// A job keeps about 40 spans per operation: its fields are ordered to pack in 40 bytes (48 with
-// the name before the thread, 8 bytes × 40 per operation more).
+// A file holds about 40 spans per operation while it is read: its fields are ordered to pack in
+// 40 bytes (48 with the name before the thread, 8 bytes × 40 per operation more).
 func TestSpanPacks(t *testing.T) {
 	if n := unsafe.Sizeof(span{}); n != 40 {
 		t.Errorf("a span takes %d bytes, want 40: keep its 8-byte fields first", n)

@@ -176,7 +176,7 @@ def pattern(P, d):
                         if e.get("name") == "aten::addmm"})
     r["addmm_avg"] = [e.count for e in averages(prof, "aten::addmm")]
     r["shapes"] = sorted(json.dumps(e.input_shapes) for e in averages(prof, "aten::addmm", group_by_input_shape=True))
-    r["table"] = "aten::addmm" in prof.key_averages().table(sort_by="cpu_time_total", row_limit=10)
+    r["table"] = "aten::addmm" in prof.key_averages().table(sort_by="cpu_time_total", row_limit=-1)  # all rows: a loaded machine can push addmm out of the top 10
     if P is ncclprof.profile:  # the file ncclprof serves the exports from, deleted
         os.rename(prof.outputs[0]["kineto"], d + "/moved.json.gz")
         r["gone"] = attempt(lambda: prof.export_chrome_trace(d + "/gone.json"))

@@ -12,8 +12,12 @@ set -euo pipefail
 host=$1 plugin=$2 empty=$3 out=$4 reps=${5:-7}
 rm -rf "$out" && mkdir -p "$out"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-NCCLPROF_OUTPUT_DIR="$out/run" NCCLPROF_METRICS=none \
-  "$host" --lib "$plugin" --empty-lib "$empty" --reps "$reps" bench-nccl >"$out/bench-nccl.json" 2>"$out/bench-nccl.err"
+if ! NCCLPROF_OUTPUT_DIR="$out/run" NCCLPROF_METRICS=none \
+  "$host" --lib "$plugin" --empty-lib "$empty" --reps "$reps" bench-nccl >"$out/bench-nccl.json" 2>"$out/bench-nccl.err"; then
+  cat "$out/bench-nccl.err" >&2
+  echo "bench-nccl failed (its messages above, also in $out/bench-nccl.err)" >&2
+  exit 1
+fi
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 python3 - "$out/bench-nccl.json" "$load_before" "$load_after" "$commit" <<'PY'

@@ -44,6 +44,7 @@ type pkg struct {
 	skipped int
 	running string
 	out     map[string][]string // test ("" for the package) → its output lines
+	failed  []string            // the tests and subtests that failed, in order
 }
 
 type summary struct {
@@ -105,6 +106,10 @@ func (s *summary) line(text string) {
 		if e.Action == "pass" || e.Action == "fail" || e.Action == "skip" {
 			s.end(p, &e)
 		}
+	case e.Action == "fail" && strings.Contains(e.Test, "/"):
+		p.failed = append(p.failed, e.Test)
+	case e.Action == "pass" && strings.Contains(e.Test, "/"):
+		delete(p.out, e.Test) // its lines are noise beside its failed siblings'
 	case strings.Contains(e.Test, "/"): // subtests are reported with their parent
 	case e.Action == "run":
 		p.running = e.Test
@@ -114,6 +119,7 @@ func (s *summary) line(text string) {
 		delete(p.out, e.Test)
 	case e.Action == "fail":
 		s.failedTests++
+		p.failed = append(p.failed, e.Test)
 	case e.Action == "skip":
 		p.skipped++
 		s.skipped++
@@ -186,9 +192,9 @@ func (s *summary) end(p *pkg, e *event) {
 			for _, l := range p.out[t] {
 				fmt.Fprintf(s.w, "    %s\n", l)
 			}
-			if t != "" {
-				s.failures = append(s.failures, failure{short(p.name) + " " + t, lastLines(p.out[t], failureLines)})
-			}
+		}
+		for _, t := range p.failed {
+			s.failures = append(s.failures, failure{short(p.name) + " " + t, lastLines(p.out[t], failureLines)})
 		}
 	}
 	delete(s.pkgs, p.name)

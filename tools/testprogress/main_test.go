@@ -25,6 +25,8 @@ go: downloading go1.26.8 (linux/amd64)
 {"Action":"run","Package":"github.com/ncclprof/ncclprof/internal/b","Test":"TestBad/sub"}
 {"Action":"output","Package":"github.com/ncclprof/ncclprof/internal/b","Test":"TestBad","Output":"    b_test.go:5: got 3, want 4\n"}
 {"Action":"fail","Package":"github.com/ncclprof/ncclprof/internal/b","Test":"TestBad/sub","Elapsed":0.1}
+{"Action":"output","Package":"github.com/ncclprof/ncclprof/internal/b","Test":"TestBad/ok","Output":"--- PASS: TestBad/ok (0.00s)\n"}
+{"Action":"pass","Package":"github.com/ncclprof/ncclprof/internal/b","Test":"TestBad/ok","Elapsed":0.1}
 {"Action":"fail","Package":"github.com/ncclprof/ncclprof/internal/b","Test":"TestBad","Elapsed":0.1}
 {"Action":"output","Package":"github.com/ncclprof/ncclprof/internal/b","Output":"FAIL\n"}
 {"Action":"fail","Package":"github.com/ncclprof/ncclprof/internal/b","Elapsed":0.2}
@@ -60,15 +62,15 @@ func TestSummary(t *testing.T) {
 		"BUILD FAILED github.com/ncclprof/ncclprof/internal/c [github.com/ncclprof/ncclprof/internal/c.test]\n    internal/c/c.go:3:1: syntax error\n",
 		"go: downloading go1.26.8 (linux/amd64)\n", // the toolchain line stays: it takes a while
 		// said again at the end, where CI's log readers keep lines
-		"go test: 1 failed tests, again (their last lines):\n  FAIL internal/b TestBad\n        b_test.go:5: got 3, want 4\ngo test: 1 packages ok",
-		"go test: 1 packages ok, FAILED: internal/b (22s; 1 Go modules downloaded)\n",
+		"go test: 2 failed tests, again (their last lines):\n  FAIL internal/b TestBad/sub\n  FAIL internal/b TestBad\n        b_test.go:5: got 3, want 4\ngo test: 1 packages ok",
+		"go test: 1 packages ok, FAILED: internal/b (24s; 1 Go modules downloaded)\n",
 		"gotest: 1 passed, 1 failed, 1 skipped\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the log lacks %q:\n%s", want, out)
 		}
 	}
-	for _, noise := range []string{"noise of a passing test", "spf13/cobra"} {
+	for _, noise := range []string{"noise of a passing test", "spf13/cobra", "TestBad/ok"} {
 		if strings.Contains(out, noise) {
 			t.Errorf("the log has %q, which nobody needs to read:\n%s", noise, out)
 		}
