@@ -569,12 +569,16 @@ func TestSampledAnalysesScaleAndSay(t *testing.T) {
 	if err != nil || !strings.Contains(text, "sampled 1/4: about") {
 		t.Errorf("stats text does not say it is sampled: %v\n%s", err, text)
 	}
-	r := skewJSON(t, sdir)
+	// A quarter of the collectives leaves rank 3 late on 4 or 5: at the default --min-late
+	// (10 µs) a loaded machine makes the other ranks late often enough for that to pass as
+	// chance. Lateness under the schedule's slack is the machine's, not the plan's.
+	r := skewJSON(t, "--min-late", scheduleSlack.String(), sdir)
 	if r.Sampled != "sampled 1/4" {
 		t.Errorf("skew: sampled %q", r.Sampled)
 	}
 	if len(r.Slow) == 0 || r.Slow[0].GlobalRank != truth.SlowRank {
-		t.Errorf("skew on the sampled traces: slow %+v, want rank %d", r.Slow, truth.SlowRank)
+		text, _ := run(t, "skew", "--min-late", scheduleSlack.String(), sdir)
+		t.Errorf("skew on the sampled traces: slow %+v, want rank %d\n%s", r.Slow, truth.SlowRank, text)
 	}
 	pb := filepath.Join(t.TempDir(), "s.pb.gz")
 	if msg, err := run(t, "pprof", sdir, "-o", pb); err != nil || !strings.Contains(msg, "sampled 1/4") {
