@@ -22,3 +22,6 @@ func (l *blocks[T]) add(v T) {
 func (l *blocks[T]) len() int { return l.n }
 
 func (l *blocks[T]) at(i int) T { return l.b[i/blockLen][i%blockLen] }
+
+// ptr points at record i: a block never grows past blockLen, so the pointer stays valid.
+func (l *blocks[T]) ptr(i int) *T { return &l.b[i/blockLen][i%blockLen] }

@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/ncclprof/ncclprof/internal/ptrace"
+	"github.com/ncclprof/ncclprof/internal/traceevent"
 )
 
 // The plugin's traces are mostly proxy ops, steps, their states and network events (a dozen
@@ -50,6 +51,9 @@ type flowRec struct {
 // lists of a record per event are kept in blocks (a slice grown by doubling copied them, and
 // left garbage that cost collection cycles).
 type leanPlugin struct {
+	// events are the slices the linker indexes, in file order (ptrace.Trace's Events keep
+	// only what is not a slice: metadata).
+	events   blocks[plEvent]
 	proxies  blocks[proxyRec]
 	channels blocks[channelRec]
 	groups   []groupRec
@@ -103,6 +107,9 @@ func readLean(path string) (*ptrace.Trace, *leanPlugin, error) {
 				lp.realThreads[[2]int64{e.Pid.Num, e.Tid.Num}] = true
 			}
 			return true
+		case e.IsSlice():
+			lp.events.add(plEventOf(e))
+			return true
 		}
 		return false
 	})
@@ -111,11 +118,19 @@ func readLean(path string) (*ptrace.Trace, *leanPlugin, error) {
 			lp.groups[i].start += t.Base
 			lp.groups[i].end += t.Base
 		}
+		for i := 0; i < lp.events.len(); i++ {
+			e := lp.events.ptr(i)
+			e.Start, e.End = e.Start+t.Base, e.End+t.Base
+		}
 	}
 	if err == nil && t.Unanchored {
-		// NCCL's example plugin is parsed whole (it is small): take the records from it.
+		// NCCL's example plugin is parsed whole (it is small): take the records from it, and
+		// index every slice (its times are already absolute).
 		for i := range t.Events {
 			e := &t.Events[i]
+			if e.IsSlice() {
+				lp.events.add(plEventOf(e))
+			}
 			switch {
 			case isFlow(e.Ph):
 				lp.flows.add(flowRec{lp.keys.key(e.IDRaw, e.Cat, e.Name), e.Ph == "s"})
@@ -258,4 +273,30 @@ func (lp *leanPlugin) channelsByOp() map[uint64][]channelRec {
 		i = j
 	}
 	return out
+}
+
+// plEvent is what the merge keeps of a plugin slice it indexes (API calls, launches,
+// operations, completions): the handles and arguments linking compares and the output
+// quotes, and its offset, by which the writer finds it again. About a third of a decoded
+// ptrace.Event (488 bytes); its strings point into the input.
+type plEvent struct {
+	Off                         int64
+	Start, End                  int64 // Unix ns (relative to the base while reading)
+	ID, Parent, Comm, Op, Group uint64
+	GroupAPI                    uint64
+	Count, Bytes                uint64
+	Seq                         int64
+	Pid                         traceevent.ID
+	Tid                         int64
+	Func, Datatype, Algo, Proto string
+	Rank, NChannels, Peer       int32
+	Kind                        ptrace.Kind
+	tidStr                      bool // the tid was a string (Tid is then 0)
+}
+
+func plEventOf(e *ptrace.Event) plEvent {
+	return plEvent{Off: e.Off, Start: e.Start, End: e.End, ID: e.ID, Parent: e.Parent, Comm: e.Comm, Op: e.Op,
+		Group: e.Group, GroupAPI: e.GroupAPI, Count: e.Count, Bytes: e.Bytes, Seq: e.Seq, Pid: e.Pid,
+		Tid: e.Tid.Num, Func: e.Func, Datatype: e.Datatype, Algo: e.Algo, Proto: e.Proto,
+		Rank: int32(e.Rank), NChannels: int32(e.NChannels), Peer: int32(e.Peer), Kind: e.Kind, tidStr: e.Tid.IsStr}
 }

@@ -67,7 +67,7 @@ func (r *rankState) estimateCPUOffset(p *pluginIndex) {
 	for i := 0; i < len(p.launches); i += step {
 		l := p.launches[i]
 		lm := mid(l.Start, l.End)
-		for _, c := range r.callsNear(l.Pid.Num, l.Tid.Num, lm-offsetSearch, lm+offsetSearch, true) {
+		for _, c := range r.callsNear(l.Pid.Num, l.Tid, lm-offsetSearch, lm+offsetSearch, true) {
 			diffs = append(diffs, mid(c.start, c.end())-lm)
 		}
 	}
@@ -80,7 +80,7 @@ func (r *rankState) estimateCPUOffset(p *pluginIndex) {
 	for _, l := range p.launches {
 		lm := mid(l.Start, l.End)
 		b, found := int64(0), false
-		for _, c := range r.callsNear(l.Pid.Num, l.Tid.Num, lm+coarse-2*slack, lm+coarse+2*slack, true) {
+		for _, c := range r.callsNear(l.Pid.Num, l.Tid, lm+coarse-2*slack, lm+coarse+2*slack, true) {
 			if d := mid(c.start, c.end()) - lm; !found || abs(d-coarse) < abs(b-coarse) {
 				b, found = d, true
 			}
@@ -170,7 +170,7 @@ func (r *rankState) linkByLaunch() {
 	}
 }
 
-func (r *rankState) linkLaunch(p *pluginIndex, l *ptrace.Event, slack int64) {
+func (r *rankState) linkLaunch(p *pluginIndex, l *plEvent, slack int64) {
 	groups := p.groupsOfLaunch(l)
 	fail := func(why string) {
 		for _, g := range groups {
@@ -181,7 +181,7 @@ func (r *rankState) linkLaunch(p *pluginIndex, l *ptrace.Event, slack int64) {
 	}
 	from, to := l.Start+p.shift-slack, l.End+p.shift+slack
 	var best *launchCall
-	for _, c := range r.callsNear(l.Pid.Num, l.Tid.Num, from, to, false) {
+	for _, c := range r.callsNear(l.Pid.Num, l.Tid, from, to, false) {
 		if r.kx.used[c] || c.start < from || c.end() > to {
 			continue
 		}

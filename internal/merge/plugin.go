@@ -9,14 +9,14 @@ import (
 
 // op is one NCCL operation (a Coll or P2p event) with everything the plugin recorded under it.
 type op struct {
-	ev         *ptrace.Event // Coll or P2p
-	api        *ptrace.Event // CollApi/P2pApi, when the ABI has them
+	ev         *plEvent // Coll or P2p
+	api        *plEvent // CollApi/P2pApi, when the ABI has them
 	comm       ptrace.Comm
 	proxies    int
 	steps      int
 	net        int
 	channels   []channelRec // KernelCh
-	completion *ptrace.Event
+	completion *plEvent
 	group      *opGroup
 }
 
@@ -35,7 +35,7 @@ type opGroup struct {
 	ops    []*op
 	comm   ptrace.Comm
 	start  int64         // first operation's start (Unix ns on the plugin's clock; see at)
-	launch *ptrace.Event // the KernelLaunch, when linked through it
+	launch *plEvent // the KernelLaunch, when linked through it
 	kfunc  string        // the kernel function that runs it (SendRecv for P2P groups)
 	link   *link
 	why    string
@@ -47,9 +47,9 @@ type opGroup struct {
 // pluginIndex indexes one plugin trace by handle.
 type pluginIndex struct {
 	t        *ptrace.Trace
-	byID     map[uint64]*ptrace.Event
-	children map[uint64][]*ptrace.Event
-	launches []*ptrace.Event
+	byID     map[uint64]*plEvent
+	children map[uint64][]*plEvent
+	launches []*plEvent
 	groups   []*opGroup
 	ops      map[uint64]*op // by Coll/P2p handle
 	// shift is added to the trace's times to put them on Kineto's clock: the CPU offset
@@ -63,7 +63,7 @@ type pluginIndex struct {
 	// launchGroups memoizes groupsOfLaunch per (GroupApi handle, communicator).
 	launchGroups map[[2]uint64][]*opGroup
 	// launchLink is the link made through each KernelLaunch.
-	launchLink map[*ptrace.Event]*link
+	launchLink map[*plEvent]*link
 	// lean holds what was read as records rather than events; counts tallies its proxy
 	// records per operation.
 	lean     *leanPlugin
@@ -75,17 +75,14 @@ func newPluginIndex(t *ptrace.Trace, lp *leanPlugin) *pluginIndex {
 	if lp == nil {
 		lp = &leanPlugin{keys: &flowKeys{}, realThreads: map[[2]int64]bool{}}
 	}
-	x := &pluginIndex{t: t, byID: map[uint64]*ptrace.Event{}, children: map[uint64][]*ptrace.Event{}, ops: map[uint64]*op{},
-		launchGroups: map[[2]uint64][]*opGroup{}, launchLink: map[*ptrace.Event]*link{}, lean: lp}
+	x := &pluginIndex{t: t, byID: map[uint64]*plEvent{}, children: map[uint64][]*plEvent{}, ops: map[uint64]*op{},
+		launchGroups: map[[2]uint64][]*opGroup{}, launchLink: map[*plEvent]*link{}, lean: lp}
 	var dups int
 	x.counts, dups = lp.countProxies()
 	x.channels = lp.channelsByOp()
 	x.dupIDs += dups
-	for i := range t.Events {
-		e := &t.Events[i]
-		if !e.IsSlice() {
-			continue
-		}
+	for i := 0; i < lp.events.len(); i++ {
+		e := lp.events.ptr(i)
 		if e.ID != 0 {
 			if _, dup := x.byID[e.ID]; dup {
 				x.dupIDs++
@@ -119,13 +116,13 @@ func (x *pluginIndex) buildGroups() {
 		group      uint64
 		comm       uint64
 		aloneGroup *groupRec     // a Group slice without a handle
-		aloneOp    *ptrace.Event // an operation in no group
+		aloneOp    *plEvent // an operation in no group
 	}
 	containers := x.groupSlices()
 	byKey := map[gkey]*opGroup{}
-	for i := range x.t.Events {
-		e := &x.t.Events[i]
-		if !e.IsSlice() || (e.Kind != ptrace.Coll && e.Kind != ptrace.P2p) {
+	for i := 0; i < x.lean.events.len(); i++ {
+		e := x.lean.events.ptr(i)
+		if e.Kind != ptrace.Coll && e.Kind != ptrace.P2p {
 			continue
 		}
 		o := x.newOp(e)
@@ -160,14 +157,14 @@ func (x *pluginIndex) buildGroups() {
 }
 
 // newOp collects an operation's API parent and children.
-func (x *pluginIndex) newOp(e *ptrace.Event) *op {
+func (x *pluginIndex) newOp(e *plEvent) *op {
 	o := &op{ev: e}
 	if p := x.byID[e.Parent]; p != nil && (p.Kind == ptrace.CollAPI || p.Kind == ptrace.P2pAPI) {
 		o.api = p
 	}
 	o.comm, _ = x.t.Comm(e.Comm)
 	if o.comm.Hash == 0 {
-		o.comm = ptrace.Comm{Hash: e.Comm, Rank: e.Rank}
+		o.comm = ptrace.Comm{Hash: e.Comm, Rank: int(e.Rank)}
 	}
 	if x.byID[e.ID] == e {
 		c := x.counts[e.ID]
@@ -188,7 +185,7 @@ func (x *pluginIndex) newOp(e *ptrace.Event) *op {
 
 // childrenOf returns the slices under e: none when e's handle belongs to an earlier slice
 // (each child list is then walked once, by its owner, whatever a file repeats).
-func (x *pluginIndex) childrenOf(e *ptrace.Event) []*ptrace.Event {
+func (x *pluginIndex) childrenOf(e *plEvent) []*plEvent {
 	if e.ID == 0 || x.byID[e.ID] != e {
 		return nil
 	}
@@ -232,8 +229,8 @@ func (x *pluginIndex) groupSlices() groupIndex {
 	return gi
 }
 
-func (gi groupIndex) find(e *ptrace.Event) *groupRec {
-	l := gi[[2]int64{e.Pid.Num, e.Tid.Num}]
+func (gi groupIndex) find(e *plEvent) *groupRec {
+	l := gi[[2]int64{e.Pid.Num, e.Tid}]
 	i := sort.Search(len(l), func(i int) bool { return l[i].start > e.Start }) - 1
 	// Group slices on a thread follow one another; look back a few in case of nesting.
 	for k := i; k >= 0 && k > i-4; k-- {
@@ -246,7 +243,7 @@ func (gi groupIndex) find(e *ptrace.Event) *groupRec {
 
 // groupsOfLaunch returns the groups of the operations a KernelLaunch launched: the operations
 // under its GroupApi (through their CollApi/P2pApi), of the launch's communicator.
-func (x *pluginIndex) groupsOfLaunch(l *ptrace.Event) []*opGroup {
+func (x *pluginIndex) groupsOfLaunch(l *plEvent) []*opGroup {
 	key := [2]uint64{l.GroupAPI, l.Comm}
 	if out, ok := x.launchGroups[key]; ok {
 		return out

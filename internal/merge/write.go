@@ -335,9 +335,9 @@ func (r *rankState) writeTrackMeta(e *emitter, tl *timelineMap) {
 		}
 		var threads [][2]int64 // in order of first appearance
 		met := map[[2]int64]bool{}
-		for i := range p.t.Events {
-			if ev := &p.t.Events[i]; ev.IsSlice() && !ev.Tid.IsStr && isRealTid(ev.Tid.Num) {
-				if th := [2]int64{ev.Pid.Num, ev.Tid.Num}; !met[th] {
+		for i := 0; i < p.lean.events.len(); i++ {
+			if ev := p.lean.events.ptr(i); !ev.tidStr && isRealTid(ev.Tid) {
+				if th := [2]int64{ev.Pid.Num, ev.Tid}; !met[th] {
 					met[th] = true
 					threads = append(threads, th)
 				}
@@ -370,7 +370,7 @@ func (r *rankState) writeLinkFlows(e *emitter, tl *timelineMap, ids *idSpace) {
 	for _, l := range r.links {
 		g := l.group
 		kTs := l.kernel.start + r.shift
-		var srcs []*ptrace.Event
+		var srcs []*plEvent
 		for _, op := range g.ops {
 			srcs = append(srcs, op.ev)
 		}
@@ -383,7 +383,7 @@ func (r *rankState) writeLinkFlows(e *emitter, tl *timelineMap, ids *idSpace) {
 				continue
 			}
 			id := ids.linkFlow(r)
-			tid := src.Tid.Num
+			tid := src.Tid
 			if isRealTid(tid) {
 				tid = userTid(tid)
 			}

@@ -39,7 +39,7 @@ func (r *rankState) writePlugin(e *emitter, tl *timelineMap, ids *idSpace) {
 		if p.t.Unanchored || p.t.Doc.Text() == "" {
 			// NCCL's example plugin is parsed whole (it is small): its events, in order.
 			run := pluginRun{out: e.w.Buffer()}
-			kept := p.t.Events
+			kept := keptCursor{l: &p.lean.events}
 			for i := range p.t.Events {
 				pw.event(&run, &p.t.Events[i].Event, &kept)
 			}
@@ -50,7 +50,8 @@ func (r *rankState) writePlugin(e *emitter, tl *timelineMap, ids *idSpace) {
 					run.out = make([]byte, 0, 1<<20)
 				}
 				run.out, run.events = run.out[:0], 0
-				kept := p.t.Events[sort.Search(len(p.t.Events), func(i int) bool { return p.t.Events[i].Off >= int64(from) }):]
+				kept := keptCursor{l: &p.lean.events}
+				kept.i = sort.Search(kept.l.len(), func(i int) bool { return kept.l.ptr(i).Off >= int64(from) })
 				p.t.Doc.WalkRange(from, to, func(raw *traceevent.Event) bool {
 					pw.event(run, raw, &kept)
 					return true
@@ -69,15 +70,27 @@ func (r *rankState) writePlugin(e *emitter, tl *timelineMap, ids *idSpace) {
 	}
 }
 
-// event formats one event of the file into run. kept are the decoded events from this one on:
-// the event is the first of them when it was decoded (the others were read as records).
-func (pw *pluginWriter) event(run *pluginRun, raw *traceevent.Event, kept *[]ptrace.Event) {
-	p := pw.p
-	var ev *ptrace.Event
-	if k := *kept; len(k) > 0 && k[0].Off == raw.Off {
-		ev, *kept = &k[0], k[1:]
-		raw = &ev.Event
+// keptCursor walks the indexed slices (leanPlugin.events) along the file: i is the first not
+// yet met.
+type keptCursor struct {
+	l *blocks[plEvent]
+	i int
+}
+
+// next returns the indexed slice at offset off, if the event there is one, and moves past it.
+func (k *keptCursor) next(off int64) *plEvent {
+	if k.i < k.l.len() && k.l.ptr(k.i).Off == off {
+		k.i++
+		return k.l.ptr(k.i - 1)
 	}
+	return nil
+}
+
+// event formats one event of the file into run. kept are the indexed slices from this one on:
+// the event is the first of them when the linker indexed it (the others were read as records).
+func (pw *pluginWriter) event(run *pluginRun, raw *traceevent.Event, kept *keptCursor) {
+	p := pw.p
+	ev := kept.next(raw.Off)
 	if raw.Raw == "{}" || isProcessMeta(raw) {
 		return // the sentinel of the example plugin; process metadata went first
 	}
@@ -112,7 +125,7 @@ func (r *rankState) writePluginProcessMeta(e *emitter, tl *timelineMap) {
 		for i := range p.t.Events {
 			if ev := &p.t.Events[i]; isProcessMeta(&ev.Event) {
 				e.sep()
-				e.cur = pw.rewrite(e.cur, &e.sc, &ev.Event, ev, -1)
+				e.cur = pw.rewrite(e.cur, &e.sc, &ev.Event, nil, -1)
 				e.events++
 				e.spill()
 			}
@@ -152,7 +165,7 @@ func pluginFlows(recs *blocks[flowRec], next *uint64) map[flowKey]uint64 {
 // rewrite appends ev to dst with its time on the output's clock, its real thread moved to a
 // track of its own, its flow id renumbered (flowN ≥ 0: its number) and, for a linked
 // operation (kept: its decoded event, nil for events read as records), its link.
-func (pw *pluginWriter) rewrite(dst []byte, sc *scratch, ev *traceevent.Event, kept *ptrace.Event, flowN int64) []byte {
+func (pw *pluginWriter) rewrite(dst []byte, sc *scratch, ev *traceevent.Event, kept *plEvent, flowN int64) []byte {
 	r, p, tl := pw.r, pw.p, pw.tl
 	reps := sc.reps[:0]
 	b := sc.buf[:0]
@@ -189,7 +202,7 @@ func (pw *pluginWriter) rewrite(dst []byte, sc *scratch, ev *traceevent.Event, k
 		reps = append(reps, rep{ev.IDSpan, b[at:]})
 	}
 	var add []byte
-	if kept != nil && kept.IsSlice() {
+	if kept != nil {
 		sc.args = r.appendPluginLinkArgs(sc.args[:0], p, kept)
 		add = sc.args
 	}
@@ -206,7 +219,7 @@ func userTid(tid int64) int64 { return userTrackBase + tid%100000000 }
 
 // appendPluginLinkArgs annotates a linked Coll/P2p or KernelLaunch with its kernel (nothing
 // for other events).
-func (r *rankState) appendPluginLinkArgs(dst []byte, p *pluginIndex, ev *ptrace.Event) []byte {
+func (r *rankState) appendPluginLinkArgs(dst []byte, p *pluginIndex, ev *plEvent) []byte {
 	var l *link
 	switch ev.Kind {
 	case ptrace.Coll, ptrace.P2p:
