@@ -34,9 +34,9 @@ type opGroup struct {
 	src    *pluginIndex
 	ops    []*op
 	comm   ptrace.Comm
-	start  int64         // first operation's start (Unix ns on the plugin's clock; see at)
+	start  int64    // first operation's start (Unix ns on the plugin's clock; see at)
 	launch *plEvent // the KernelLaunch, when linked through it
-	kfunc  string        // the kernel function that runs it (SendRecv for P2P groups)
+	kfunc  string   // the kernel function that runs it (SendRecv for P2P groups)
 	link   *link
 	why    string
 	// refused: the launch rule found this group's kernel and it contradicts the group, so no
@@ -115,8 +115,8 @@ func (x *pluginIndex) buildGroups() {
 	type gkey struct {
 		group      uint64
 		comm       uint64
-		aloneGroup *groupRec     // a Group slice without a handle
-		aloneOp    *plEvent // an operation in no group
+		aloneGroup *groupRec // a Group slice without a handle
+		aloneOp    *plEvent  // an operation in no group
 	}
 	containers := x.groupSlices()
 	byKey := map[gkey]*opGroup{}
