@@ -3,6 +3,7 @@ package merge
 import (
 	"math/rand"
 	"testing"
+	"unsafe"
 
 	"github.com/ncclprof/ncclprof/internal/ptrace"
 )
@@ -86,5 +87,38 @@ func TestCountProxiesFirstRecordWins(t *testing.T) {
 	}
 	if dups != 3+2 { // 10, 11 and 20 repeated, and the two repeated GroupApi handles
 		t.Errorf("%d repeats counted, want 5", dups)
+	}
+}
+
+// The merge keeps one plEvent per API call, launch and operation to its end (150,000 of them
+// in a 128 MiB small-nccl merge): a field added to it costs that many times over, and the
+// record must stay well under the decoded event it replaced, or issue 26's peak of 1.5x its
+// input is lost again (a ptrace.Event there took 1.69x).
+func TestPlEventStaysCompact(t *testing.T) {
+	rec, full := unsafe.Sizeof(plEvent{}), unsafe.Sizeof(ptrace.Event{})
+	if rec > 216 || rec > full/2 {
+		t.Errorf("plEvent is %d bytes (ptrace.Event %d): keep it at most 216 and under half; "+
+			"keep only what the merge reads after the first pass", rec, full)
+	}
+}
+
+// plEventOf carries every field the linker and writer read from the decoded event.
+func TestPlEventOfCopiesWhatTheMergeReads(t *testing.T) {
+	var e ptrace.Event
+	e.Off, e.Start, e.End = 11, 12, 13
+	e.Pid.Num, e.Tid.Num = 14, 15
+	e.ID, e.Parent, e.Comm, e.Op, e.Group, e.GroupAPI = 1, 2, 3, 4, 5, 6
+	e.Count, e.Bytes, e.Seq = 7, 8, 9
+	e.Func, e.Datatype, e.Algo, e.Proto = "AllReduce", "ncclFloat32", "RING", "LL"
+	e.Rank, e.NChannels, e.Peer, e.Kind = 16, 17, 18, ptrace.Coll
+	want := plEvent{Off: 11, Start: 12, End: 13, ID: 1, Parent: 2, Comm: 3, Op: 4, Group: 5, GroupAPI: 6,
+		Count: 7, Bytes: 8, Seq: 9, Pid: e.Pid, Tid: 15, Func: "AllReduce", Datatype: "ncclFloat32",
+		Algo: "RING", Proto: "LL", Rank: 16, NChannels: 17, Peer: 18, Kind: ptrace.Coll}
+	if got := plEventOf(&e); got != want {
+		t.Errorf("plEventOf = %+v, want %+v", got, want)
+	}
+	e.Tid.Str, e.Tid.IsStr, e.Tid.Num = "main", true, 0
+	if got := plEventOf(&e); !got.tidStr || got.Tid != 0 {
+		t.Errorf("a string tid: plEventOf gives tid %d, tidStr %v; want 0, true", got.Tid, got.tidStr)
 	}
 }
