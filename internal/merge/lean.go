@@ -282,8 +282,8 @@ func (lp *leanPlugin) channelsByOp() map[uint64][]channelRec {
 
 // plEvent is what the merge keeps of a plugin slice it indexes (API calls, launches,
 // operations, completions): the handles and arguments linking compares and the output
-// quotes, and its offset, by which the writer finds it again. About a third of a decoded
-// ptrace.Event (488 bytes); its strings point into the input.
+// quotes, and its offset, by which the writer finds it again: 232 bytes, under half a decoded
+// ptrace.Event's 488; its strings point into the input.
 type plEvent struct {
 	Off                         int64
 	Start, End                  int64 // Unix ns (relative to the base while reading)
@@ -294,7 +294,7 @@ type plEvent struct {
 	Pid                         traceevent.ID
 	Tid                         int64
 	Func, Datatype, Algo, Proto string
-	Rank, NChannels, Peer       int32
+	Rank, NChannels, Peer       int // as read (int32 would wrap a hostile file's values)
 	Kind                        ptrace.Kind
 	tidStr                      bool // the tid was a string (Tid is then 0)
 }
@@ -303,5 +303,5 @@ func plEventOf(e *ptrace.Event) plEvent {
 	return plEvent{Off: e.Off, Start: e.Start, End: e.End, ID: e.ID, Parent: e.Parent, Comm: e.Comm, Op: e.Op,
 		Group: e.Group, GroupAPI: e.GroupAPI, Count: e.Count, Bytes: e.Bytes, Seq: e.Seq, Pid: e.Pid,
 		Tid: e.Tid.Num, Func: e.Func, Datatype: e.Datatype, Algo: e.Algo, Proto: e.Proto,
-		Rank: int32(e.Rank), NChannels: int32(e.NChannels), Peer: int32(e.Peer), Kind: e.Kind, tidStr: e.Tid.IsStr}
+		Rank: e.Rank, NChannels: e.NChannels, Peer: e.Peer, Kind: e.Kind, tidStr: e.Tid.IsStr}
 }

@@ -164,7 +164,7 @@ func (x *pluginIndex) newOp(e *plEvent) *op {
 	}
 	o.comm, _ = x.t.Comm(e.Comm)
 	if o.comm.Hash == 0 {
-		o.comm = ptrace.Comm{Hash: e.Comm, Rank: int(e.Rank)}
+		o.comm = ptrace.Comm{Hash: e.Comm, Rank: e.Rank}
 	}
 	if x.byID[e.ID] == e {
 		c := x.counts[e.ID]
