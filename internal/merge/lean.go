@@ -47,9 +47,9 @@ type flowRec struct {
 	start bool
 }
 
-// leanPlugin is what the merge keeps of a plugin trace besides its decoded events. The
-// lists of a record per event are kept in blocks (a slice grown by doubling copied them, and
-// left garbage that cost collection cycles).
+// leanPlugin is what the merge keeps of a plugin trace's slices and flows (ptrace.Trace.Events
+// keeps the rest: metadata). The lists of a record per event are kept in blocks (a slice
+// grown by doubling copied them, and left garbage that cost collection cycles).
 type leanPlugin struct {
 	// events are the slices the linker indexes, in file order (ptrace.Trace's Events keep
 	// only what is not a slice: metadata).
@@ -76,7 +76,8 @@ func counted(k ptrace.Kind) bool {
 	return false
 }
 
-// readLean reads a plugin trace keeping decoded only the events the linker indexes.
+// readLean reads a plugin trace into records: plEvents for the slices the linker indexes,
+// smaller ones for those it counts or places (ptrace.Trace.Events keeps only the rest).
 func readLean(path string) (*ptrace.Trace, *leanPlugin, error) {
 	lp := &leanPlugin{keys: &flowKeys{}, realThreads: map[[2]int64]bool{}, groupAPIs: map[uint64]struct{}{}}
 	t, err := ptrace.ReadLean(path, func(e *ptrace.Event) bool {

@@ -164,7 +164,7 @@ func pluginFlows(recs *blocks[flowRec], next *uint64) map[flowKey]uint64 {
 
 // rewrite appends ev to dst with its time on the output's clock, its real thread moved to a
 // track of its own, its flow id renumbered (flowN ≥ 0: its number) and, for a linked
-// operation (kept: its decoded event, nil for events read as records), its link.
+// operation (kept: its plEvent, nil for events read as counted records), its link.
 func (pw *pluginWriter) rewrite(dst []byte, sc *scratch, ev *traceevent.Event, kept *plEvent, flowN int64) []byte {
 	r, p, tl := pw.r, pw.p, pw.tl
 	reps := sc.reps[:0]
