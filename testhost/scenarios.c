@@ -191,6 +191,7 @@ void plan_tasks(hcomm* c, op_spec* ops, int n, void** api) {
      * Group's start it also held the earlier operations' planning and any preemption in it. */
     double t0 = now_ns();
     void* h = start_event(c->ctx, &e, 1);
+    double t0_after = now_ns();
     int truth = -1;
     if (h && !o->no_truth)
       truth = truth_op_add(c, o->func, o->is_p2p ? "" : o->algo, o->is_p2p ? "" : o->proto,
@@ -199,6 +200,7 @@ void plan_tasks(hcomm* c, op_spec* ops, int n, void** api) {
     for (int ch = 0; ch < o->nchannels && nj < 120 && !o->pxn; ch++) nj += plan_jobs(c, o, h, truth, ch, &jobs[nj]);
     for (int k = first; k < nj; k++) {
       jobs[k].t_op_start = t0;
+      jobs[k].t_op_started = t0_after;
       jobs[k].last_of_op = k == nj - 1;
       /* A planted slow send: its steps share the delay (ProxyOps run one after another). */
       jobs[k].slow_ns = o->slow_ns + (jobs[k].is_send && jobs[k].nsteps > 0 ? o->send_slow_ns / jobs[k].nsteps : 0);

@@ -25,7 +25,8 @@ typedef struct truth_op {
   const char *func, *algo, *proto;
   int nchannels;
   uint64_t count, bytes;
-  double completion_ns_sum; /* host-side Coll start → last child stop */
+  double completion_ns_sum;     /* host-side: before the Coll start → after the last child stop */
+  double completion_min_ns_sum; /* host-side: after the Coll start → before the last child stop */
   uint64_t completion_n;
 } truth_op;
 
@@ -59,6 +60,7 @@ typedef struct job {
   int kernel;       /* also emit KernelCh for this channel */
   int truth_op;     /* index into comm->ops for completion truth, or -1 */
   double t_op_start; /* host CLOCK_MONOTONIC ns when the Coll started */
+  double t_op_started; /* … and when its start callback had returned: the plugin stamped between */
   int last_of_op;    /* the op completes when this job finishes */
   double slow_ns;    /* planted delay added to each step (--slow-op), in any timing mode */
   int slice_steps;   /* NCCL's sliceSteps: raw steps per network transfer (2 for ring SIMPLE) */
@@ -147,7 +149,7 @@ void peer_model(int peer, double* latency_ns, double* bw_bps);
 
 int truth_op_add(hcomm* c, const char* func, const char* algo, const char* proto, int nch,
                  uint64_t bytes);
-void truth_completion(hcomm* c, int op, double ns);
+void truth_completion(hcomm* c, int op, double ns, double min_ns);
 void truth_write(FILE* f, const char* scenario);
 /* Starts an event as NCCL would, counting it for the truth and, with `sample`, reading
  * CLOCK_REALTIME on both sides of the callback. */

@@ -2,7 +2,6 @@ package hosttest
 
 import (
 	"fmt"
-	"math"
 	"os"
 	"regexp"
 	"strconv"
@@ -22,7 +21,10 @@ func args(abi int, rest ...string) []string {
 func TestP2PGroundTruthEveryABI(t *testing.T) {
 	for _, abi := range abis {
 		t.Run(fmt.Sprintf("v%d", abi), func(t *testing.T) {
-			r := Start(t, Options{Args: args(abi, "--iters", "600", "--nranks", "4", "p2p")})
+			// Windows 8x the default: the test is about exact figures, not overload, and at load
+			// 7 the default's drainer fell behind (496 operations untimed, counted as such).
+			r := Start(t, Options{Args: args(abi, "--iters", "600", "--nranks", "4", "p2p"),
+				Env: []string{"NCCLPROF_WINDOW_SLOTS=32768"}})
 			tr := r.Truth[0]
 			CheckExact(t, r, tr)
 			CheckFits(t, r, tr, DefaultFit)
@@ -104,8 +106,8 @@ func TestAllReduceCompletionAndGPU(t *testing.T) {
 				}
 				// The host times Coll start → its proxy finished; the plugin Coll start → last
 				// child stop. Both see the same waits; allow 15 % for callback overheads.
-				if m := got.Completion.Mean(); math.Abs(m-o.CompletionMeanNs)/o.CompletionMeanNs > 0.15 {
-					t.Errorf("%s: mean completion %.0f ns, host measured %.0f ns", o.Func, m, o.CompletionMeanNs)
+				if m := got.Completion.Mean(); !o.CompletionHolds(m, 0.15) {
+					t.Errorf("%s: mean completion %.0f ns, host measured %.0f-%.0f ns", o.Func, m, o.CompletionMinMeanNs, o.CompletionMeanNs)
 				}
 			}
 		})

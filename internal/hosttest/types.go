@@ -73,6 +73,9 @@ type TruthOp struct {
 	Count            uint64  `json:"count"`
 	Bytes            uint64  `json:"bytes"`
 	CompletionMeanNs float64 `json:"completion_ns_mean"`
+	// CompletionMinMeanNs: the mean from after the start callback returned to before the last
+	// stop was called; the plugin's mean lies between it and CompletionMeanNs.
+	CompletionMinMeanNs float64 `json:"completion_ns_mean_min"`
 }
 
 // TruthPair is the model and the traffic of one peer.
@@ -191,4 +194,15 @@ func (s *Summary) Pair(rank, peer int) *SummaryPair {
 		}
 	}
 	return nil
+}
+
+// CompletionHolds reports whether a plugin's mean completion time fits the host's bracket for
+// the operation, each end widened by slack (a fraction): the host read its clock on both sides
+// of the start and the last stop, so a preemption there widens the bracket, not the error.
+func (o TruthOp) CompletionHolds(mean, slack float64) bool {
+	lo := o.CompletionMinMeanNs
+	if lo <= 0 || lo > o.CompletionMeanNs { // a truth file from before the bracket
+		lo = o.CompletionMeanNs
+	}
+	return mean >= lo*(1-slack) && mean <= o.CompletionMeanNs*(1+slack)
 }
