@@ -89,7 +89,9 @@ The temporary files are deleted unless --keep.`,
 			if err != nil {
 				return err
 			}
-			if !keep {
+			if keep {
+				defer fmt.Fprintf(os.Stderr, "the bench's files are kept in %s\n", tmp)
+			} else {
 				defer os.RemoveAll(tmp)
 			}
 			var res *benchReport
@@ -99,9 +101,9 @@ The temporary files are deleted unless --keep.`,
 			case "stats":
 				res, err = benchStats(tmp, n, reps)
 			case "skew":
-				res, err = benchSkew(tmp, ranks, ops, reps)
+				res, err = benchSkew(tmp, ranks, ops, reps, keep)
 			case "why":
-				res, err = benchWhy(tmp, ranks, ops, reps)
+				res, err = benchWhy(tmp, ranks, ops, reps, keep)
 			case "hang":
 				if !cmd.Flags().Changed("ranks") {
 					ranks = 1024

@@ -43,8 +43,8 @@ func benchStats(tmp string, size int64, reps int) (*benchReport, error) {
 
 // benchSkew times ncclmerge skew on a job of ranks × ops and on one of half the ranks and half
 // the operations: the ratio of their times against the ratio of their sizes shows the scaling.
-func benchSkew(tmp string, ranks, ops, reps int) (*benchReport, error) {
-	return benchScaling(tmp, ranks, ops, reps, "skew", "synthesized plugin traces", func(dir string, ranks, ops int) (string, error) {
+func benchSkew(tmp string, ranks, ops, reps int, keep bool) (*benchReport, error) {
+	return benchScaling(tmp, ranks, ops, reps, keep, "skew", "synthesized plugin traces", func(dir string, ranks, ops int) (string, error) {
 		_, err := synth.Job(dir, synth.DefaultJob(ranks, ops))
 		return dir, err
 	})
@@ -52,7 +52,8 @@ func benchSkew(tmp string, ranks, ops, reps int) (*benchReport, error) {
 
 // benchScaling times `ncclmerge <command> -q` on the traces write puts in a directory for a job of
 // ranks × ops, and for one of half the ranks and half the operations.
-func benchScaling(tmp string, ranks, ops, reps int, command, source string, write func(dir string, ranks, ops int) (string, error)) (*benchReport, error) {
+// With keep, each job's traces stay in tmp for a later look (--keep).
+func benchScaling(tmp string, ranks, ops, reps int, keep bool, command, source string, write func(dir string, ranks, ops int) (string, error)) (*benchReport, error) {
 	if ranks < 4 || ops < 20 {
 		return nil, fmt.Errorf("--ranks at least 4 and --ops at least 20")
 	}
@@ -81,6 +82,9 @@ func benchScaling(tmp string, ranks, ops, reps int, command, source string, writ
 			r.Seconds*1e9/float64(size[0]*size[1]))
 		secs[i] = r.Seconds
 		rep.Results = append(rep.Results, r)
+		if keep {
+			continue
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			return nil, err
 		}
@@ -229,8 +233,8 @@ func opBytes(path string) (int, error) {
 
 // benchWhy times ncclmerge why like benchSkew, over each rank's merged trace: the plugin's full
 // detail, a synthesized torch.profiler trace with compute before every collective, merged.
-func benchWhy(tmp string, ranks, ops, reps int) (*benchReport, error) {
-	return benchScaling(tmp, ranks, ops, reps, "why", "synthesized and merged traces (plugin detail + torch.profiler compute)", mergedJob)
+func benchWhy(tmp string, ranks, ops, reps int, keep bool) (*benchReport, error) {
+	return benchScaling(tmp, ranks, ops, reps, keep, "why", "synthesized and merged traces (plugin detail + torch.profiler compute)", mergedJob)
 }
 
 // mergedJob writes a job's plugin traces (full detail, rank 1 late on every 10th collective),

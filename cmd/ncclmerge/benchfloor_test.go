@@ -2,7 +2,9 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -38,5 +40,27 @@ func TestPlainCopy(t *testing.T) {
 	}
 	if _, err := plainRead([]string{a, "", b}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// bench --keep leaves each synthesized job where it says, for skew and why too (they removed
+// theirs whatever --keep said).
+func TestBenchKeepsWhatItSays(t *testing.T) {
+	for _, what := range []string{"skew", "why"} {
+		dir := t.TempDir()
+		// The built binary: the bench times ncclmerge as a child of itself, which in-process
+		// would be this test binary.
+		b, err := exec.Command("../../build/ncclmerge", "bench", "--what", what, "--ranks", "4", "--ops", "20", "--reps", "1",
+			"--keep", "--dir", dir).CombinedOutput()
+		out := string(b)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", what, err, out)
+		}
+		for _, job := range []string{what + "-2x10", what + "-4x20"} {
+			kept, _ := filepath.Glob(filepath.Join(dir, "ncclmerge-bench-*", job))
+			if len(kept) != 1 || !strings.Contains(out, "the bench's files are kept in "+filepath.Dir(kept[0])) {
+				t.Errorf("%s: %s not kept, or not said where (%v):\n%s", what, job, kept, out)
+			}
+		}
 	}
 }
