@@ -355,7 +355,8 @@ func (p *pusher) flush(ctx context.Context) error {
 	exp := p.exp.Exporter
 	if p.r.cfg.Exporter == ExporterOTLP {
 		fresh, err := p.r.newExporter(ctx)
-		if err != nil {
+		if err != nil { // counted and warned about like a failed export: nothing went out
+			p.r.exportFailed(err, 0)
 			return err
 		}
 		defer func() {

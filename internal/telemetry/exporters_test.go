@@ -378,3 +378,34 @@ func TestConsoleExporter(t *testing.T) {
 		}
 	}
 }
+
+// A final export whose deadline has passed before it starts (a loaded machine spent it on the
+// last collection) is a failed export too: counted and warned about, not silent.
+func TestFinalExportOutOfTimeCounted(t *testing.T) {
+	for _, proto := range []string{"grpc", "http/protobuf"} {
+		t.Run(strings.ReplaceAll(proto, "/", "_"), func(t *testing.T) {
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
+			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", proto)
+			cfg, _ := FromEnv(os.Getenv)
+			cfg.Interval = time.Hour
+			var w warnings
+			r, err := New(context.Background(), Options{Config: cfg, Warn: w.add, Host: Host{Name: "h", PID: 1, LocalRank: -1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Shutdown(context.Background())
+			r.RecordOp(allReduce(1, 1<<20, 2e6, 1e4, 0, 0, nil, nil))
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if err := r.push.flush(ctx); err == nil {
+				t.Fatal("an export out of time succeeded")
+			}
+			if s := r.Stats(); s.ExportFailures != 1 || s.Exports != 0 {
+				t.Errorf("stats %+v, want 1 failure", s)
+			}
+			if ws := w.all(); len(ws) != 1 {
+				t.Errorf("want one warning, got %q", ws)
+			}
+		})
+	}
+}
