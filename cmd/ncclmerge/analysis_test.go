@@ -27,6 +27,7 @@ import (
 
 // The planted truth of the test host's skew scenario (testhost/skew.c, --truth).
 type skewTruth struct {
+	Pid       int       `json:"pid"`
 	StartNs   int64     `json:"start_ns,string"`
 	Arrivals  []float64 `json:"arrivals_ns"`
 	SlowRank  int       `json:"slow_rank"`
@@ -124,11 +125,7 @@ func runPlanted(host, lib string) (string, time.Duration, error) {
 		}
 		return dir, 0, err
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "truth-0.json"))
-	if err == nil {
-		err = json.Unmarshal(b, &jobTruth)
-	}
-	if err != nil {
+	if jobTruth, err = rankTruth(dir, 0); err != nil {
 		return dir, 0, err
 	}
 	late, err := scheduleError(dir)
@@ -151,12 +148,8 @@ func scheduleError(dir string) (time.Duration, error) {
 	var errs [][]float64 // per rank, per collective in schedule order: actual − planned
 	var worst float64
 	for r := 0; r < plantedRanks; r++ {
-		b, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("truth-%d.json", r)))
-		var tr skewTruth
-		var pid struct{ Pid int }
-		json.Unmarshal(b, &tr)
-		json.Unmarshal(b, &pid)
-		p, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("ncclprof-*-%d-0.trace.json", pid.Pid)))
+		tr, _ := rankTruth(dir, r)
+		p, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("ncclprof-*-%d-0.trace.json", tr.Pid)))
 		if len(p) != 1 {
 			return 0, fmt.Errorf("rank %d: no plugin trace in %s", r, dir)
 		}
@@ -226,9 +219,7 @@ func TestMain(m *testing.M) {
 func pluginTraces(t *testing.T, dir string) []string {
 	var out []string
 	for r := 0; r < plantedRanks; r++ {
-		b, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("truth-%d.json", r)))
-		var tr struct{ Pid int }
-		json.Unmarshal(b, &tr)
+		tr, _ := rankTruth(dir, r)
 		p, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("ncclprof-*-%d-0.trace.json", tr.Pid)))
 		if len(p) != 1 {
 			t.Fatalf("rank %d (pid %d): %d plugin traces in %s, want 1", r, tr.Pid, len(p), dir)
@@ -422,6 +413,16 @@ func TestStatsPlantedBandwidths(t *testing.T) {
 	}
 }
 
+// rankTruth reads what rank r of the planted job wrote with --truth.
+func rankTruth(dir string, r int) (skewTruth, error) {
+	var tr skewTruth
+	b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("truth-%d.json", r)))
+	if err == nil {
+		err = json.Unmarshal(b, &tr)
+	}
+	return tr, err
+}
+
 // ranBusBW brackets what the plugin's per-operation median should find for operation k on comm:
 // the median over its ranks and steps of the planted bus bandwidth scaled by planned over actual
 // duration, with the test host's widest (took_ns) and narrowest (took_min_ns) view of each run.
@@ -431,11 +432,7 @@ func ranBusBW(t *testing.T, dir string, k int, comm string) (lo, hi float64) {
 		if pair, ok := strings.CutPrefix(comm, "pair"); ok && strconv.Itoa(r/2) != pair {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("truth-%d.json", r)))
-		var tr skewTruth
-		if err == nil {
-			err = json.Unmarshal(b, &tr)
-		}
+		tr, err := rankTruth(dir, r)
 		if n := tr.Steps * len(tr.Ops); err != nil || len(tr.Took) != n || len(tr.TookMin) != n {
 			t.Fatalf("rank %d's truth lacks took_ns or took_min_ns for some operation (%v): rebuild the test host with make", r, err)
 		}
