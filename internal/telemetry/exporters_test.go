@@ -317,14 +317,8 @@ func TestOTLPFailure(t *testing.T) {
 			if cfg.Exporter != ExporterOTLP || len(probs) != 1 { // the query string is not sent
 				t.Fatalf("config %+v %v", cfg, probs)
 			}
-			cfg.Interval = time.Hour
 			var w warnings
-			r, err := New(context.Background(), Options{Config: cfg, Warn: w.add, Host: Host{Name: "h", PID: 1, LocalRank: -1}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Shutdown(context.Background())
-			r.RecordOp(allReduce(1, 1<<20, 2e6, 1e4, 0, 0, nil, nil))
+			r := otlpRecorder(t, cfg, &w)
 			if err := r.FinalFlush(); err == nil {
 				t.Fatal("export to a closed port succeeded")
 			}
@@ -379,6 +373,19 @@ func TestConsoleExporter(t *testing.T) {
 	}
 }
 
+// otlpRecorder is a Recorder exporting as cfg says, only when flushed, with one AllReduce
+// recorded; its warnings go to w.
+func otlpRecorder(t *testing.T, cfg Config, w *warnings) *Recorder {
+	cfg.Interval = time.Hour
+	r, err := New(context.Background(), Options{Config: cfg, Warn: w.add, Host: Host{Name: "h", PID: 1, LocalRank: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Shutdown(context.Background()) })
+	r.RecordOp(allReduce(1, 1<<20, 2e6, 1e4, 0, 0, nil, nil))
+	return r
+}
+
 // A final export whose deadline has passed before it starts (a loaded machine spent it on the
 // last collection) is a failed export too: counted and warned about, not silent.
 func TestFinalExportOutOfTimeCounted(t *testing.T) {
@@ -387,14 +394,8 @@ func TestFinalExportOutOfTimeCounted(t *testing.T) {
 			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
 			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", proto)
 			cfg, _ := FromEnv(os.Getenv)
-			cfg.Interval = time.Hour
 			var w warnings
-			r, err := New(context.Background(), Options{Config: cfg, Warn: w.add, Host: Host{Name: "h", PID: 1, LocalRank: -1}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Shutdown(context.Background())
-			r.RecordOp(allReduce(1, 1<<20, 2e6, 1e4, 0, 0, nil, nil))
+			r := otlpRecorder(t, cfg, &w)
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			if err := r.push.flush(ctx); err == nil {
