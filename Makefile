@@ -27,7 +27,7 @@ MERGE   := $(BUILD)/ncclmerge
 # loader, chaining); drainer/ is the Go drainer library it loads (profiler/drainapi.h).
 CORE_SRC := $(wildcard profiler/*.c)
 CORE_HDR := $(wildcard profiler/*.h)
-HOST_SRC := testhost/main.c testhost/emit.c testhost/calllog.c testhost/world.c testhost/scenarios.c \
+HOST_SRC := testhost/main.c testhost/replay.c testhost/emit.c testhost/calllog.c testhost/world.c testhost/scenarios.c \
             testhost/fuzz.c testhost/bench.c testhost/soak.c testhost/skew.c testhost/hang.c \
             testhost/drainbench.c testhost/job.c testhost/races.c testhost/samplebench.c \
             testhost/api_patterns.c testhost/proxy_patterns.c testhost/ncclbench.c testhost/era.c

@@ -62,6 +62,7 @@ static void usage(void) {
           "             left, halfway through --iters, and runs on for 2.5 s\n"
           "  skew       ranks on one schedule with a planted slow rank (its own options: see skew.c)\n"
           "  hang       ranks of a job that stops, the culprit planted (its own options: see hang.c)\n"
+          "  replay     a call log of real NCCL, recorded on a GPU (--log FILE; see replay.c)\n"
           "  job        AllReduces on ranks that wait for each other (--sync FILE, shared and new),\n"
           "             --slow-rank R late by --slow-us D (3000) on odd steps (ncclmerge demo);\n"
           "             --gpu-late-op I: this rank's GPU starts operation I D late, its CPU on time;\n"
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
   setenv("NCCLPROF_SIMULATED", "1", 0);
   if (argc > 1 && !strcmp(argv[argc - 1], "skew")) return scenario_skew(argc, argv);
   if (argc > 1 && !strcmp(argv[argc - 1], "hang")) return scenario_hang(argc, argv);
+  if (argc > 1 && !strcmp(argv[argc - 1], "replay")) return scenario_replay(argc, argv);
   opts o = {.abi = 6, .rank = 0, .nranks = 4, .iters = 50, .channels = 2, .cycles = 3,
             .realtime = 1, .seconds = 5, .threads = 3, .reps = 7, .seed = 1,
             .mask_api = -1, .slow_rank = -1, .slow_us = 3000, .slow_op = -1,

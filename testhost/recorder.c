@@ -9,6 +9,8 @@
  *   NCCLPROF_RECORDER_FAIL  init | start | stop | record | finalize: that call returns
  *                           ncclInternalError (once, the first time)
  *   NCCLPROF_RECORDER_NULL_CTX=1  init succeeds with a NULL context
+ *   NCCLPROF_RECORDER_CLOCK=1  each line also says when (`@<ns>` of CLOCK_MONOTONIC after the
+ *                           thread), for logs of real NCCL that a replay paces by
  *   NCCLPROF_RECORDER_STRICT=1  behaves like a plugin that frees a context in finalize: any
  *                           call naming a finalized context, or an event handle of one, aborts
  *                           the process with a message (a real plugin would read freed memory)
@@ -26,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../profiler/abi.h"
@@ -37,7 +40,7 @@ static char rec_ctxs[4096];
 static unsigned long long rec_next_handle, rec_next_ctx;
 static pthread_mutex_t rec_mu = PTHREAD_MUTEX_INITIALIZER;
 static FILE* rec_log;
-static int rec_mask = NPABI_ALL_TYPES, rec_null_ctx, rec_strict, rec_setup_done;
+static int rec_mask = NPABI_ALL_TYPES, rec_null_ctx, rec_strict, rec_clock, rec_setup_done;
 /* Strict mode: whether each context is live, and the context of each handle issued. */
 static unsigned char rec_live[sizeof rec_ctxs];
 static uint16_t rec_hctx[REC_HANDLES];
@@ -58,6 +61,8 @@ static void rec_setup(void) {
     rec_null_ctx = n && strcmp(n, "1") == 0;
     const char* s = getenv("NCCLPROF_RECORDER_STRICT");
     rec_strict = s && strcmp(s, "1") == 0;
+    const char* k = getenv("NCCLPROF_RECORDER_CLOCK");
+    rec_clock = k && strcmp(k, "1") == 0;
   }
   pthread_mutex_unlock(&rec_mu);
 }
@@ -76,6 +81,11 @@ static void rec_line(const char* fmt, const char* a, const char* b) {
   if (!rec_log) return;
   pthread_mutex_lock(&rec_mu);
   fprintf(rec_log, "T%ld ", (long)syscall(SYS_gettid));
+  if (rec_clock) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    fprintf(rec_log, "@%lld ", (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+  }
   fprintf(rec_log, fmt, a, b);
   fputc('\n', rec_log);
   fflush(rec_log);
