@@ -180,8 +180,9 @@ NP_HOT void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t parent, in
   if (NP_UNLIKELY(np_sample_n != 0) && !(flags & NP_F_FOREIGN)) flags |= np_parent_sample(c, parent);
   np_cell_init(cell, t, NP_T_PROXY_OP, abi, parent, rank, np_ticks());
   cell->sflags = flags; /* its record's flags (np_op_record) */
-  cell->peer = peer;
-  cell->channel = channel;
+  /* Atomic (plain moves): a retirement on the proxy thread reads them (np_op_retire). */
+  __atomic_store_n(&cell->peer, peer, __ATOMIC_RELAXED);
+  __atomic_store_n(&cell->channel, channel, __ATOMIC_RELAXED);
   cell->is_send = (uint8_t)(is_send != 0);
   memset(&cell->u.op.prog, 0, sizeof cell->u.op.prog);
   __atomic_store_n(&cell->u.op.record, 0, __ATOMIC_RELAXED); /* np_op_retire reads it */
@@ -192,7 +193,10 @@ NP_HOT void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t parent, in
   /* Receive-side ProxyOps may be ones NCCL never stops (only net.cc stops ProxyOps, and it
    * is the only one that reports isSend): they wait for evidence that they are over. Its
    * record in the operation windows waits for its first sign of life (np_op_record). */
-  if (!is_send && !(flags & NP_F_FOREIGN)) np_retire_push(c, t, ch);
+  if (!is_send && !(flags & NP_F_FOREIGN)) {
+    np_conn_started(c, cell);
+    np_retire_push(c, t, ch);
+  }
   *eh = (void*)ch;
   np_leave(t);
 }

@@ -147,24 +147,76 @@ static void np_op_finish(np_comm* c, np_thread* t, np_cell* op, uint64_t h, uint
  * meanwhile is left alone. The fields are read atomically: the generation was checked first,
  * but another thread may be reusing the cell as they are read (never under NCCL, whose proxy
  * thread alone starts and stops a communicator's ProxyOps). */
+/* Whether the cell is still the ProxyOp `h` names, without a state or a step so far; its
+ * in-use generation word in *gs. */
+static int np_op_silent(np_cell* op, uint64_t h, uint64_t* gs) {
+  *gs = __atomic_load_n(&op->gs, __ATOMIC_ACQUIRE);
+  if (!(*gs & 1) || ((uint32_t)(*gs >> 1) & NP_GEN_MASK) != np_h_gen(h)) return 0;
+  return __atomic_load_n(&op->type, __ATOMIC_RELAXED) == NP_T_PROXY_OP &&
+         __atomic_load_n(&op->nstates, __ATOMIC_RELAXED) == 0 &&
+         __atomic_load_n(&op->u.op.record, __ATOMIC_RELAXED) == 0;
+}
+
+/* The receive connection of a ProxyOp (channel, peer) in the communicator's table; with
+ * `take`, an entry another connection held is taken over (its counts start again). NULL when
+ * the connection is not there. Only NCCL's proxy thread of the communicator comes here; the
+ * relaxed atomics keep other callers (the fuzzer's threads) defined, not right. */
+static np_conn* np_conn_of(np_comm* c, uint8_t channel, int32_t peer, int take) {
+  uint32_t key = (((uint32_t)channel << 24) | ((uint32_t)peer & 0xffffffu)) + 1;
+  np_conn* e = &c->conn[((key * 2654435761u) >> 16) & (NP_CONNS - 1)];
+  if (__atomic_load_n(&e->key, __ATOMIC_RELAXED) == key) return e;
+  if (!take) return NULL;
+  __atomic_store_n(&e->key, key, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->started, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->ended, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->t_stop, 0, __ATOMIC_RELAXED);
+  return e;
+}
+
+/* A receive ProxyOp started: its place in its connection's order. */
+void np_conn_started(np_comm* c, np_cell* op) {
+  np_conn* e = np_conn_of(c, __atomic_load_n(&op->channel, __ATOMIC_RELAXED),
+                          __atomic_load_n(&op->peer, __ATOMIC_RELAXED), 1);
+  __atomic_store_n(&op->conn_seq, __atomic_fetch_add(&e->started, 1, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+}
+
+/* A receive ProxyOp ended: stopped by NCCL (`stopped`, at `now`) or retired. */
+static void np_conn_ended(np_comm* c, uint8_t channel, int32_t peer, int stopped, uint64_t now) {
+  np_conn* e = np_conn_of(c, channel, peer, 0);
+  if (e == NULL) return;
+  __atomic_fetch_add(&e->ended, 1, __ATOMIC_RELAXED);
+  if (stopped) __atomic_store_n(&e->t_stop, now, __ATOMIC_RELAXED);
+}
+
+/* Whether a silent receive ProxyOp may only be queued behind its connection's earlier ones:
+ * one of them has not ended, or the last ended after the evidence (a ProxyOp that started at
+ * `evidence`) began, so its first pass may still be to come. */
+static int np_conn_queued(np_comm* c, const np_cell* op, uint64_t evidence) {
+  np_conn* e = np_conn_of(c, __atomic_load_n(&op->channel, __ATOMIC_RELAXED),
+                          __atomic_load_n(&op->peer, __ATOMIC_RELAXED), 0);
+  if (e == NULL) return 0; /* its entry went to another connection: nothing known */
+  uint32_t ended = __atomic_load_n(&e->ended, __ATOMIC_RELAXED);
+  uint32_t seq = __atomic_load_n(&op->conn_seq, __ATOMIC_RELAXED);
+  return (int32_t)(ended - seq) < 0 || __atomic_load_n(&e->t_stop, __ATOMIC_RELAXED) > evidence;
+}
+
 static void np_op_retire(np_comm* c, np_thread* t, np_cell* op, uint64_t h, int counter) {
-  (void)c;
   (void)t;
-  uint64_t gs = __atomic_load_n(&op->gs, __ATOMIC_ACQUIRE);
-  if (!(gs & 1) || ((uint32_t)(gs >> 1) & NP_GEN_MASK) != np_h_gen(h)) return;
-  if (__atomic_load_n(&op->type, __ATOMIC_RELAXED) != NP_T_PROXY_OP ||
-      __atomic_load_n(&op->nstates, __ATOMIC_RELAXED) != 0 ||
-      __atomic_load_n(&op->u.op.record, __ATOMIC_RELAXED) != 0)
-    return;
+  uint64_t gs;
+  if (!np_op_silent(op, h, &gs)) return;
+  uint8_t channel = __atomic_load_n(&op->channel, __ATOMIC_RELAXED);
+  int32_t peer = __atomic_load_n(&op->peer, __ATOMIC_RELAXED);
   if (!__atomic_compare_exchange_n(&op->gs, &gs, gs + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
     return;
+  np_conn_ended(c, channel, peer, 0, 0);
   np_count(counter);
 }
 
 /* A ProxyOp stopped after it started at `started`: net.cc progressed it to the end, so every
  * ProxyOp this communicator's proxy thread started before it has had progress passes since,
  * and the operations they belong to are over (a later operation's network work completed).
- * Those still without a state or a step are none of net.cc's: they are retired. */
+ * Those still without a state or a step are none of net.cc's: they are retired. Except one
+ * queued behind its own connection (np_conn): it waits at the head for later evidence. */
 static void np_retire_due(np_comm* c, np_thread* t, uint64_t started) {
   uint32_t head = __atomic_load_n(&c->rq_head, __ATOMIC_RELAXED);
   uint32_t n = __atomic_load_n(&c->rq_tail, __ATOMIC_RELAXED) - head;
@@ -176,6 +228,8 @@ static void np_retire_due(np_comm* c, np_thread* t, uint64_t started) {
     np_cell* op = np_cell_of(c, h);
     if (op != NULL && __atomic_load_n(&op->t_start, __ATOMIC_RELAXED) > started)
       break; /* started after the evidence */
+    uint64_t gs;
+    if (op != NULL && np_op_silent(op, h, &gs) && np_conn_queued(c, op, started)) break;
     if (op != NULL) np_op_retire(c, t, op, h, NP_C_OPS_RETIRED);
   }
   __atomic_store_n(&c->rq_head, head, __ATOMIC_RELAXED);
@@ -183,12 +237,17 @@ static void np_retire_due(np_comm* c, np_thread* t, uint64_t started) {
 
 /* The ring is full: its oldest ProxyOp has seen NP_RETIRE_RING others start after it and no
  * ProxyOp stop (a communicator whose every operation is CollNet, say). Retired if it still has
- * no state and no step; counted apart, since no stop proved its operation over. */
+ * no state and no step; counted apart, since no stop proved its operation over. One queued
+ * behind its connection is left to NCCL (a burst of operations posted at once, as 200
+ * back-to-back ring Send/Recv groups on the socket transport queue over a thousand receive
+ * ProxyOps): only its place in the ring goes. */
 void np_retire_oldest(np_comm* c, np_thread* t) {
   uint32_t head = __atomic_load_n(&c->rq_head, __ATOMIC_RELAXED);
   uint64_t h = __atomic_load_n(&c->rq[head & (NP_RETIRE_RING - 1)], __ATOMIC_ACQUIRE);
   np_cell* op = np_cell_of(c, h);
-  if (op != NULL) np_op_retire(c, t, op, h, NP_C_OPS_RETIRED_OLD);
+  uint64_t gs;
+  if (op != NULL && !(np_op_silent(op, h, &gs) && np_conn_queued(c, op, UINT64_MAX)))
+    np_op_retire(c, t, op, h, NP_C_OPS_RETIRED_OLD);
   __atomic_store_n(&c->rq_head, head + 1, __ATOMIC_RELAXED);
 }
 
@@ -208,6 +267,9 @@ void np_cell_stop(np_comm* c, np_thread* t, np_cell* cell, uint64_t h, uint64_t 
   }
   uint64_t started = cell->t_start;
   np_op_finish(c, t, cell, h, now);
+  if (!cell->is_send && !(cell->sflags & NP_F_FOREIGN))
+    np_conn_ended(c, __atomic_load_n(&cell->channel, __ATOMIC_RELAXED),
+                  __atomic_load_n(&cell->peer, __ATOMIC_RELAXED), 1, now);
   np_cell_free(cell);
   if (__atomic_load_n(&c->rq_head, __ATOMIC_RELAXED) != __atomic_load_n(&c->rq_tail, __ATOMIC_RELAXED))
     np_retire_due(c, t, started);

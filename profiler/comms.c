@@ -102,6 +102,7 @@ static int np_map_comm(np_comm* c, uint32_t idx) {
   c->xfer = (np_xbucket*)(c->cells + c->ncells);
   c->lost = (np_lost*)(c->xfer + NP_XFER_BUCKETS);
   c->rq = (uint64_t*)(c->lost + NP_LOST_KEYS);
+  c->conn = (np_conn*)(c->rq + NP_RETIRE_RING);
   /* Cell generations start random, like window epochs: a made-up handle (a small integer, a
    * corrupted pointer) then names a live cell with probability 2^-30, not because every
    * cell's first generation is 0. */
@@ -155,6 +156,7 @@ static void np_open_comm(np_comm* c) {
   __atomic_store_n(&c->cursor, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&c->rq_head, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&c->rq_tail, 0, __ATOMIC_RELAXED);
+  memset(c->conn, 0, NP_CONNS * sizeof(np_conn));
   __atomic_store_n(&c->trig_left, 0, __ATOMIC_RELAXED);
   if (c->p2p_ord) memset(c->p2p_ord, 0, c->p2p_bytes);
   memset(c->xfer, 0, NP_XFER_BUCKETS * sizeof(np_xbucket));

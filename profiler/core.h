@@ -80,6 +80,7 @@
 #define NP_XFER_BUCKETS 4096    /* transfer sums per communicator (a power of two) */
 #define NP_LOST_KEYS 64         /* operation keys of the lost-operation table */
 #define NP_RETIRE_RING 1024     /* ProxyOps per communicator awaiting evidence (a power of two) */
+#define NP_CONNS 1024           /* receive connections (channel, peer) tracked per communicator (2^k) */
 #define NP_SET_OP 0             /* window sets */
 #define NP_SET_DETAIL 1
 #define NP_SLOT_BYTES 128

@@ -418,10 +418,17 @@ NP_HOT np_cell* np_cell_claim(np_comm* c, np_thread* t, uint64_t* handle) {
     a->comm = c->idx;
     a->next = a->end = 0;
   }
-  for (int tries = 0; tries < 4 * NP_CELL_BLOCK; tries++) {
+  /* Cells are taken in cursor order, so ProxyOps NCCL keeps queued (a burst of operations
+   * posted at once) hold a run of consecutive cells that the cursor meets again on its next
+   * lap. A block found busy makes the next one further away (twice as far each time), so one
+   * claim crosses a run of thousands of cells in a few blocks, and every later claim starts
+   * past it. */
+  uint32_t jump = NP_CELL_BLOCK;
+  for (int tries = 0; tries < 8 * NP_CELL_BLOCK; tries++) {
     if (a->next == a->end) {
-      a->next = __atomic_fetch_add(&c->cursor, NP_CELL_BLOCK, __ATOMIC_RELAXED);
+      a->next = __atomic_fetch_add(&c->cursor, jump, __ATOMIC_RELAXED);
       a->end = a->next + NP_CELL_BLOCK;
+      if (tries > 0) jump <<= 1;
     }
     uint32_t i = a->next++ & (c->ncells - 1);
     np_cell* cell = &c->cells[i];
@@ -487,6 +494,7 @@ NP_HOT uint64_t np_step_restarted(np_comm* c, np_cell* op, uint64_t parent, int3
 }
 
 void np_retire_oldest(np_comm* c, np_thread* t);
+void np_conn_started(np_comm* c, np_cell* op);
 
 /* Queues a ProxyOp that NCCL may never stop (np_retire_due decides). When the ring is full
  * its oldest entry is decided first: NP_RETIRE_RING ProxyOps started after it. */

@@ -51,6 +51,21 @@ typedef struct np_wset {
 } np_wset;
 _Static_assert(sizeof(np_wset) == 64 + NP_MAX_WINDOWS * 128, "np_wset layout");
 
+/* A receive connection (channel, peer) of a communicator, as its proxy thread sees it. NCCL
+ * queues a ProxyOp behind the one its connection is running (src/proxy.cc ProxyAppend: the new
+ * args becomes `nextPeer`, started for the profiler at once, progressed only when removeOp puts
+ * it in its predecessor's place), so it can wait with no state and no step while later
+ * operations on other connections finish. Ops of one connection end in start order: one whose
+ * connection has not ended every op started before it is queued, not abandoned. */
+typedef struct np_conn {
+  uint32_t key;      /* channel and peer + 1; 0: unused */
+  uint32_t started;  /* receive ProxyOps started on it */
+  uint32_t ended;    /* ... of them stopped or retired */
+  uint32_t pad;
+  uint64_t t_stop;   /* when one of them last stopped (retirements do not count: never progressed) */
+} np_conn;
+_Static_assert(sizeof(np_conn) == 24, "np_conn layout");
+
 /* An arena cell: a ProxyOp or a ProxyStep while it is in flight. `gs` is the generation << 1,
  * plus 1 while the cell is in use; a handle names the generation it was given, so a stop or
  * state for a freed (or reused) cell is recognised as stale. */
@@ -81,6 +96,7 @@ typedef struct __attribute__((aligned(64))) np_cell {
     } op;
   } u;
   int32_t chunk; /* ProxyOp: chunkSize, for its record */
+  uint32_t conn_seq; /* receive ProxyOp: how many its connection started before it (np_conn) */
 } np_cell;
 _Static_assert(sizeof(np_cell) == 128, "np_cell is 128 bytes");
 
@@ -143,6 +159,7 @@ typedef union np_comm {
      * starts and stops the communicator's ProxyOps (NCCL's proxy thread), on this same line. */
     uint32_t rq_head, rq_tail;
     uint64_t* rq;
+    struct np_conn* conn; /* NP_CONNS receive connections, by the same thread (np_conn_*) */
     np_wset set[2] __attribute__((aligned(64))); /* NP_SET_OP, NP_SET_DETAIL */
   };
   uint8_t bytes_[4096];

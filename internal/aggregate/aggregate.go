@@ -43,6 +43,11 @@ const (
 	DefaultQuietNs       = 200e6 // an operation with no child activity this long is complete
 	DefaultMaxAgeNs      = 30e9  // a pending event older than this is given up
 	DefaultWindowDelayNs = 2e9   // longest an event can wait in an open window (period + grace)
+	// DefaultProxyWaitNs: how long an operation of a kind that goes over the network waits for
+	// its first ProxyOp (awaitsProxy). Real NCCL 2.30.7 started an AllReduce's ProxyOps up to
+	// seconds after its Coll stopped while its proxy thread worked through a burst of queued
+	// Send/Recv (testdata/nccl/2.30.7-net-burst).
+	DefaultProxyWaitNs = 10e9
 )
 
 // Op is one completed operation, as handed to OnOp.
@@ -108,6 +113,8 @@ type Aggregator struct {
 	TicksPerNs float64
 	// QuietNs, MaxAgeNs and WindowDelayNs: see the Default constants.
 	QuietNs, MaxAgeNs, WindowDelayNs float64
+	// ProxyWaitNs: see DefaultProxyWaitNs (0: operations do not wait for a first ProxyOp).
+	ProxyWaitNs float64
 	// KernelRecorded: NCCL is asked for KernelCh events (ABI v3+), so every operation's kernel
 	// reports its channels; an operation none of whose channels has started is in flight (its
 	// kernel has not begun), not complete.
@@ -140,7 +147,7 @@ const maxFree = 4096
 // New returns an aggregator for a counter running at ticksPerNs.
 func New(ticksPerNs float64) *Aggregator {
 	return &Aggregator{TicksPerNs: ticksPerNs, QuietNs: DefaultQuietNs, MaxAgeNs: DefaultMaxAgeNs,
-		WindowDelayNs: DefaultWindowDelayNs, comms: map[uint32]*commState{}}
+		WindowDelayNs: DefaultWindowDelayNs, ProxyWaitNs: DefaultProxyWaitNs, comms: map[uint32]*commState{}}
 }
 
 type opEntry struct {
@@ -155,6 +162,7 @@ type opEntry struct {
 	expired        bool        // a child was given up
 	pinned         bool        // shown in a hang dump: never given up by age (InFlight)
 	slowNs         float64     // SlowNs's threshold for it (0: none)
+	hadProxy       bool        // a ProxyOp of its own came (awaitsProxy)
 	// What a hang dump shows of it while it is in flight (inflight.go).
 	p2pSeq  int64        // P2P: the plugin's ordinal of this (communicator, peer, direction)
 	kernels []KernelSeen // its KernelCh channels
@@ -231,6 +239,8 @@ type commState struct {
 	scanned event.Ticks
 
 	lostSeen map[lostKey][2]uint64 // the lost-operation table as last taken (SetLost)
+	// netKinds: the kinds of operation (netKind) whose ProxyOps this communicator has seen.
+	netKinds map[netKind]bool
 
 	// Expiry queues, oldest first (see expiry).
 	qProxies, qKernels, qAPIs, qOthers, qDone expiry
@@ -247,7 +257,7 @@ func (a *Aggregator) state(c Comm) *commState {
 			kernels: map[uint64]*proxyEntry{}, apis: map[uint64]*apiEntry{},
 			groups: map[uint64]*groupEntry{}, others: map[uint64]event.Ticks{},
 			replays: map[replayKey]*groupEntry{}, lostAPIs: map[string]*lostCalls{},
-			done: map[uint64]event.Ticks{}}
+			done: map[uint64]event.Ticks{}, netKinds: map[netKind]bool{}}
 		a.comms[c.Index] = cs
 	}
 	cs.info = c // v1–v3 learn hash and rank after init
@@ -467,6 +477,10 @@ func (a *Aggregator) proxyOp(cs *commState, r *event.Record) {
 	} else if op = a.opFor(r.Parent); op == nil {
 		a.noParent(cs, r.Parent, &cs.res.Health.OrphanProxy)
 	}
+	if op != nil && !op.hadProxy {
+		op.hadProxy = true
+		cs.netKinds[kindOf(&op.op)] = true
+	}
 	if r.Flags&event.Open == 0 {
 		if op != nil {
 			op.last = max(op.last, r.Start)
@@ -662,7 +676,7 @@ func (a *Aggregator) sweep(cs *commState, all bool) {
 func (a *Aggregator) completeQuiet(cs *commState, quiet, old func(event.Ticks) bool, over bool) {
 	var done []*opEntry
 	cs.opOrder = due(cs.opOrder, func(e *opEntry) bool { return quiet(e.born) || old(e.born) }, func(e *opEntry) bool {
-		finished := e.stopped && e.open <= 0 && quiet(e.last) && !a.awaitsKernel(cs, e)
+		finished := e.stopped && e.open <= 0 && quiet(e.last) && !a.awaitsKernel(cs, e) && !a.awaitsProxy(cs, e)
 		if finished || (old(e.born) && (!e.pinned || over)) {
 			if !finished && over && (e.pinned || !a.since(cs, e.born, a.HoldNs)) {
 				cs.res.Health.NotHeld++
@@ -881,4 +895,31 @@ func (a *Aggregator) emit(cs *commState, o *Op) {
 // Fits returns the rank-pair fit in both modes.
 func (p *PairStats) Fits() (avg, mn linfit.Result) {
 	return p.Fit.Fit(linfit.AVG), p.Fit.Fit(linfit.MIN)
+}
+
+// netKind is what decides whether an operation goes over the network: a collective's function,
+// algorithm and protocol; a Send or Recv's peer.
+type netKind struct {
+	fn, algo, proto string
+	peer            int
+}
+
+func kindOf(o *Op) netKind {
+	if o.Func == "Send" || o.Func == "Recv" {
+		return netKind{fn: o.Func, peer: o.Peer}
+	}
+	return netKind{fn: o.Func, algo: o.Algo, proto: o.Proto, peer: -1}
+}
+
+// awaitsProxy: operations of its kind have had ProxyOps on this communicator, it has none yet,
+// and it is younger than ProxyWaitNs. NCCL's proxy thread appends an operation's ProxyOps when
+// it gets to them, which under a burst of queued work is long after the operation's Coll
+// stopped (proxy.cc ncclProxyGetPostedOps); completed without them, the operation would lose
+// its completion and transfers to "late children". A kind that never had ProxyOps here (a
+// Send to a peer on the same node, or to itself) is never waited for.
+func (a *Aggregator) awaitsProxy(cs *commState, e *opEntry) bool {
+	if e.hadProxy || a.ProxyWaitNs <= 0 || len(cs.netKinds) == 0 || !cs.netKinds[kindOf(&e.op)] {
+		return false
+	}
+	return !a.since(cs, e.born, a.ProxyWaitNs)
 }

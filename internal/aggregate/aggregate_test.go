@@ -147,24 +147,45 @@ func TestGhostProxyOpExpires(t *testing.T) {
 }
 
 // The proxy thread may start an operation's ProxyOps long after the operation was enqueued
-// (a backlog of earlier work): until QuietNs has passed they still attach to it; after, they
-// are late children, counted, not orphans.
+// (a backlog of earlier work; real NCCL 2.30.7 did by seconds, testdata/nccl/2.30.7-net-burst).
+// An operation of a kind that has had ProxyOps on its communicator waits ProxyWaitNs for its
+// own before it completes; after that they are late children, counted, not orphans. A kind
+// that never had ProxyOps is not waited for.
 func TestLateProxyOps(t *testing.T) {
-	a := newAgg()
-	ops := collect(a)
-	var b builder
-	c1, c2, p1, p2 := b.id(), b.id(), b.id(), b.id()
-	a.Window(comm1, []event.Record{coll(c1, "AllReduce", 8, 1000, 1010), coll(c2, "AllReduce", 8, 1020, 1030)})
-	a.Window(comm1, []event.Record{proxyOp(p1, c1, 1, true, 1900, 1950)}) // 900 ns later: attaches
-	a.Window(comm1, []event.Record{{Handle: b.id(), Type: event.Group, Start: 8000, Stop: 8001}})
-	a.Window(comm1, []event.Record{proxyOp(p2, c2, 1, true, 9000, 9100)}) // after c2 completed
-	a.Advance(comm1, 20000)
-	res := a.Finalize(comm1)
-	if len(*ops) != 2 || (*ops)[0].CompletionNs != 950 || (*ops)[1].HasCompletion {
-		t.Errorf("ops %+v", *ops)
+	run := func(waitNs float64) ([]Op, Health) {
+		a := newAgg()
+		a.ProxyWaitNs = waitNs
+		ops := collect(a)
+		var b builder
+		c1, c2, p1, p2 := b.id(), b.id(), b.id(), b.id()
+		a.Window(comm1, []event.Record{coll(c1, "AllReduce", 8, 1000, 1010), coll(c2, "AllReduce", 8, 1020, 1030)})
+		a.Window(comm1, []event.Record{proxyOp(p1, c1, 1, true, 1900, 1950)}) // 900 ns later: attaches
+		a.Window(comm1, []event.Record{{Handle: b.id(), Type: event.Group, Start: 8000, Stop: 8001}})
+		a.Window(comm1, []event.Record{proxyOp(p2, c2, 1, true, 9000, 9100)}) // 8 µs after c2
+		a.Advance(comm1, 20000)
+		res := a.Finalize(comm1)
+		return *ops, res.Health
 	}
-	if res.Health.LateChildren != 1 || res.Health.OrphanProxy != 0 {
-		t.Errorf("health %+v", res.Health)
+	ops, h := run(1e6)
+	if len(ops) != 2 || ops[0].CompletionNs != 950 || ops[1].CompletionNs != 8080 || h.LateChildren != 0 {
+		t.Errorf("waiting 1 ms for a ProxyOp: ops %+v, health %+v", ops, h)
+	}
+	ops, h = run(3000)
+	if len(ops) != 2 || ops[0].CompletionNs != 950 || ops[1].HasCompletion || h.LateChildren != 1 || h.OrphanProxy != 0 {
+		t.Errorf("waiting 3 µs: ops %+v, health %+v", ops, h)
+	}
+
+	// A Broadcast (a kind with no ProxyOps here) completes QuietNs after its stop, not ProxyWaitNs.
+	a := newAgg()
+	a.ProxyWaitNs = 1e6
+	ops2 := collect(a)
+	var b builder
+	c1, p1, c3 := b.id(), b.id(), b.id()
+	a.Window(comm1, []event.Record{coll(c1, "AllReduce", 8, 1000, 1010), proxyOp(p1, c1, 1, true, 1100, 1200)})
+	a.Window(comm1, []event.Record{coll(c3, "Broadcast", 8, 2000, 2010)})
+	a.Advance(comm1, 5000)
+	if len(*ops2) != 2 || (*ops2)[1].Func != "Broadcast" {
+		t.Errorf("before finalize, want the AllReduce and the Broadcast completed, got %+v", *ops2)
 	}
 }
 

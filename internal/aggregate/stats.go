@@ -189,6 +189,11 @@ func (r *Result) Partial() []string {
 		out = append(out, fmt.Sprintf("%d events were given up waiting for their stop: their "+
 			"operations are marked incomplete", h.Expired))
 	}
+	if h.LateChildren > 0 {
+		out = append(out, fmt.Sprintf("%d ProxyOp or KernelCh events came after their operation "+
+			"was closed (NCCL started them that late): their transfers are in the rank-pair and "+
+			"channel figures, not in their operations' transfers and completion times", h.LateChildren))
+	}
 	return out
 }
 

@@ -1,0 +1,307 @@
+package hosttest
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// Real NCCL, recorded on a GPU (tools/nccl/record/, testdata/nccl/README.md) and played back
+// into the plugin call for call on as many threads as NCCL used (testhost/replay.c). Each
+// recording holds, per rank, what the rank issued (truth-<rank>.json), every profiler call
+// NCCL made (calls-<rank>.log.gz) and what ncclprof itself wrote on the GPU machine (real/).
+
+// recTruth is ncclrec's account of what one rank issued.
+type recTruth struct {
+	Rank   int `json:"rank"`
+	NRanks int `json:"nranks"`
+	PID    int `json:"pid"`
+	Calls  []struct {
+		Pattern string `json:"pattern"`
+		Comm    string `json:"comm"`
+		Func    string `json:"func"`
+		Count   uint64 `json:"count"`
+		ESize   uint64 `json:"esize"`
+		Times   uint64 `json:"times"`
+	} `json:"calls"`
+}
+
+func readRecTruth(t *testing.T, path string) recTruth {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr recTruth
+	if err := json.Unmarshal(b, &tr); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return tr
+}
+
+// opTotals adds up a run's operations by function: count, bytes, API-only, without completion.
+type opTotal struct{ count, bytes, apiOnly, noCompletion, transfers uint64 }
+
+func opTotals(sums []Summary) map[string]opTotal {
+	out := map[string]opTotal{}
+	for _, s := range sums {
+		for _, o := range s.Ops {
+			x := out[o.Func]
+			x.count += o.Count
+			x.bytes += o.Bytes
+			x.apiOnly += o.APIOnly
+			x.noCompletion += o.NoCompletion
+			x.transfers += o.Transfers
+			out[o.Func] = x
+		}
+	}
+	return out
+}
+
+// logFacts reads what a call log itself says: send steps stopped (each is one network transfer
+// the plugin must keep) and ProxyOps started (whether the network path was taken at all).
+func logFacts(t *testing.T, path string) (sendSteps, proxyOps int) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type ev struct{ typ, parent, send string }
+	evs := map[string]ev{}
+	sc := bufio.NewScanner(z)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 4 {
+			continue
+		}
+		kv := map[string]string{}
+		for _, f := range fields[3:] {
+			if k, v, ok := strings.Cut(f, "="); ok {
+				kv[k] = v
+			}
+		}
+		switch fields[2] {
+		case "start":
+			evs[kv["h"]] = ev{kv["type"], kv["parent"], kv["send"]}
+			if kv["type"] == "8" {
+				proxyOps++
+			}
+		case "stop":
+			if e := evs[kv["h"]]; e.typ == "16" && evs[e.parent].send == "1" {
+				sendSteps++
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return sendSteps, proxyOps
+}
+
+// checkReplayWhole: every summary complete, no ProxyOp retired or step orphaned (NCCL stopped them
+// all: a retirement would be a live ProxyOp taken for abandoned), no hang dump.
+func checkReplayWhole(t *testing.T, r *Run) {
+	t.Helper()
+	for _, s := range r.Summaries {
+		if !s.Complete || len(s.Partial) != 0 {
+			t.Errorf("comm %s: complete=%v partial=%q", s.Comm.Hash, s.Complete, s.Partial)
+		}
+	}
+	if len(r.Summaries) > 0 {
+		c := r.Summaries[0].Counters
+		for _, k := range []string{"proxyops_retired", "proxyops_retired_old", "orphan_steps", "stale_handle",
+			"arena_full", "dropped_windows_full", "lost_operations", "bad_handle", "foreign_context"} {
+			if c[k] != 0 {
+				t.Errorf("process counter %s = %d, want 0 (every ProxyOp of this log was stopped by NCCL)", k, c[k])
+			}
+		}
+	}
+	if m, _ := filepath.Glob(filepath.Join(r.Dir, "ncclprof-hang-*.json")); len(m) != 0 {
+		t.Errorf("hang dumps written while nothing hung: %v", m)
+	}
+}
+
+// TestRealNCCLReplay: each recording, each rank. Counts and bytes by function equal what the
+// rank issued (a communicator of one rank excepted: NCCL 2.28–2.30 emit nothing for it,
+// enqueue.cc taskAppend → ncclLaunchOneRank) and what ncclprof wrote on the GPU machine; every
+// send step is a transfer; only operations without network work lack a completion.
+func TestRealNCCLReplay(t *testing.T) {
+	root := filepath.Join(Root(t), "testdata", "nccl")
+	for _, rec := range []string{"2.30.7-net", "2.28.9-net", "2.30.7-p2p"} {
+		rec := rec
+		for rank := 0; rank < 4; rank++ {
+			rank := rank
+			t.Run(fmt.Sprintf("%s/rank%d", rec, rank), func(t *testing.T) {
+				t.Parallel()
+				dir := filepath.Join(root, rec)
+				tr := readRecTruth(t, filepath.Join(dir, fmt.Sprintf("truth-%d.json", rank)))
+				r := Start(t, Options{
+					Args: []string{"--log", filepath.Join(dir, fmt.Sprintf("calls-%d.log.gz", rank)),
+						"--recorded-pid", fmt.Sprint(tr.PID), "--speed", "1", "replay"},
+					Env: []string{"NCCLPROF_HANG_TIMEOUT_S=3"},
+				})
+				checkReplayWhole(t, r)
+				got := opTotals(r.Summaries)
+				checkAgainstTruth(t, tr, got, strings.HasSuffix(rec, "-net"))
+				checkAgainstReal(t, filepath.Join(dir, "real"), tr.PID, r.Summaries)
+				sendSteps, proxyOps := logFacts(t, filepath.Join(dir, fmt.Sprintf("calls-%d.log.gz", rank)))
+				var transfers uint64
+				for _, x := range got {
+					transfers += x.transfers
+				}
+				if transfers != uint64(sendSteps) {
+					t.Errorf("transfers %d, want %d (every send step NCCL stopped)", transfers, sendSteps)
+				}
+				if strings.HasSuffix(rec, "-p2p") && proxyOps != 0 {
+					t.Errorf("the P2P recording has %d ProxyOps: it took the network path", proxyOps)
+				}
+			})
+		}
+	}
+}
+
+// checkAgainstTruth: counts by function as issued; completions on the network path for all but
+// the operations with no network work (a rank's Send/Recv to itself in the all-to-alls, and
+// collectives NCCL reports by API events alone); on the P2P path none (the default mask has no
+// KernelCh, and no proxy runs).
+func checkAgainstTruth(t *testing.T, tr recTruth, got map[string]opTotal, network bool) {
+	t.Helper()
+	want := map[string]uint64{}
+	self := map[string]uint64{}
+	for _, c := range tr.Calls {
+		if c.Comm == "solo" {
+			continue
+		}
+		want[c.Func] += c.Times
+		if c.Pattern == "alltoall_p2p" || c.Pattern == "graph" {
+			if c.Func == "Send" || c.Func == "Recv" {
+				self[c.Func] += c.Times / uint64(tr.NRanks)
+			}
+		}
+	}
+	funcs := map[string]bool{}
+	for f := range want {
+		funcs[f] = true
+	}
+	for f := range got {
+		funcs[f] = true
+	}
+	names := make([]string, 0, len(funcs))
+	for f := range funcs {
+		names = append(names, f)
+	}
+	sort.Strings(names)
+	for _, f := range names {
+		g := got[f]
+		if g.count != want[f] {
+			t.Errorf("%s: %d operations, the rank issued %d", f, g.count, want[f])
+		}
+		wantNo := g.count
+		if network {
+			wantNo = self[f] + g.apiOnly
+		}
+		if g.noCompletion != wantNo {
+			t.Errorf("%s: %d operations without completion, want %d (self %d, API-only %d)",
+				f, g.noCompletion, wantNo, self[f], g.apiOnly)
+		}
+	}
+}
+
+// checkAgainstReal: what the replay gives equals what ncclprof wrote beside real NCCL, for the
+// figures exact by construction (operations, bytes, API-only, per communicator and function).
+func checkAgainstReal(t *testing.T, dir string, pid int, replay []Summary) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("ncclprof-summary-*-%d-*.json", pid)))
+	if len(files) == 0 {
+		t.Fatalf("no real summaries of pid %d in %s", pid, dir)
+	}
+	byHash := map[string]Summary{}
+	for _, s := range replay {
+		byHash[s.Comm.Hash] = s
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var real Summary
+		if err := json.Unmarshal(b, &real); err != nil {
+			t.Fatal(err)
+		}
+		rep, ok := byHash[real.Comm.Hash]
+		if !ok {
+			t.Errorf("communicator %s of the real run is missing from the replay", real.Comm.Hash)
+			continue
+		}
+		a, b2 := opTotals([]Summary{real}), opTotals([]Summary{rep})
+		for fn, x := range a {
+			y := b2[fn]
+			if x.count != y.count || x.bytes != y.bytes || x.apiOnly != y.apiOnly {
+				t.Errorf("comm %s %s: real run %d ops, %d bytes, %d API-only; replay %d, %d, %d",
+					real.Comm.Hash, fn, x.count, x.bytes, x.apiOnly, y.count, y.bytes, y.apiOnly)
+			}
+		}
+	}
+}
+
+// TestRealNCCLQueuedProxyOps: 200 back-to-back ring and all-to-all Send/Recv groups on the
+// socket transport (2.30.7, rank 0's point_to_point phase of a 200-iteration recording). NCCL
+// queues each receive ProxyOp behind the one its connection runs (proxy.cc ProxyAppend,
+// `nextPeer`): over a thousand wait at once, some for 60 ms, with no state and no step, while
+// other connections finish operations. None is abandoned: before, the plugin retired 172 of
+// them as never-stopped (and lost their 1,320 steps), and filled its arena on the cursor's next
+// lap over the queued run of cells.
+func TestRealNCCLQueuedProxyOps(t *testing.T) {
+	dir := filepath.Join(Root(t), "testdata", "nccl", "2.30.7-net-burst")
+	tr := readRecTruth(t, filepath.Join(dir, "truth-0.json"))
+	log := filepath.Join(dir, "calls-0.log.gz")
+	// As fast as it goes, and at twice the recorded pace (26 s). The slowest operation was in
+	// flight 7.6 s as recorded (grouped AllReduce behind the burst): the watchdog's 10 s is
+	// past it at either pace.
+	for _, speed := range []string{"0", "2"} {
+		t.Run("speed"+speed, func(t *testing.T) {
+			r := Start(t, Options{
+				Args: []string{"--log", log, "--recorded-pid", fmt.Sprint(tr.PID), "--speed", speed, "replay"},
+				Env:  []string{"NCCLPROF_HANG_TIMEOUT_S=10"},
+			})
+			checkReplayWhole(t, r)
+			got := opTotals(r.Summaries)
+			var ring, a2a, selfA2A uint64
+			for _, c := range tr.Calls {
+				switch c.Pattern {
+				case "ring":
+					ring = c.Times
+				case "alltoall_p2p":
+					a2a = c.Times
+					selfA2A = c.Times / uint64(tr.NRanks)
+				}
+			}
+			for _, f := range []string{"Send", "Recv"} {
+				if g := got[f]; g.count != ring+a2a || g.noCompletion != selfA2A {
+					t.Errorf("%s: %d operations, %d without completion; want %d and %d (to itself)",
+						f, g.count, g.noCompletion, ring+a2a, selfA2A)
+				}
+			}
+			sendSteps, _ := logFacts(t, log)
+			var transfers uint64
+			for _, x := range got {
+				transfers += x.transfers
+			}
+			if transfers != uint64(sendSteps) {
+				t.Errorf("transfers %d, want %d (every send step NCCL stopped)", transfers, sendSteps)
+			}
+		})
+	}
+}
