@@ -32,6 +32,7 @@ package aggregate
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/ncclprof/ncclprof/internal/align"
 	"github.com/ncclprof/ncclprof/internal/event"
@@ -44,10 +45,11 @@ const (
 	DefaultMaxAgeNs      = 30e9  // a pending event older than this is given up
 	DefaultWindowDelayNs = 2e9   // longest an event can wait in an open window (period + grace)
 	// DefaultProxyWaitNs: how long an operation of a kind that goes over the network waits for
-	// its first ProxyOp (awaitsProxy). Real NCCL 2.30.7 started an AllReduce's ProxyOps up to
-	// seconds after its Coll stopped while its proxy thread worked through a burst of queued
-	// Send/Recv (testdata/nccl/2.30.7-net-burst).
-	DefaultProxyWaitNs = 10e9
+	// its first ProxyOp (awaitsProxy), short of DefaultMaxAgeNs. Real NCCL 2.30.7 showed an
+	// AllReduce's first ProxyOp 10.75 s after the call while its proxy thread worked through 200
+	// queued large AllReduce (docs/real-nccl.md); 2.28.9, slower on the same run, still had
+	// 570-620 ProxyOps per rank come later than a 10 s wait.
+	DefaultProxyWaitNs = 25e9
 )
 
 // Op is one completed operation, as handed to OnOp.
@@ -897,18 +899,25 @@ func (p *PairStats) Fits() (avg, mn linfit.Result) {
 	return p.Fit.Fit(linfit.AVG), p.Fit.Fit(linfit.MIN)
 }
 
-// netKind is what decides whether an operation goes over the network: a collective's function,
-// algorithm and protocol; a Send or Recv's peer.
+// netKind is what decides whether an operation goes over the network: for a Send or Recv its
+// peer; for a collective only its algorithm family, since every ring, tree or PAT collective of
+// a communicator that spans nodes crosses them, while CollNet and NVLS ones report no ProxyOp
+// of their own (docs/nccl-patterns.md) and are learned apart. Real NCCL 2.30.7 queued a burst
+// of small AllReduce behind 200 large ones for 10 s: learned per function and protocol, that
+// first burst of a new kind completed without its ProxyOps.
 type netKind struct {
-	fn, algo, proto string
-	peer            int
+	fn, algo string
+	peer     int
 }
 
 func kindOf(o *Op) netKind {
-	if o.Func == "Send" || o.Func == "Recv" {
+	switch {
+	case o.Func == "Send" || o.Func == "Recv":
 		return netKind{fn: o.Func, peer: o.Peer}
+	case strings.HasPrefix(o.Algo, "COLLNET") || strings.HasPrefix(o.Algo, "NVLS"):
+		return netKind{fn: "collective", algo: o.Algo, peer: -1}
 	}
-	return netKind{fn: o.Func, algo: o.Algo, proto: o.Proto, peer: -1}
+	return netKind{fn: "collective", peer: -1}
 }
 
 // awaitsProxy: operations of its kind have had ProxyOps on this communicator, it has none yet,

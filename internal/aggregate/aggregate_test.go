@@ -175,17 +175,20 @@ func TestLateProxyOps(t *testing.T) {
 		t.Errorf("waiting 3 µs: ops %+v, health %+v", ops, h)
 	}
 
-	// A Broadcast (a kind with no ProxyOps here) completes QuietNs after its stop, not ProxyWaitNs.
+	// Learned per kind: after one AllReduce had a ProxyOp, a Broadcast (another collective of
+	// the same algorithm family) waits for its own; a Send to a peer that never had ProxyOps
+	// (on the same node, or itself) completes QuietNs after its stop, not ProxyWaitNs.
 	a := newAgg()
 	a.ProxyWaitNs = 1e6
 	ops2 := collect(a)
 	var b builder
-	c1, p1, c3 := b.id(), b.id(), b.id()
+	c1, p1, c3, s4 := b.id(), b.id(), b.id(), b.id()
 	a.Window(comm1, []event.Record{coll(c1, "AllReduce", 8, 1000, 1010), proxyOp(p1, c1, 1, true, 1100, 1200)})
-	a.Window(comm1, []event.Record{coll(c3, "Broadcast", 8, 2000, 2010)})
+	a.Window(comm1, []event.Record{coll(c3, "Broadcast", 8, 2000, 2010),
+		{Handle: s4, Type: event.P2p, Func: "Send", Peer: 2, Count: 16, Dtype: "ncclFloat32", Start: 2020, Stop: 2030}})
 	a.Advance(comm1, 5000)
-	if len(*ops2) != 2 || (*ops2)[1].Func != "Broadcast" {
-		t.Errorf("before finalize, want the AllReduce and the Broadcast completed, got %+v", *ops2)
+	if len(*ops2) != 2 || (*ops2)[0].Func != "AllReduce" || (*ops2)[1].Func != "Send" {
+		t.Errorf("before finalize, want the AllReduce and the Send completed (the Broadcast waiting), got %+v", *ops2)
 	}
 }
 
