@@ -279,8 +279,10 @@ static int load(const char* path) {
       R.lines = realloc(R.lines, (size_t)cap_lines * sizeof *R.lines);
     }
     int k = thread_of(tid);
-    last = realloc(last, (size_t)R.nthr * sizeof *last);
-    if (R.thr[k].first < 0) R.thr[k].first = R.nlines, last[k] = -1;
+    if (R.thr[k].first < 0) { /* a thread not seen before */
+      last = realloc(last, (size_t)R.nthr * sizeof *last);
+      R.thr[k].first = R.nlines, last[k] = -1;
+    }
     if (last[k] >= 0) R.lines[last[k]].next_own = R.nlines;
     last[k] = R.nlines;
     R.lines[R.nlines] = (rline){.text = strdup(buf + off), .t = t, .thr = k, .next_own = -1};

@@ -45,6 +45,29 @@ func readRecTruth(t *testing.T, path string) recTruth {
 	return tr
 }
 
+// replayLog plays a recorded log back into the plugin at `speed` times the recorded pace (0: as
+// fast as it goes), under a hang watchdog of hangS seconds.
+func replayLog(t *testing.T, log string, pid int, speed string, hangS int) *Run {
+	t.Helper()
+	return Start(t, Options{
+		Args: []string{"--log", log, "--recorded-pid", fmt.Sprint(pid), "--speed", speed, "replay"},
+		Env:  []string{fmt.Sprintf("NCCLPROF_HANG_TIMEOUT_S=%d", hangS)},
+	})
+}
+
+// checkTransfers: every send step NCCL stopped in the log is a transfer of its operation.
+func checkTransfers(t *testing.T, got map[string]opTotal, log string) {
+	t.Helper()
+	sendSteps, _ := logFacts(t, log)
+	var transfers uint64
+	for _, x := range got {
+		transfers += x.transfers
+	}
+	if transfers != uint64(sendSteps) {
+		t.Errorf("transfers %d, want %d (every send step NCCL stopped)", transfers, sendSteps)
+	}
+}
+
 // opTotals adds up a run's operations by function: count, bytes, API-only, without completion.
 type opTotal struct{ count, bytes, apiOnly, noCompletion, transfers uint64 }
 
@@ -147,24 +170,14 @@ func TestRealNCCLReplay(t *testing.T) {
 				t.Parallel()
 				dir := filepath.Join(root, rec)
 				tr := readRecTruth(t, filepath.Join(dir, fmt.Sprintf("truth-%d.json", rank)))
-				r := Start(t, Options{
-					Args: []string{"--log", filepath.Join(dir, fmt.Sprintf("calls-%d.log.gz", rank)),
-						"--recorded-pid", fmt.Sprint(tr.PID), "--speed", "1", "replay"},
-					Env: []string{"NCCLPROF_HANG_TIMEOUT_S=3"},
-				})
+				log := filepath.Join(dir, fmt.Sprintf("calls-%d.log.gz", rank))
+				r := replayLog(t, log, tr.PID, "1", 3)
 				checkReplayWhole(t, r)
 				got := opTotals(r.Summaries)
 				checkAgainstTruth(t, tr, got, strings.HasSuffix(rec, "-net"))
 				checkAgainstReal(t, filepath.Join(dir, "real"), tr.PID, r.Summaries)
-				sendSteps, proxyOps := logFacts(t, filepath.Join(dir, fmt.Sprintf("calls-%d.log.gz", rank)))
-				var transfers uint64
-				for _, x := range got {
-					transfers += x.transfers
-				}
-				if transfers != uint64(sendSteps) {
-					t.Errorf("transfers %d, want %d (every send step NCCL stopped)", transfers, sendSteps)
-				}
-				if strings.HasSuffix(rec, "-p2p") && proxyOps != 0 {
+				checkTransfers(t, got, log)
+				if _, proxyOps := logFacts(t, log); strings.HasSuffix(rec, "-p2p") && proxyOps != 0 {
 					t.Errorf("the P2P recording has %d ProxyOps: it took the network path", proxyOps)
 				}
 			})
@@ -223,36 +236,32 @@ func checkAgainstTruth(t *testing.T, tr recTruth, got map[string]opTotal, networ
 // figures exact by construction (operations, bytes, API-only, per communicator and function).
 func checkAgainstReal(t *testing.T, dir string, pid int, replay []Summary) {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("ncclprof-summary-*-%d-*.json", pid)))
-	if len(files) == 0 {
-		t.Fatalf("no real summaries of pid %d in %s", pid, dir)
-	}
 	byHash := map[string]Summary{}
 	for _, s := range replay {
 		byHash[s.Comm.Hash] = s
 	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
+	n := 0
+	for _, real := range ReadSummaries(t, dir) {
+		if real.PID != pid {
+			continue
 		}
-		var real Summary
-		if err := json.Unmarshal(b, &real); err != nil {
-			t.Fatal(err)
-		}
+		n++
 		rep, ok := byHash[real.Comm.Hash]
 		if !ok {
 			t.Errorf("communicator %s of the real run is missing from the replay", real.Comm.Hash)
 			continue
 		}
-		a, b2 := opTotals([]Summary{real}), opTotals([]Summary{rep})
-		for fn, x := range a {
-			y := b2[fn]
+		want, got := opTotals([]Summary{real}), opTotals([]Summary{rep})
+		for fn, x := range want {
+			y := got[fn]
 			if x.count != y.count || x.bytes != y.bytes || x.apiOnly != y.apiOnly {
 				t.Errorf("comm %s %s: real run %d ops, %d bytes, %d API-only; replay %d, %d, %d",
 					real.Comm.Hash, fn, x.count, x.bytes, x.apiOnly, y.count, y.bytes, y.apiOnly)
 			}
 		}
+	}
+	if n == 0 {
+		t.Fatalf("no real summaries of pid %d in %s", pid, dir)
 	}
 }
 
@@ -272,10 +281,7 @@ func TestRealNCCLQueuedProxyOps(t *testing.T) {
 	// past it at either pace.
 	for _, speed := range []string{"0", "2"} {
 		t.Run("speed"+speed, func(t *testing.T) {
-			r := Start(t, Options{
-				Args: []string{"--log", log, "--recorded-pid", fmt.Sprint(tr.PID), "--speed", speed, "replay"},
-				Env:  []string{"NCCLPROF_HANG_TIMEOUT_S=10"},
-			})
+			r := replayLog(t, log, tr.PID, speed, 10)
 			checkReplayWhole(t, r)
 			got := opTotals(r.Summaries)
 			var ring, a2a, selfA2A uint64
@@ -294,14 +300,7 @@ func TestRealNCCLQueuedProxyOps(t *testing.T) {
 						f, g.count, g.noCompletion, ring+a2a, selfA2A)
 				}
 			}
-			sendSteps, _ := logFacts(t, log)
-			var transfers uint64
-			for _, x := range got {
-				transfers += x.transfers
-			}
-			if transfers != uint64(sendSteps) {
-				t.Errorf("transfers %d, want %d (every send step NCCL stopped)", transfers, sendSteps)
-			}
+			checkTransfers(t, got, log)
 		})
 	}
 }
