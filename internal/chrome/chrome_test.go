@@ -107,6 +107,48 @@ func TestLanesRememberLongSlices(t *testing.T) {
 	checkLanes(t, &l, placed, len(all))
 }
 
+// A step and its states go to one lane where all of them fit: a state that partly overlaps
+// another step already on the lane where the step alone would fit sends the group further.
+// (Placing the step alone and adding its states blindly drew real NCCL's steps wrongly.)
+func TestLanesPlaceGroup(t *testing.T) {
+	var l Lanes
+	if got := l.Place(100, 200); got != 0 { // another step on lane 0
+		t.Fatalf("first slice on lane %d", got)
+	}
+	// A step [50, 300] would nest [100, 200] on lane 0, but its state [150, 250] overlaps it.
+	lane := l.PlaceGroup([][2]int64{{50, 300}, {50, 150}, {150, 250}, {250, 300}})
+	if lane != 1 {
+		t.Errorf("step with a conflicting state placed on lane %d, want 1", lane)
+	}
+	// A group that fits lane 0 whole goes there.
+	if lane := l.PlaceGroup([][2]int64{{400, 500}, {400, 450}}); lane != 0 {
+		t.Errorf("a free group placed on lane %d, want 0", lane)
+	}
+	if l.Overflow != 0 {
+		t.Errorf("overflow %d", l.Overflow)
+	}
+}
+
+// Max bounds the lanes; beyond it slices share the last lane and are counted.
+func TestLanesMax(t *testing.T) {
+	l := Lanes{Max: 3}
+	for i := int64(0); i < 5; i++ { // five staggered slices, each partly overlapping the next
+		if lane := l.Place(i*10, i*10+100); lane > 2 {
+			t.Fatalf("lane %d beyond Max 3", lane)
+		}
+	}
+	if l.Overflow != 2 {
+		t.Errorf("overflow %d, want 2 (the 4th and 5th found no lane)", l.Overflow)
+	}
+	var d Lanes // the default is 64 lanes
+	for i := int64(0); i < 70; i++ {
+		d.Place(i, i+1000)
+	}
+	if d.Overflow != 6 {
+		t.Errorf("default lanes: overflow %d, want 6 of 70 staggered slices", d.Overflow)
+	}
+}
+
 // checkLanes: no two slices placed on one lane within `reach` arrivals of each other overlap
 // partially, and no slice was placed despite a conflict.
 func checkLanes(t *testing.T, l *Lanes, placed map[int][]span, reach int) {

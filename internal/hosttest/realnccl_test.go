@@ -156,8 +156,8 @@ func checkReplayWhole(t *testing.T, r *Run) {
 	}
 }
 
-// TestRealNCCLReplay: each recording, each rank. Counts and bytes by function equal what the
-// rank issued (a communicator of one rank excepted: NCCL 2.28–2.30 emit nothing for it,
+// TestRealNCCLReplay: each recording, each rank. The trace is what Perfetto reads whole; counts
+// and bytes by function equal what the rank issued (a communicator of one rank excepted: NCCL 2.28–2.30 emit nothing for it,
 // enqueue.cc taskAppend → ncclLaunchOneRank) and what ncclprof wrote on the GPU machine; every
 // send step is a transfer; only operations without network work lack a completion.
 func TestRealNCCLReplay(t *testing.T) {
@@ -173,8 +173,17 @@ func TestRealNCCLReplay(t *testing.T) {
 				log := filepath.Join(dir, fmt.Sprintf("calls-%d.log.gz", rank))
 				// The slowest operation of these recordings was in flight 1.6 s (2.28.9's
 				// AllReduce of 4 MiB): a 10 s watchdog stays quiet unless something hangs.
-				r := replayLog(t, log, tr.PID, "1", 10)
+				r := replayLog(t, log, tr.PID, "1", 10, "NCCLPROF_TRACE=1")
 				checkReplayWhole(t, r)
+				traces := ReadTraces(t, r.Dir)
+				if len(traces) == 0 {
+					t.Error("no trace written (NCCLPROF_TRACE=1)")
+				}
+				for _, x := range traces {
+					for _, err := range x.Check() {
+						t.Errorf("trace of real NCCL's calls: %v", err)
+					}
+				}
 				got := opTotals(r.Summaries)
 				checkAgainstTruth(t, tr, got, strings.HasSuffix(rec, "-net"))
 				checkAgainstReal(t, filepath.Join(dir, "real"), tr.PID, r.Summaries)
@@ -283,10 +292,10 @@ func TestRealNCCLQueuedProxyOps(t *testing.T) {
 	// past it at either pace.
 	for _, speed := range []string{"0", "2"} {
 		t.Run("speed"+speed, func(t *testing.T) {
-			// As fast as it goes is over a million calls a second: windows of 32,768 slots
+			// As fast as it goes is over a million calls a second: windows of 16,384 slots
 			// hold them while a loaded machine's drainer catches up (what is checked here is
 			// the ProxyOps' bookkeeping, not the drop path).
-			r := replayLog(t, log, tr.PID, speed, 10, "NCCLPROF_WINDOW_SLOTS=32768")
+			r := replayLog(t, log, tr.PID, speed, 10, "NCCLPROF_WINDOW_SLOTS=16384")
 			checkReplayWhole(t, r)
 			got := opTotals(r.Summaries)
 			var ring, a2a, selfA2A uint64
