@@ -24,7 +24,7 @@ type span struct{ s, e int64 }
 
 const (
 	laneMemory = 256 // recent slices a lane checks against
-	maxLanes   = 64 // unless Lanes.Max says otherwise
+	maxLanes   = 64  // unless Lanes.Max says otherwise
 )
 
 func conflicts(a, b span) bool {
