@@ -52,6 +52,8 @@ static void usage(void) {
           "             ProxyOps NCCL never stops, alternating with ring AllGathers\n"
           "  restart    --iters ring AllReduces at --rate/s whose receive steps are each started\n"
           "             20 times, as net.cc's recvProxyProgress does while it waits\n"
+          "  queued     --iters ring AllReduces at --rate/s on 4 channels whose receive ProxyOps\n"
+          "             wait 300 operations behind on their channel, as proxy.cc queues them\n"
           "  stalefin   a finalize of a context whose table entry another communicator took over\n"
           "  finwhile   finalize while another thread keeps calling into the communicator\n"
           "             (--slack-ms: the finalizing thread's timer slack)\n"
@@ -207,6 +209,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(o.scenario, "netstops")) scenario_netstops(&o);
   else if (!strcmp(o.scenario, "nostop")) scenario_nostop(&o);
   else if (!strcmp(o.scenario, "restart")) scenario_restart(&o);
+  else if (!strcmp(o.scenario, "queued")) scenario_queued(&o);
   else if (!strcmp(o.scenario, "job")) scenario_job(&o);
   else if (!strcmp(o.scenario, "stalefin")) scenario_stalefin(&o);
   else if (!strcmp(o.scenario, "finwhile")) scenario_finwhile(&o);

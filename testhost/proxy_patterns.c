@@ -1,5 +1,5 @@
 /*
- * proxy_patterns.c — two call patterns of NCCL's proxy thread that the plugin must survive at
+ * proxy_patterns.c — three call patterns of NCCL's proxy thread that the plugin must survive at
  * any rate, replayed as NCCL's own code calls (docs/nccl-patterns.md has the sources):
  *
  *   nostop   ProxyOps that proxy.cc starts (ncclProxyOpToArgs → ncclProfilerStartProxyOpEvent,
@@ -11,6 +11,12 @@
  *            Event) before the checks that may postpone its irecv to a later pass; each later
  *            pass starts it again into the same handle slot, and only the last handle is given
  *            states and stopped. Ring AllReduces whose every receive step is started 20 times.
+ *   queued   proxy.cc's ProxyAppend queues an op behind the one its connection runs (`nextPeer`)
+ *            and starts its ProxyOp at once; it is progressed only when its predecessors are
+ *            done. Ring AllReduces on 4 channels whose receive ProxyOps wait 300 operations
+ *            behind on their channel (1,200 at once, more than the plugin's retirement ring)
+ *            while every send runs and stops: as real NCCL 2.30.7 did under a burst
+ *            (testdata/nccl/2.30.7-net-burst).
  *
  * --iters operations at --rate operations per second (0: as fast as the threads can), each
  * with --channels channels; 4 steps per channel and direction.
@@ -75,3 +81,19 @@ static void pattern_run(const opts* op, const char* name, uint64_t hash, int col
 void scenario_nostop(const opts* op) { pattern_run(op, "nostop", 0xC0111E7000000001ull, 1); }
 
 void scenario_restart(const opts* op) { pattern_run(op, "restart", 0x2E57A27000000001ull, 0); }
+
+#define PATTERN_QUEUE_DEPTH 300
+
+void scenario_queued(const opts* op) {
+  hcomm* c = world_comm("queued", 0x0E0E0ED000000001ull + (uint64_t)op->seed, op->nranks, op->rank, 2);
+  W.queue_depth = PATTERN_QUEUE_DEPTH;
+  proxy_start();
+  double t0 = now_ns();
+  for (int i = 0; i < op->iters; i++) {
+    pace(t0, i, op->rate);
+    op_spec o = pattern_op("AllReduce", "RING", 4);
+    launch_group(c, &o, 1, 1);
+  }
+  proxy_stop();
+  W.queue_depth = 0;
+}

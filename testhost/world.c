@@ -288,19 +288,11 @@ void job_finish(const job* j, void* op, void* kch) {
     truth_completion(j->comm, j->truth_op, now_ns() - j->t_op_start, before - j->t_op_started);
 }
 
-void run_job(const job* j) {
-  if (W.plugin.nccl) {
-    era_run_job(j);
-    return;
-  }
+/* A started ProxyOp's progress, as net.cc runs it: InProgress (unless its first pass already
+ * recorded it), up to 8 steps in flight, stop. */
+static void run_started(const job* j, void* op, void* kch, int first_pass_done) {
   host_plugin* p = &W.plugin;
-  void* kch = job_kernel_begin(j);
-  void* op = job_op_begin(j, j->nsteps, (int)j->sizes[0]);
-  if (j->no_stop) { /* proxy.cc started it; the transport's progress never reports on it */
-    job_kernel_end(kch);
-    return;
-  }
-  host_op_in_progress(p, op);
+  if (!first_pass_done) host_op_in_progress(p, op);
   if (j->arrived) job_barrier_wait(j->arrived, j->comm->nranks); /* a ring waits for its peers */
   size_t cum = 0;
   inflight fl[8];
@@ -317,18 +309,81 @@ void run_job(const job* j) {
   job_finish(j, op, kch);
 }
 
+void run_job(const job* j) {
+  if (W.plugin.nccl) {
+    era_run_job(j);
+    return;
+  }
+  void* kch = job_kernel_begin(j);
+  void* op = job_op_begin(j, j->nsteps, (int)j->sizes[0]);
+  if (j->no_stop) { /* proxy.cc started it; the transport's progress never reports on it */
+    job_kernel_end(kch);
+    return;
+  }
+  run_started(j, op, kch, 0);
+}
+
+/* NCCL's queue of ProxyOps behind their connection (proxy.cc ProxyAppend, `nextPeer`;
+ * docs/nccl-patterns.md section 3): a receive ProxyOp is started when the proxy thread appends
+ * it and progressed only when the ones before it on its connection (here: its channel) are
+ * done, W.queue_depth operations later; sends run at once, so later operations' ProxyOps stop
+ * while earlier receives wait with no state and no step. The head of a connection's queue is in
+ * NCCL's active list, so its first pass (InProgress) comes as soon as it is the head: when its
+ * predecessor is removed, or at its append onto an idle connection. */
+typedef struct queued {
+  job j;
+  void *op, *kch;
+} queued;
+static queued* conn_q[MAX_CHANNELS];
+static int conn_head[MAX_CHANNELS], conn_n[MAX_CHANNELS];
+
+static void queue_pop(int ch) {
+  queued* q = &conn_q[ch][conn_head[ch]];
+  conn_head[ch] = (conn_head[ch] + 1) % (W.queue_depth + 1);
+  conn_n[ch]--;
+  run_started(&q->j, q->op, q->kch, 1);
+  if (conn_n[ch] > 0) host_op_in_progress(&W.plugin, conn_q[ch][conn_head[ch]].op);
+}
+
+static void run_queued(const job* j) {
+  if (j->is_send || j->no_stop) {
+    run_job(j);
+    return;
+  }
+  int ch = j->channel % MAX_CHANNELS;
+  if (!conn_q[ch]) conn_q[ch] = calloc((size_t)W.queue_depth + 1, sizeof(queued));
+  queued* q = &conn_q[ch][(conn_head[ch] + conn_n[ch]) % (W.queue_depth + 1)];
+  q->j = *j;
+  q->kch = job_kernel_begin(j);
+  q->op = job_op_begin(j, j->nsteps, (int)j->sizes[0]);
+  if (conn_n[ch]++ == 0) host_op_in_progress(&W.plugin, q->op);
+  if (conn_n[ch] > W.queue_depth) queue_pop(ch);
+}
+
+/* At the proxy's stop: what waits on every connection, oldest first. */
+static void queue_flush(void) {
+  for (int ch = 0; ch < MAX_CHANNELS; ch++)
+    while (conn_n[ch] > 0) queue_pop(ch);
+}
+
 static void* proxy_main(void* arg) {
   (void)arg;
   pthread_mutex_lock(&W.qmu);
   for (;;) {
     while (W.qhead == W.qtail && !W.stop) pthread_cond_wait(&W.qcv, &W.qmu);
-    if (W.qhead == W.qtail && W.stop) break;
+    if (W.qhead == W.qtail && W.stop) {
+      pthread_mutex_unlock(&W.qmu);
+      queue_flush();
+      pthread_mutex_lock(&W.qmu);
+      break;
+    }
     job j = W.queue[W.qhead % 256];
     W.qbusy = 1;
     W.qhead++;
     pthread_cond_broadcast(&W.qdone);
     pthread_mutex_unlock(&W.qmu);
-    run_job(&j);
+    if (W.queue_depth > 0) run_queued(&j);
+    else run_job(&j);
     pthread_mutex_lock(&W.qmu);
     W.qbusy = 0;
     W.jobs_done++;

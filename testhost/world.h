@@ -80,6 +80,9 @@ typedef struct world {
   int ncomms;
   int rank, nranks;
   int realtime; /* 1: busy-wait modelled transfer times; 0: as fast as possible (bench, fuzz) */
+  /* > 0: receive ProxyOps wait this many behind on their connection, as NCCL queues them
+   * (proxy.cc ProxyAppend `nextPeer`; proxy_patterns.c `queued`) */
+  int queue_depth;
   double gpu_offset_ns, gpu_drift_ppm;
   int64_t t_base_real;
   uint64_t rng;
