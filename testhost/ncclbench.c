@@ -12,8 +12,10 @@
  * each started, given its three state records in net.cc's order (send: SendGPUWait when
  * posted, SendPeerWait, SendWait; receive: RecvWait once its irecv is posted, RecvFlushWait,
  * RecvGPUWait) and stopped, oldest first; ProxyOp InProgress on the first pass; KernelCh when
- * the mask asks for it. Two of NCCL's patterns have rows of their own (docs/nccl-patterns.md):
- * receive steps started again before their irecv is posted, and CollNet ProxyOps never stopped.
+ * the mask asks for it. Three of NCCL's patterns have rows of their own (docs/nccl-patterns.md):
+ * receive steps started again before their irecv is posted, CollNet ProxyOps never stopped, and
+ * receive ProxyOps queued behind their connection (started when appended, progressed
+ * NB_QUEUE AllReduces later, the head of each channel's queue given its first pass at once).
  *
  * Every row alternates the floor (the empty plugin plus one TSC read per callback) and ncclprof
  * under the same mask and pacing, --reps times. Each AllReduce's callbacks are timed alone (a
@@ -36,12 +38,13 @@
 
 #define NB_STEPS_IN_FLIGHT 8 /* NCCL_STEPS */
 #define NB_RESTARTS 2        /* restart row: each receive step started 3 times in all */
+#define NB_QUEUE 64          /* queued rows: receive ProxyOps waiting per channel */
 
 typedef struct nb_row {
   const char* name;
   int mask_all, channels, steps;
   double rate; /* AllReduces per second; 0: unpaced */
-  int restarts, collnet;
+  int restarts, collnet, queued;
 } nb_row;
 
 typedef struct nb_cb {
@@ -95,15 +98,20 @@ static void nb_finish(nb_cb* b, void* st, int send) {
   nb_stop(b, st);
 }
 
-/* One ProxyOp as net.cc progresses it: up to 8 steps in flight, completed in order. */
-static void nb_proxy_op(nb_cb* b, void* coll, int ch, int send, const nb_row* r) {
-  static npabi_args_v4_t none;
+static npabi_args_v4_t nb_none;
+
+/* A ProxyOp as proxy.cc appends it (started, nothing else yet). */
+static void* nb_append(nb_cb* b, void* coll, int ch, int send, const nb_row* r) {
   nb_op.parentObj = coll;
   nb_op.proxyOp.channelId = (uint8_t)ch;
   nb_op.proxyOp.isSend = send;
   nb_op.proxyOp.nSteps = r->steps;
-  void* op = nb_start(b, &nb_op);
-  nb_state(b, op, NPABI_PROXY_OP_IN_PROGRESS, &none);
+  return nb_start(b, &nb_op);
+}
+
+/* A ProxyOp's steps as net.cc progresses them, after its first pass: up to 8 in flight,
+ * completed in order; then its stop. */
+static void nb_progress(nb_cb* b, void* op, int send, const nb_row* r) {
   void* fl[NB_STEPS_IN_FLIGHT];
   int posted = 0, done = 0;
   while (done < r->steps) {
@@ -113,6 +121,39 @@ static void nb_proxy_op(nb_cb* b, void* coll, int ch, int send, const nb_row* r)
     done++;
   }
   nb_stop(b, op);
+}
+
+/* One ProxyOp as net.cc progresses it at once. */
+static void nb_proxy_op(nb_cb* b, void* coll, int ch, int send, const nb_row* r) {
+  void* op = nb_append(b, coll, ch, send, r);
+  nb_state(b, op, NPABI_PROXY_OP_IN_PROGRESS, &nb_none);
+  nb_progress(b, op, send, r);
+}
+
+/* Receive ProxyOps queued behind their connection: one queue per channel. */
+static void* nb_q[64][NB_QUEUE + 1];
+static int nb_qhead[64], nb_qn[64];
+
+static void nb_queue_pop(nb_cb* b, int ch, const nb_row* r) {
+  void* op = nb_q[ch][nb_qhead[ch]];
+  nb_qhead[ch] = (nb_qhead[ch] + 1) % (NB_QUEUE + 1);
+  nb_qn[ch]--;
+  nb_progress(b, op, 0, r);
+  if (nb_qn[ch] > 0) nb_state(b, nb_q[ch][nb_qhead[ch]], NPABI_PROXY_OP_IN_PROGRESS, &nb_none);
+}
+
+static void nb_queued_recv(nb_cb* b, void* coll, int ch, const nb_row* r) {
+  void* op = nb_append(b, coll, ch, 0, r);
+  nb_q[ch][(nb_qhead[ch] + nb_qn[ch]) % (NB_QUEUE + 1)] = op;
+  if (nb_qn[ch]++ == 0) nb_state(b, op, NPABI_PROXY_OP_IN_PROGRESS, &nb_none);
+  if (nb_qn[ch] > NB_QUEUE) nb_queue_pop(b, ch, r);
+}
+
+/* What a queued row left waiting: progressed, untimed, before the next run (whose plugin may
+ * be the other library). */
+static void nb_queue_flush(nb_cb* b, const nb_row* r) {
+  for (int ch = 0; ch < 64; ch++)
+    while (nb_qn[ch] > 0) nb_queue_pop(b, ch, r);
 }
 
 /* A CollNet ProxyOp: proxy.cc starts it, nothing records a state, a step or a stop. */
@@ -135,6 +176,9 @@ static void nb_proxy_part(nb_cb* b, void* coll, const nb_row* r, uint64_t i) {
     if (r->collnet && i % 2 == 0) {
       nb_collnet_op(b, coll, ch);
       nb_collnet_op(b, coll, ch);
+    } else if (r->queued) {
+      nb_proxy_op(b, coll, ch, 1, r);
+      nb_queued_recv(b, coll, ch, r);
     } else {
       nb_proxy_op(b, coll, ch, 1, r);
       nb_proxy_op(b, coll, ch, 0, r);
@@ -189,6 +233,7 @@ static nb_run nb_measure(bench_lib* L, const nb_row* r, int count, int tsc) {
     per[i] = nb_ticks_ns(dt) / (double)(b.n - n0);
   }
   (void)sink;
+  nb_queue_flush(&b, r);
   nb_run out = {nb_ticks_ns(total) / (double)b.n, median(per, count)};
   return out;
 }
@@ -229,6 +274,8 @@ static const nb_row nb_rows[] = {
     {"default 2ch x 4 steps, receive steps restarted, unpaced", 0, 2, 4, 0, NB_RESTARTS, 0},
     {"default 2ch x 4 steps, CollNet ProxyOps never stopped, paced", 0, 2, 4, 5000, 0, 1},
     {"default 2ch x 4 steps, CollNet ProxyOps never stopped, unpaced", 0, 2, 4, 0, 0, 1},
+    {"default 2ch x 4 steps, receive ProxyOps queued 64 deep, paced", 0, 2, 4, 5000, 0, 0, 1},
+    {"default 2ch x 4 steps, receive ProxyOps queued 64 deep, unpaced", 0, 2, 4, 0, 0, 0, 1},
     /* Operations with no network work (intra-node: NCCL starts no ProxyOp): the user thread's
      * events alone, which every row above also makes once per AllReduce. */
     {"default, no network (user thread's events only), paced", 0, 0, 4, 5000, 0, 0},
