@@ -2,6 +2,7 @@ package hosttest
 
 import (
 	"debug/elf"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -233,5 +234,46 @@ func TestBenchRefusesAPluginThatIsOff(t *testing.T) {
 		if !strings.Contains(string(msg), want) {
 			t.Errorf("output lacks %q:\n%s", want, msg)
 		}
+	}
+}
+
+// The queued rows of bench-nccl run whole on both libraries (each run progresses what it left
+// queued before the other library's run) and report a figure for each. Not a speed test: make
+// bench gives the figures.
+func TestBenchQueuedRowsRun(t *testing.T) {
+	Build(t)
+	out := filepath.Join(t.TempDir(), "bench")
+	cmd := exec.Command("bash", filepath.Join(Root(t), "tools/bench/nccl.sh"), Path(t, "ncclprof-testhost"),
+		Path(t, "libnccl-profiler-ncclprof.so"), Path(t, "libnccl-profiler-empty.so"), out, "3")
+	cmd.Env = append(os.Environ(), "NCCLPROF_BENCH_ROWS=queued")
+	msg, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("nccl.sh: %v\n%s", err, msg)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "bench-nccl.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Rows []struct {
+			Row      string  `json:"row"`
+			Floor    float64 `json:"floor_ns_per_callback"`
+			Ncclprof float64 `json:"ncclprof_ns_per_callback"`
+		} `json:"rows"`
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("bench-nccl.json: %v\n%s", err, b)
+	}
+	n := 0
+	for _, r := range res.Rows {
+		if strings.Contains(r.Row, "queued") {
+			n++
+			if r.Floor <= 0 || r.Ncclprof <= 0 {
+				t.Errorf("row %q: floor %.2f ns, ncclprof %.2f ns", r.Row, r.Floor, r.Ncclprof)
+			}
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d queued rows, want 2 (paced, unpaced):\n%s", n, b)
 	}
 }
