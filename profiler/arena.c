@@ -140,23 +140,6 @@ static void np_op_finish(np_comm* c, np_thread* t, np_cell* op, uint64_t h, uint
   __atomic_store_n(&ev->done, 1, __ATOMIC_RELEASE);
 }
 
-/* Retires a ProxyOp NCCL will never stop, if it is one: no state and no step since it started
- * (net.cc records InProgress and starts steps on its first pass over an operation, so a
- * ProxyOp of net.cc's that had passes has both; one without has no record either). A
- * compare-and-swap frees the generation its handle names, so a cell stopped or reused
- * meanwhile is left alone. The fields are read atomically: the generation was checked first,
- * but another thread may be reusing the cell as they are read (never under NCCL, whose proxy
- * thread alone starts and stops a communicator's ProxyOps). */
-/* Whether the cell is still the ProxyOp `h` names, without a state or a step so far; its
- * in-use generation word in *gs. */
-static int np_op_silent(np_cell* op, uint64_t h, uint64_t* gs) {
-  *gs = __atomic_load_n(&op->gs, __ATOMIC_ACQUIRE);
-  if (!(*gs & 1) || ((uint32_t)(*gs >> 1) & NP_GEN_MASK) != np_h_gen(h)) return 0;
-  return __atomic_load_n(&op->type, __ATOMIC_RELAXED) == NP_T_PROXY_OP &&
-         __atomic_load_n(&op->nstates, __ATOMIC_RELAXED) == 0 &&
-         __atomic_load_n(&op->u.op.record, __ATOMIC_RELAXED) == 0;
-}
-
 /* The receive connection of a ProxyOp (channel, peer) in the communicator's table; with
  * `take`, an entry another connection held is taken over (its counts start again). NULL when
  * the connection is not there. Only NCCL's proxy thread of the communicator comes here; the
@@ -173,10 +156,9 @@ static np_conn* np_conn_of(np_comm* c, uint8_t channel, int32_t peer, int take) 
   return e;
 }
 
-/* A receive ProxyOp started: its place in its connection's order. */
-void np_conn_started(np_comm* c, np_cell* op) {
-  np_conn* e = np_conn_of(c, __atomic_load_n(&op->channel, __ATOMIC_RELAXED),
-                          __atomic_load_n(&op->peer, __ATOMIC_RELAXED), 1);
+/* A receive ProxyOp started on (channel, peer): its place in its connection's order. */
+void np_conn_started(np_comm* c, np_cell* op, uint8_t channel, int32_t peer) {
+  np_conn* e = np_conn_of(c, channel, peer, 1);
   __atomic_store_n(&op->conn_seq, __atomic_fetch_add(&e->started, 1, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
 }
 
@@ -188,28 +170,46 @@ static void np_conn_ended(np_comm* c, uint8_t channel, int32_t peer, int stopped
   if (stopped) __atomic_store_n(&e->t_stop, now, __ATOMIC_RELAXED);
 }
 
-/* Whether a silent receive ProxyOp may only be queued behind its connection's earlier ones:
- * one of them has not ended, or the last ended after the evidence (a ProxyOp that started at
- * `evidence`) began, so its first pass may still be to come. */
-static int np_conn_queued(np_comm* c, const np_cell* op, uint64_t evidence) {
-  np_conn* e = np_conn_of(c, __atomic_load_n(&op->channel, __ATOMIC_RELAXED),
-                          __atomic_load_n(&op->peer, __ATOMIC_RELAXED), 0);
+/* Whether a silent receive ProxyOp on (channel, peer) may only be queued behind its
+ * connection's earlier ones: one of them has not ended, or the last ended after the evidence (a
+ * ProxyOp that started at `evidence`) began, so its first pass may still be to come. */
+static int np_conn_queued(np_comm* c, const np_cell* op, uint8_t channel, int32_t peer,
+                          uint64_t evidence) {
+  np_conn* e = np_conn_of(c, channel, peer, 0);
   if (e == NULL) return 0; /* its entry went to another connection: nothing known */
   uint32_t ended = __atomic_load_n(&e->ended, __ATOMIC_RELAXED);
   uint32_t seq = __atomic_load_n(&op->conn_seq, __ATOMIC_RELAXED);
   return (int32_t)(ended - seq) < 0 || __atomic_load_n(&e->t_stop, __ATOMIC_RELAXED) > evidence;
 }
 
-static void np_op_retire(np_comm* c, np_thread* t, np_cell* op, uint64_t h, int counter) {
+/* What np_op_retire did. */
+enum { NP_RETIRE_NO, NP_RETIRE_DONE, NP_RETIRE_QUEUED };
+
+/* Retires a ProxyOp NCCL will never stop, if it is one: no state and no step since it started
+ * (net.cc records InProgress and starts steps on its first pass over an operation, so a
+ * ProxyOp of net.cc's that had passes has both; one without has no record either), and not
+ * queued behind its connection (NP_RETIRE_QUEUED: its first pass may come after `evidence`).
+ * A compare-and-swap frees the generation its handle names, so a cell stopped or reused
+ * meanwhile is left alone. The fields are read atomically: the generation was checked first,
+ * but another thread may be reusing the cell as they are read (never under NCCL, whose proxy
+ * thread alone starts and stops a communicator's ProxyOps). */
+static int np_op_retire(np_comm* c, np_thread* t, np_cell* op, uint64_t h, int counter,
+                        uint64_t evidence) {
   (void)t;
-  uint64_t gs;
-  if (!np_op_silent(op, h, &gs)) return;
+  uint64_t gs = __atomic_load_n(&op->gs, __ATOMIC_ACQUIRE);
+  if (!(gs & 1) || ((uint32_t)(gs >> 1) & NP_GEN_MASK) != np_h_gen(h)) return NP_RETIRE_NO;
+  if (__atomic_load_n(&op->type, __ATOMIC_RELAXED) != NP_T_PROXY_OP ||
+      __atomic_load_n(&op->nstates, __ATOMIC_RELAXED) != 0 ||
+      __atomic_load_n(&op->u.op.record, __ATOMIC_RELAXED) != 0)
+    return NP_RETIRE_NO;
   uint8_t channel = __atomic_load_n(&op->channel, __ATOMIC_RELAXED);
   int32_t peer = __atomic_load_n(&op->peer, __ATOMIC_RELAXED);
+  if (np_conn_queued(c, op, channel, peer, evidence)) return NP_RETIRE_QUEUED;
   if (!__atomic_compare_exchange_n(&op->gs, &gs, gs + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-    return;
+    return NP_RETIRE_NO;
   np_conn_ended(c, channel, peer, 0, 0);
   np_count(counter);
+  return NP_RETIRE_DONE;
 }
 
 /* A ProxyOp stopped after it started at `started`: net.cc progressed it to the end, so every
@@ -228,9 +228,8 @@ static void np_retire_due(np_comm* c, np_thread* t, uint64_t started) {
     np_cell* op = np_cell_of(c, h);
     if (op != NULL && __atomic_load_n(&op->t_start, __ATOMIC_RELAXED) > started)
       break; /* started after the evidence */
-    uint64_t gs;
-    if (op != NULL && np_op_silent(op, h, &gs) && np_conn_queued(c, op, started)) break;
-    if (op != NULL) np_op_retire(c, t, op, h, NP_C_OPS_RETIRED);
+    if (op != NULL && np_op_retire(c, t, op, h, NP_C_OPS_RETIRED, started) == NP_RETIRE_QUEUED)
+      break; /* it stays at the head for later evidence */
   }
   __atomic_store_n(&c->rq_head, head, __ATOMIC_RELAXED);
 }
@@ -245,9 +244,7 @@ void np_retire_oldest(np_comm* c, np_thread* t) {
   uint32_t head = __atomic_load_n(&c->rq_head, __ATOMIC_RELAXED);
   uint64_t h = __atomic_load_n(&c->rq[head & (NP_RETIRE_RING - 1)], __ATOMIC_ACQUIRE);
   np_cell* op = np_cell_of(c, h);
-  uint64_t gs;
-  if (op != NULL && !(np_op_silent(op, h, &gs) && np_conn_queued(c, op, UINT64_MAX)))
-    np_op_retire(c, t, op, h, NP_C_OPS_RETIRED_OLD);
+  if (op != NULL) (void)np_op_retire(c, t, op, h, NP_C_OPS_RETIRED_OLD, UINT64_MAX);
   __atomic_store_n(&c->rq_head, head + 1, __ATOMIC_RELAXED);
 }
 

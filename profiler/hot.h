@@ -494,7 +494,7 @@ NP_HOT uint64_t np_step_restarted(np_comm* c, np_cell* op, uint64_t parent, int3
 }
 
 void np_retire_oldest(np_comm* c, np_thread* t);
-void np_conn_started(np_comm* c, np_cell* op);
+void np_conn_started(np_comm* c, np_cell* op, uint8_t channel, int32_t peer);
 
 /* Queues a ProxyOp that NCCL may never stop (np_retire_due decides). When the ring is full
  * its oldest entry is decided first: NP_RETIRE_RING ProxyOps started after it. */
