@@ -23,7 +23,6 @@
  */
 #define _GNU_SOURCE
 #include <string.h>
-#include <time.h>
 
 #include "scenarios.h"
 #include "world.h"
@@ -33,14 +32,7 @@
 /* Waits until operation i is due at `rate` per second after t0 (sleeping when far off, so the
  * paced runs leave the machine's other work its CPUs). */
 static void pace(double t0, int i, double rate) {
-  if (rate <= 0) return;
-  double due = t0 + (double)i * 1e9 / rate;
-  double left = due - now_ns();
-  if (left > 200e3) {
-    struct timespec ts = {0, (long)(left - 100e3)};
-    nanosleep(&ts, NULL);
-  }
-  spin_until(due);
+  if (rate > 0) wait_until(t0 + (double)i * 1e9 / rate);
 }
 
 /* 256 KiB in all on 4 ranks (AllGather: 64 KiB per rank): a ring moves 192 KiB per channel

@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "emit.h"
@@ -216,18 +215,9 @@ static void play(const char* l) {
   if (r != 0) R.errors++;
 }
 
-/* At the recorded pace: sleep most of a gap, spin its last 50 µs. */
+/* At the recorded pace (gaps of seconds included: a phase of the job waiting on a barrier). */
 static void pace(int64_t t) {
-  if (R.speed <= 0) return;
-  int64_t due = R.t0_now + (int64_t)((double)(t - R.t0_log) / R.speed);
-  for (;;) {
-    int64_t left = due - (int64_t)now_ns();
-    if (left <= 0) return;
-    if (left > 50000) {
-      struct timespec ts = {0, left - 50000};
-      nanosleep(&ts, NULL);
-    }
-  }
+  if (R.speed > 0) wait_until((double)R.t0_now + (double)(t - R.t0_log) / R.speed);
 }
 
 static void* thread_main(void* arg) {

@@ -51,6 +51,16 @@ void spin_until(double t) {
   }
 }
 
+void wait_until(double t) {
+  double left = t - now_ns();
+  if (left > 200e3) { /* asleep until 100 µs before, at any distance */
+    long ns = (long)(left - 100e3);
+    struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+    nanosleep(&ts, NULL);
+  }
+  spin_until(t);
+}
+
 /* xorshift64*, one stream per thread: the first call on a thread derives its state from the
  * seed and the order in which threads first asked, so runs with a seed repeat. */
 uint64_t rnd(void) {

@@ -121,6 +121,9 @@ int64_t real_ns_i(void); /* CLOCK_REALTIME, exact */
 uint64_t gpu_ns(void); /* simulated GPU %globaltimer */
 uint64_t gpu_reading(uint64_t ns); /* a pTimer NCCL passes: ns, or the planted bad value */
 void spin_until(double t_mono_ns);
+/* Sleeps until 100 µs before t (CLOCK_MONOTONIC ns, however far), then spins to it: paced
+ * runs leave the machine's other work its CPUs and still keep time. */
+void wait_until(double t_mono_ns);
 uint64_t rnd(void);
 double rnd01(void);
 /* splitmix64's finalizer: every process draws the same numbers for the same inputs. */
