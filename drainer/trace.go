@@ -61,6 +61,11 @@ type traceSink struct {
 	order   []uint64
 	flow    uint64
 
+	// A slice and its states as emit places them, reused from one event to the next (an event
+	// at a time, millions a second: no allocation each).
+	group  [][2]int64
+	states []stepState
+
 	// The sampled trace (NCCLPROF_TRACE_SAMPLE, sample.go): which records it writes, and its
 	// files, rotated at about half of NCCLPROF_TRACE_MAX_MB. nil for the trace of windows.
 	sample *sampler
@@ -589,22 +594,21 @@ func (t *traceSink) emit(c aggregate.Comm, r *event.Record) {
 	}
 	stop = max(stop, start)
 	th := t.thread(int64(r.TID), r.Type)
-	group := [][2]int64{{start, stop}}
-	var states []stepState
+	t.group, t.states = append(t.group[:0], [2]int64{start, stop}), t.states[:0]
 	if r.Type == event.ProxyStep {
-		states = t.stepStates(r, stop)
-		for _, s := range states {
-			group = append(group, [2]int64{s.at, s.end})
+		t.states = t.stepStates(t.states, r, stop)
+		for _, s := range t.states {
+			t.group = append(t.group, [2]int64{s.at, s.end})
 		}
 	}
-	lane := th.lanes.PlaceGroup(group)
+	lane := th.lanes.PlaceGroup(t.group)
 	tid := t.laneTid(int64(r.TID), lane, th.role)
 	name, cat := sliceName(r)
 	e := t.w.Event('X', name, cat, t.pid, tid).Ts("ts", start).Dur("dur", stop-start).Args()
 	t.commonArgs(e, c, r)
 	t.typeArgs(e, c, r)
 	e.End()
-	for _, s := range states {
+	for _, s := range t.states {
 		t.w.Event('X', s.name, "nccl_step_state", t.pid, tid).Ts("ts", s.at).Dur("dur", s.end-s.at).End()
 	}
 	t.place(r.Handle, loc{tid, start, stop, r.Func})
@@ -636,9 +640,9 @@ type stepState struct {
 	at, end int64
 }
 
-// stepStates are a step's states as slices nested in it, in time order.
-func (t *traceSink) stepStates(r *event.Record, stop int64) []stepState {
-	var sts []stepState
+// stepStates fills sts (empty: a buffer reused from step to step) with a step's states as
+// slices nested in it, in time order.
+func (t *traceSink) stepStates(sts []stepState, r *event.Record, stop int64) []stepState {
 	for i, v := range r.States {
 		if v != 0 {
 			sts = append(sts, stepState{name: stepStates[i], at: t.cpu.UnixNs(uint64(v))})
@@ -687,7 +691,7 @@ func (t *traceSink) laneTid(tid int64, lane int, role string) int64 {
 	id := tid
 	name := fmt.Sprintf("%s %d", role, tid)
 	if lane > 0 {
-		id = 2000000000 + tid%100000*1000 + int64(lane) // lanes < 1000 (threadLanes)
+		id = 2000000000 + tid%100000*1000 + int64(lane) // lanes < 1000 (manyLanes)
 		name = fmt.Sprintf("%s %d lane %d", role, tid, lane)
 	}
 	if !t.named[id] {

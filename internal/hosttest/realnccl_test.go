@@ -55,10 +55,10 @@ func replayLog(t *testing.T, log string, pid int, speed string, hangS int, env .
 	})
 }
 
-// checkTransfers: every send step NCCL stopped in the log is a transfer of its operation.
-func checkTransfers(t *testing.T, got map[string]opTotal, log string) {
+// checkTransfers: every send step NCCL stopped in the log (logFacts) is a transfer of its
+// operation.
+func checkTransfers(t *testing.T, got map[string]opTotal, sendSteps int) {
 	t.Helper()
-	sendSteps, _ := logFacts(t, log)
 	var transfers uint64
 	for _, x := range got {
 		transfers += x.transfers
@@ -187,8 +187,9 @@ func TestRealNCCLReplay(t *testing.T) {
 				got := opTotals(r.Summaries)
 				checkAgainstTruth(t, tr, got, strings.HasSuffix(rec, "-net"))
 				checkAgainstReal(t, filepath.Join(dir, "real"), tr.PID, r.Summaries)
-				checkTransfers(t, got, log)
-				if _, proxyOps := logFacts(t, log); strings.HasSuffix(rec, "-p2p") && proxyOps != 0 {
+				sendSteps, proxyOps := logFacts(t, log)
+				checkTransfers(t, got, sendSteps)
+				if strings.HasSuffix(rec, "-p2p") && proxyOps != 0 {
 					t.Errorf("the P2P recording has %d ProxyOps: it took the network path", proxyOps)
 				}
 			})
@@ -287,6 +288,7 @@ func TestRealNCCLQueuedProxyOps(t *testing.T) {
 	dir := filepath.Join(Root(t), "testdata", "nccl", "2.30.7-net-burst")
 	tr := readRecTruth(t, filepath.Join(dir, "truth-0.json"))
 	log := filepath.Join(dir, "calls-0.log.gz")
+	sendSteps, _ := logFacts(t, log)
 	// As fast as it goes, and at twice the recorded pace (26 s). The slowest operation was in
 	// flight 7.6 s as recorded (grouped AllReduce behind the burst): the watchdog's 10 s is
 	// past it at either pace.
@@ -314,7 +316,7 @@ func TestRealNCCLQueuedProxyOps(t *testing.T) {
 						f, g.count, g.noCompletion, ring+a2a, selfA2A)
 				}
 			}
-			checkTransfers(t, got, log)
+			checkTransfers(t, got, sendSteps)
 		})
 	}
 }
