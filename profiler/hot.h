@@ -16,18 +16,42 @@
 #include "state.h"
 #include "ticks.h"
 
+/* The drainer's clock, read at its last pass (a few ms old at most), for a moment whose time
+ * no figure is computed from: it saves the counter read that is most of a callback's cost.
+ * 0 before the drainer's first pass (then the counter is read). */
+NP_HOT uint64_t np_coarse_now(void) { return __atomic_load_n(&np_coarse.tsc, __ATOMIC_RELAXED); }
+
 /* The time of a ProxyStep moment no figure is computed from (its start, SendGPUWait,
- * SendPeerWait, RecvWait, RecvFlushWait, RecvGPUWait): the drainer's clock,
- * read at its last pass (a few ms at most; a hang dump's "in this state since" needs no more),
- * which saves the counter read that is most of a callback's cost. Read exactly when the step
- * is recorded whole (a trace wants detail, or sampled tracing chose its operation) and before
- * the drainer's first pass. A send's SendWait and stop, whose difference is its transfer time,
- * and every stop (its ProxyOp's latest activity, which says when a ProxyOp NCCL leaves
- * unstopped finished its steps) always read the counter. */
+ * SendPeerWait, RecvWait, RecvFlushWait, RecvGPUWait): the coarse clock (a hang dump's "in this
+ * state since" needs no more). Read exactly when the step is recorded whole (a trace wants
+ * detail, or sampled tracing chose its operation). A send's SendWait and stop, whose
+ * difference is its transfer time, and every stop (its ProxyOp's latest activity, which says
+ * when a ProxyOp NCCL leaves unstopped finished its steps) always read the counter. */
 NP_HOT uint64_t np_step_clock(uint16_t sflags) {
-  uint64_t t = __atomic_load_n(&np_coarse.tsc, __ATOMIC_RELAXED);
+  uint64_t t = np_coarse_now();
   if (NP_LIKELY(t != 0) && !(sflags & NP_F_SAMPLE_BITS) &&
       !__atomic_load_n(&np_detail_on, __ATOMIC_RELAXED))
+    return t;
+  return np_ticks();
+}
+
+/* Launch-side moments only a trace draws: a KernelLaunch's and a Group's start and stop, and
+ * GroupApi's two states (ncclGroupStart returned, ncclGroupEnd called). The aggregator counts
+ * these events and uses no time of theirs (the API time is CollApi/P2pApi's, the arrival Coll's
+ * or P2p's), so they take the coarse clock unless a trace may draw them: a trace wants detail,
+ * or sampled tracing is on (it chooses an operation after these events came, so they must be
+ * exact when they come). On NCCL's user thread this halves the counter reads of a collective
+ * call (docs/bench-nccl.md). */
+NP_HOT int np_is_trace_timed(int type) { return type == NP_T_KERNEL_LAUNCH || type == NP_T_GROUP; }
+
+NP_HOT int np_is_trace_state(int state) {
+  return state == NPABI_GROUP_START_API_STOP || state == NPABI_GROUP_END_API_START;
+}
+
+NP_HOT uint64_t np_trace_clock(void) {
+  uint64_t t = np_coarse_now();
+  if (NP_LIKELY(t != 0) && !__atomic_load_n(&np_detail_on, __ATOMIC_RELAXED) &&
+      !__atomic_load_n(&np_sample_n, __ATOMIC_RELAXED))
     return t;
   return np_ticks();
 }
@@ -269,7 +293,7 @@ NP_HOT np_event* np_slot_new(np_comm* c, np_thread* t, int type, int abi, uint64
   if (NP_UNLIKELY(ev == NULL)) return NULL;
   *handle = np_handle(c->idx, set, wi, s, ep, flags);
   ev->parent = parent;
-  ev->t_start = np_ticks();
+  ev->t_start = np_is_trace_timed(type) ? np_trace_clock() : np_ticks();
   ev->t_stop = 0;
   ev->tid = t->tid;
   ev->rank = rank;
@@ -649,8 +673,9 @@ NP_HOT void np_stop_slot(np_comm* c, np_thread* t, uint64_t h) {
     return;
   }
   /* NCCL stops a KernelCh right after recording KernelChStop: that reading serves. */
-  uint64_t kst = np_ev_type(ev) == NP_T_KERNEL_CH ? ev->u.kch.t_stop_state : 0;
-  ev->t_stop = kst ? kst : np_ticks();
+  int type = np_ev_type(ev);
+  uint64_t kst = type == NP_T_KERNEL_CH ? ev->u.kch.t_stop_state : 0;
+  ev->t_stop = kst ? kst : np_is_trace_timed(type) ? np_trace_clock() : np_ticks();
   __atomic_store_n(&ev->done, 1, __ATOMIC_RELEASE);
 }
 
@@ -707,7 +732,8 @@ NP_HOT void np_state(void* handle, int state, uint64_t a0, uint64_t a1, int has_
       ev->sflags |= NP_F_AFTER_STOP;
       np_count(NP_C_AFTER_STOP);
     } else {
-      np_apply_state(ev, state, a0, a1, has_args, np_ticks());
+      np_apply_state(ev, state, a0, a1, has_args,
+                     np_is_trace_state(state) ? np_trace_clock() : np_ticks());
     }
   } else {
     np_late(c, t, h, (uint32_t)state, a0, a1, has_args, NULL);
