@@ -103,6 +103,7 @@ static int np_map_comm(np_comm* c, uint32_t idx) {
   c->lost = (np_lost*)(c->xfer + NP_XFER_BUCKETS);
   c->rq = (uint64_t*)(c->lost + NP_LOST_KEYS);
   c->conn = (np_conn*)(c->rq + NP_RETIRE_RING);
+  c->owner = (uint32_t*)(c->conn + NP_CONNS);
   /* Cell generations start random, like window epochs: a made-up handle (a small integer, a
    * corrupted pointer) then names a live cell with probability 2^-30, not because every
    * cell's first generation is 0. */
@@ -154,6 +155,10 @@ static void np_open_comm(np_comm* c) {
     __atomic_store_n(&c->cells[i].gs, (gs | 1) + 1, __ATOMIC_RELEASE);
   }
   __atomic_store_n(&c->cursor, 0, __ATOMIC_RELAXED);
+  /* Blocks threads held in the previous incarnation: free (atomically: a late callback of that
+   * incarnation may still be giving its block back, and finds it no longer its own). */
+  for (uint32_t b = 0; b < c->ncells / NP_CELL_BLOCK; b++)
+    __atomic_store_n(&c->owner[b], 0, __ATOMIC_RELAXED);
   __atomic_store_n(&c->rq_head, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&c->rq_tail, 0, __ATOMIC_RELAXED);
   memset(c->conn, 0, NP_CONNS * sizeof(np_conn));

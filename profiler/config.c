@@ -88,7 +88,7 @@ static uint64_t np_env_u64(const char* name, uint64_t def, uint64_t lo, uint64_t
 uint64_t np_fixed_bytes(void) {
   return (uint64_t)np_cfg.ncells * sizeof(np_cell) + NP_XFER_BUCKETS * sizeof(np_xbucket) +
          NP_LOST_KEYS * sizeof(np_lost) + NP_RETIRE_RING * sizeof(uint64_t) +
-         NP_CONNS * sizeof(np_conn);
+         NP_CONNS * sizeof(np_conn) + np_cfg.ncells / NP_CELL_BLOCK * sizeof(uint32_t);
 }
 
 void np_read_config(void) {

@@ -427,20 +427,56 @@ NP_HOT uint16_t np_parent_sample(np_comm* c, uint64_t parent) {
 
 /* ------------------------------------------------------------------- arena */
 
-/* Claims a free arena cell (the thread has entered). Cells are handed out in blocks per
- * thread, so the shared cursor is written once per NP_CELL_BLOCK claims; a cell still in use
- * from a previous lap (a long transfer) is skipped. The compare-and-swap settles the rare case
- * of two threads holding the same block from different laps. The block's next cell is fetched
- * for writing as this one is claimed: the arena is walked a lap at a time, so a cell's lines
- * have left the core's cache since it was last used, and would otherwise stall its claim.
- * (A freed cell is not reused at once: a stop or state that races with its stop, from another
- * thread, then still finds it stale, not another event's.) Returns NULL when the arena is full
- * (every cell tried was in flight). */
+/* The word that marks a block of cells as this thread's in this incarnation of the
+ * communicator: never 0, and two threads (or two incarnations) never write the same one. */
+NP_HOT uint32_t np_block_tag(const np_thread* t, uint32_t inc) {
+  _Static_assert(NP_MAX_THREADS < 0xffff, "a thread's slot fits 16 bits of the tag");
+  return (inc << 16) | (uint32_t)(t - np_threads + 1);
+}
+
+/* Gives back the block the thread's cache holds, if any (cells in it still in flight stay
+ * in use: the next owner skips them). Only a block still this thread's is freed: a
+ * communicator opened again meanwhile reset its owners, and may have given the block on. */
+NP_HOT void np_block_release(np_thread* t, np_acache* a) {
+  if (a->blk == 0) return;
+  np_comm* o = &np_comms[a->comm];
+  uint32_t mine = np_block_tag(t, a->inc);
+  __atomic_compare_exchange_n(&o->owner[a->blk - 1], &mine, 0, 0, __ATOMIC_RELEASE,
+                              __ATOMIC_RELAXED);
+  a->blk = 0;
+  a->next = a->end = 0;
+}
+
+/* Takes the block of cells that starts at cursor position p, if no other thread owns it. */
+NP_HOT int np_block_take(np_comm* c, np_thread* t, np_acache* a, uint32_t p) {
+  uint32_t b = (p / NP_CELL_BLOCK) & (c->ncells / NP_CELL_BLOCK - 1), free_ = 0;
+  if (!__atomic_compare_exchange_n(&c->owner[b], &free_, np_block_tag(t, a->inc), 0,
+                                   __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+    return 0;
+  a->blk = b + 1;
+  a->next = p;
+  a->end = p + NP_CELL_BLOCK;
+  return 1;
+}
+
+/* Claims a free arena cell (the thread has entered). Cells are handed out in blocks that a
+ * thread owns until it has taken each of their cells (one compare-and-swap to take a block
+ * and one to give it back, per NP_CELL_BLOCK claims), so a free cell of the thread's block is
+ * claimed with plain stores: no other thread claims in that block, and the threads that free
+ * cells only ever free a cell in use. A block another thread still owns (it holds it across
+ * a lap of the cursor) is skipped, as is a cell still in use from a previous lap (a long
+ * transfer). The block's next cell is fetched for writing as this one is claimed: the arena
+ * is walked a lap at a time, so a cell's lines have left the core's cache since it was last
+ * used, and would otherwise stall its claim. (A freed cell is not reused at once: a stop or
+ * state that races with its stop, from another thread, then still finds it stale, not another
+ * event's.) Returns NULL when the arena is full (every cell tried was in flight). */
 NP_HOT np_cell* np_cell_claim(np_comm* c, np_thread* t, uint64_t* handle) {
   np_acache* a = &t->acache[c->idx % NP_ACACHE];
-  if (NP_UNLIKELY(a->comm != c->idx)) {
+  uint32_t inc = (uint32_t)__atomic_load_n(&c->incarnation, __ATOMIC_RELAXED);
+  if (NP_UNLIKELY(a->comm != c->idx || a->inc != inc)) {
+    np_block_release(t, a); /* another communicator's, or this one's before it was reopened */
     a->comm = c->idx;
-    a->next = a->end = 0;
+    a->inc = inc;
   }
   /* Cells are taken in cursor order, so ProxyOps NCCL keeps queued (a burst of operations
    * posted at once) hold a run of consecutive cells that the cursor meets again on its next
@@ -450,9 +486,10 @@ NP_HOT np_cell* np_cell_claim(np_comm* c, np_thread* t, uint64_t* handle) {
   uint32_t jump = NP_CELL_BLOCK;
   for (int tries = 0; tries < 8 * NP_CELL_BLOCK; tries++) {
     if (a->next == a->end) {
-      a->next = __atomic_fetch_add(&c->cursor, jump, __ATOMIC_RELAXED);
-      a->end = a->next + NP_CELL_BLOCK;
+      np_block_release(t, a);
+      uint32_t p = __atomic_fetch_add(&c->cursor, jump, __ATOMIC_RELAXED);
       if (tries > 0) jump <<= 1;
+      if (!np_block_take(c, t, a, p)) continue;
     }
     uint32_t i = a->next++ & (c->ncells - 1);
     np_cell* cell = &c->cells[i];
@@ -463,11 +500,12 @@ NP_HOT np_cell* np_cell_claim(np_comm* c, np_thread* t, uint64_t* handle) {
     }
     uint64_t gs = __atomic_load_n(&cell->gs, __ATOMIC_RELAXED);
     if (gs & 1) continue;
-    if (__atomic_compare_exchange_n(&cell->gs, &gs, gs | 1, 0, __ATOMIC_ACQUIRE,
-                                    __ATOMIC_RELAXED)) {
-      *handle = np_ahandle(c->idx, i, (uint32_t)(gs >> 1));
-      return cell;
-    }
+    /* A plain store: only this thread claims in its block. The fields are written after it
+     * (readers of an in-use cell check its generation, not the order of its fields). */
+    __atomic_store_n(&cell->gs, gs | 1, __ATOMIC_RELAXED);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    *handle = np_ahandle(c->idx, i, (uint32_t)(gs >> 1));
+    return cell;
   }
   return NULL;
 }

@@ -160,6 +160,7 @@ typedef union np_comm {
     uint32_t rq_head, rq_tail;
     uint64_t* rq;
     struct np_conn* conn; /* NP_CONNS receive connections, by the same thread (np_conn_*) */
+    uint32_t* owner;      /* per block of NP_CELL_BLOCK cells: its owner (np_block_tag), 0: free */
     np_wset set[2] __attribute__((aligned(64))); /* NP_SET_OP, NP_SET_DETAIL */
   };
   uint8_t bytes_[4096];
@@ -195,7 +196,10 @@ typedef struct np_tcache {
   uint32_t comm, set, win, epoch, next, end; /* epoch 0: no block held */
 } np_tcache;
 typedef struct np_acache {
-  uint32_t comm, next, end, pad; /* end == next: no block held */
+  uint32_t comm, next, end; /* end == next: no cell left in the block */
+  uint32_t inc;             /* the communicator's incarnation the block is of */
+  uint32_t blk;             /* the block owned (its index + 1), 0: none */
+  uint32_t pad;
 } np_acache;
 #define NP_TCACHE 8
 #define NP_ACACHE 4
@@ -210,7 +214,6 @@ typedef struct np_thread {
   uint64_t memo_size;
   np_tcache cache[NP_TCACHE];
   np_acache acache[NP_ACACHE];
-  uint8_t pad1[32];
 } np_thread;
 _Static_assert(sizeof(np_thread) % 64 == 0, "np_thread is whole cache lines");
 
