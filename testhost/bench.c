@@ -66,25 +66,63 @@ void bench_descriptors(void) {
   d_kch.type = NPABI_KERNEL_CH;
 }
 
+int bench_pos_side = -1, bench_pos_next;
+static double bench_pos_sum[2][BENCH_POSITIONS];
+static uint64_t bench_pos_n[2][BENCH_POSITIONS];
+
+/* The clock of the positions: the TSC (ns elsewhere). */
+uint64_t bench_pos_now(void) {
+#if defined(__x86_64__)
+  return __rdtsc();
+#else
+  return (uint64_t)now_ns();
+#endif
+}
+
+/* The callback at the next position took from `since` (bench_pos_now) to now. */
+void bench_pos_add(uint64_t since) {
+  int k = bench_pos_next++;
+  if (bench_pos_side < 0 || k >= BENCH_POSITIONS) return;
+  bench_pos_sum[bench_pos_side][k] += (double)(bench_pos_now() - since);
+  bench_pos_n[bench_pos_side][k]++;
+}
+
+/* Prints the mean ns of each position (ncclprof, floor's plugin) and starts again. */
+void bench_pos_print(const char* row, double ns_per_tick) {
+  fprintf(stderr, "positions of %s: position, ncclprof ns, floor's plugin ns (means)\n", row);
+  for (int k = 0; k < BENCH_POSITIONS && bench_pos_n[0][k]; k++)
+    fprintf(stderr, "%3d %8.1f %8.1f\n", k, bench_pos_sum[0][k] / bench_pos_n[0][k] * ns_per_tick,
+            bench_pos_n[1][k] ? bench_pos_sum[1][k] / bench_pos_n[1][k] * ns_per_tick : 0.0);
+  memset(bench_pos_sum, 0, sizeof bench_pos_sum);
+  memset(bench_pos_n, 0, sizeof bench_pos_n);
+}
+
+#define BENCH_CALL(call)                                                                        \
+  do {                                                                                          \
+    uint64_t t0_ = bench_pos_side >= 0 ? bench_pos_now() : 0;                                         \
+    call;                                                                                       \
+    if (bench_pos_side >= 0) bench_pos_add(t0_);                                                \
+  } while (0)
+
 #define START(L, D, H)                                                                          \
   do {                                                                                          \
     (H) = NULL;                                                                                 \
     if (host_mask_wants((L)->mask, (D).type)) {                                                \
-      (L)->t->startEvent((L)->ctx, &(H), &(D));                                                 \
+      BENCH_CALL((L)->t->startEvent((L)->ctx, &(H), &(D)));                                     \
       n++;                                                                                      \
     }                                                                                           \
   } while (0)
 #define STOP(L, H)                                                                              \
   do {                                                                                          \
     if (H) {                                                                                    \
-      (L)->t->stopEvent(H);                                                                     \
+      BENCH_CALL((L)->t->stopEvent(H));                                                         \
       n++;                                                                                      \
     }                                                                                           \
   } while (0)
 #define STATE(L, H, S, A)                                                                       \
   do {                                                                                          \
     if (H) {                                                                                    \
-      (L)->t->recordEventState((H), (S), (A));                                                  \
+      BENCH_CALL((L)->t->recordEventState((H), (S), (A)));                                      \
       n++;                                                                                      \
     }                                                                                           \
   } while (0)

@@ -57,18 +57,24 @@ static npabi_descr_v6_t nb_op, nb_step, nb_kch;
 static void* nb_start(nb_cb* b, npabi_descr_v6_t* d) {
   void* h = NULL;
   if (!host_mask_wants(b->L->mask, d->type)) return NULL;
+  uint64_t t0 = bench_pos_side >= 0 ? bench_pos_now() : 0;
   b->L->t->startEvent(b->L->ctx, &h, d);
+  if (bench_pos_side >= 0) bench_pos_add(t0);
   b->n++;
   return h;
 }
 static void nb_state(nb_cb* b, void* h, int s, npabi_args_v4_t* a) {
   if (!h) return;
+  uint64_t t0 = bench_pos_side >= 0 ? bench_pos_now() : 0;
   b->L->t->recordEventState(h, s, a);
+  if (bench_pos_side >= 0) bench_pos_add(t0);
   b->n++;
 }
 static void nb_stop(nb_cb* b, void* h) {
   if (!h) return;
+  uint64_t t0 = bench_pos_side >= 0 ? bench_pos_now() : 0;
   b->L->t->stopEvent(h);
+  if (bench_pos_side >= 0) bench_pos_add(t0);
   b->n++;
 }
 
@@ -209,6 +215,8 @@ static uint64_t nb_tsc(void) {
 /* `count` AllReduces under row r, paced with a busy wait that is not timed. Each AllReduce's
  * callbacks are timed on their own (TSC): on a machine shared with other work the median
  * AllReduce is the figure preemption cannot move; the mean over the run is reported beside. */
+static int nb_positions; /* NCCLPROF_BENCH_POSITIONS=1 */
+
 static nb_run nb_measure(bench_lib* L, const nb_row* r, int count, int tsc) {
   static double per[4096];
   nb_cb b = {.L = L};
@@ -220,6 +228,8 @@ static nb_run nb_measure(bench_lib* L, const nb_row* r, int count, int tsc) {
   if (count > 4096) count = 4096;
   for (int i = 0; i < count; i++) {
     if (period > 0) spin_until(t0 + (double)i * period);
+    bench_pos_next = 0;
+    bench_pos_side = nb_positions ? (tsc ? 1 : 0) : -1;
     uint64_t n0 = b.n, a = nb_tsc();
     void* coll = NULL;
     b.n += user_part(L, &coll, 0);
@@ -233,6 +243,7 @@ static nb_run nb_measure(bench_lib* L, const nb_row* r, int count, int tsc) {
     per[i] = nb_ticks_ns(dt) / (double)(b.n - n0);
   }
   (void)sink;
+  bench_pos_side = -1;
   nb_queue_flush(&b, r);
   nb_run out = {nb_ticks_ns(total) / (double)b.n, median(per, count)};
   return out;
@@ -304,6 +315,10 @@ int scenario_bench_nccl(const opts* o) {
   static uint64_t drops[NB_NROWS];
   nb_calibrate();
   const char* only = getenv("NCCLPROF_BENCH_ROWS"); /* rows whose name contains it (profiling) */
+  /* Each callback timed alone by its position in the AllReduce (two TSC reads around each, so
+   * the row's own figures are not the bench's): where a row's time goes, best with one row. */
+  const char* pos = getenv("NCCLPROF_BENCH_POSITIONS");
+  nb_positions = pos != NULL && strcmp(pos, "1") == 0;
   for (int rep = 0; rep < reps; rep++) {
     for (int i = 0; i < NB_NROWS; i++) {
       const nb_row* r = &nb_rows[i];
@@ -324,6 +339,7 @@ int scenario_bench_nccl(const opts* o) {
       ratio_mean[i][rep] = p.mean / f.mean;
     }
   }
+  if (nb_positions) bench_pos_print(only ? only : "every row", nb_tick_ns);
   printf("{\"scenario\":\"bench-nccl\",\"reps\":%d,\"rows\":[", reps);
   for (int i = 0; i < NB_NROWS; i++)
     printf("%s{\"row\":\"%s\",\"floor_ns_per_callback\":%.2f,\"ncclprof_ns_per_callback\":%.2f,"

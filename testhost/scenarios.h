@@ -94,6 +94,14 @@ extern int bench_steps;
 void bench_descriptors(void);
 void open_lib(bench_lib* L, const char* path, const char* name);
 uint64_t user_part(bench_lib* L, void** coll, int tsc);
+/* Where a callback's time goes within an operation (bench-nccl, NCCLPROF_BENCH_POSITIONS=1):
+ * each callback of the timed operations is timed alone, by its position in the operation's
+ * sequence, for ncclprof (side 0) and the floor's plugin (side 1). bench_pos_side < 0: off. */
+#define BENCH_POSITIONS 256
+extern int bench_pos_side, bench_pos_next;
+uint64_t bench_pos_now(void);
+void bench_pos_add(uint64_t since);
+void bench_pos_print(const char* row, double ns_per_tick);
 uint64_t proxy_part(bench_lib* L, void* coll, int channels);
 typedef struct run {
   double ns, flush_ns; /* callbacks; the drainer's processing of them (untimed bursts' flush) */
