@@ -3,6 +3,7 @@ package hosttest
 import (
 	"debug/elf"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -275,5 +276,37 @@ func TestBenchQueuedRowsRun(t *testing.T) {
 	}
 	if n != 2 {
 		t.Errorf("%d queued rows, want 2 (paced, unpaced):\n%s", n, b)
+	}
+}
+
+// NCCLPROF_BENCH_POSITIONS=1 times each callback of the row by its position in the AllReduce:
+// a 2-channel 4-step AllReduce under the default mask is 104 callbacks (the user thread's 12;
+// per channel a send and a receive ProxyOp, each started, InProgress and stopped, with 4 steps
+// of a start, 3 states and a stop), each timed for ncclprof and for the floor's plugin.
+func TestBenchPositionsCoverTheAllReduce(t *testing.T) {
+	Build(t)
+	cmd := exec.Command(Path(t, "ncclprof-testhost"), "--lib", Path(t, "libnccl-profiler-ncclprof.so"),
+		"--empty-lib", Path(t, "libnccl-profiler-empty.so"), "--reps", "3", "bench-nccl")
+	cmd.Env = append(os.Environ(), "NCCLPROF_BENCH_POSITIONS=1", "NCCLPROF_BENCH_ROWS=default 2ch x 4 steps, unpaced",
+		"NCCLPROF_OUTPUT_DIR="+t.TempDir(), "NCCLPROF_METRICS=none")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench-nccl: %v\n%s", err, stderr.String())
+	}
+	positions := 0
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		var k int
+		var prof, floor float64
+		if n, _ := fmt.Sscanf(line, "%d %f %f", &k, &prof, &floor); n != 3 {
+			continue
+		}
+		if k != positions || prof <= 0 || floor <= 0 {
+			t.Errorf("position line %q: want position %d with both times > 0", line, positions)
+		}
+		positions++
+	}
+	if positions != 104 {
+		t.Errorf("%d positions, want 104:\n%s", positions, stderr.String())
 	}
 }
