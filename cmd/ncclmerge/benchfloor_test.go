@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/pprof/profile"
 )
 
 // The ratios are each run's own (its merge against the floors measured just before it), then
@@ -62,5 +64,36 @@ func TestBenchKeepsWhatItSays(t *testing.T) {
 				t.Errorf("%s: %s not kept, or not said where (%v):\n%s", what, job, kept, out)
 			}
 		}
+	}
+}
+
+// NCCLMERGE_CPUPROFILE=FILE leaves a Go CPU profile of the run in FILE (how the benchmarks'
+// figures are taken apart, docs/ncclmerge.md#benchmark); a path it cannot create is said and
+// the command still runs.
+func TestCPUProfileWritten(t *testing.T) {
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "cpu.pb")
+	cmd := exec.Command("../../build/ncclmerge", "stats", "-q", "../../internal/merge/testdata/tiny_nccl.trace.json")
+	cmd.Env = append(os.Environ(), "NCCLMERGE_CPUPROFILE="+prof)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("stats: %v\n%s", err, b)
+	}
+	f, err := os.Open(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		t.Fatalf("%s is not a profile: %v", prof, err)
+	}
+	if len(p.SampleType) == 0 || p.SampleType[len(p.SampleType)-1].Type != "cpu" {
+		t.Errorf("sample types %v, want cpu", p.SampleType)
+	}
+	cmd = exec.Command("../../build/ncclmerge", "stats", "-q", "../../internal/merge/testdata/tiny_nccl.trace.json")
+	cmd.Env = append(os.Environ(), "NCCLMERGE_CPUPROFILE="+filepath.Join(dir, "no", "such", "dir", "cpu.pb"))
+	b, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(b), "NCCLMERGE_CPUPROFILE") {
+		t.Errorf("an uncreatable profile path: %v, want exit 0 and a message naming NCCLMERGE_CPUPROFILE:\n%s", err, b)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/ncclprof/ncclprof/internal/version"
 	"github.com/spf13/cobra"
@@ -17,7 +18,9 @@ import (
 var errReported = errors.New("reported")
 
 func main() {
+	stop := startCPUProfile()
 	err := newRoot().Execute()
+	stop()
 	writePeak()
 	if err != nil {
 		var st exitStatus
@@ -62,4 +65,22 @@ steps, GPU channel times, bus bandwidth) beside PyTorch's. Open the result in ui
 	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(mergeCmd(), checkCmd(), statsCmd(), skewCmd(), whyCmd(), pprofCmd(), reportCmd(), hangCmd(), demoCmd(), benchCmd())
 	return root
+}
+
+// startCPUProfile writes a Go CPU profile of this run to $NCCLMERGE_CPUPROFILE when it is set:
+// how the benchmarks' figures are taken apart (go tool pprof build/ncclmerge FILE).
+func startCPUProfile() (stop func()) {
+	path := os.Getenv("NCCLMERGE_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ncclmerge: NCCLMERGE_CPUPROFILE:", err)
+		return func() {}
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
 }
