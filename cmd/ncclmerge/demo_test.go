@@ -328,8 +328,9 @@ func whyNamesThePlants(t *testing.T, o demoOptions, timeline string) {
 	}
 }
 
-// whyMergesFirst: ncclmerge why given the plugin traces and --kineto merges them first and names
-// the same causes on the same ranks and collectives as over the demo's timeline.
+// whyMergesFirst: ncclmerge why given the plugin traces and --kineto (or the torch.profiler
+// traces beside them) merges them first and names the same causes on the same ranks and
+// collectives as over the demo's timeline.
 func whyMergesFirst(t *testing.T, dir, timeline string) {
 	t.Helper()
 	t.Setenv("TMPDIR", t.TempDir()) // where it keeps what it merged
@@ -349,5 +350,10 @@ func whyMergesFirst(t *testing.T, dir, timeline string) {
 	merged, direct := causes("--kineto", filepath.Join(dir, "kineto"), filepath.Join(dir, "nccl")), causes(timeline)
 	if merged != direct || merged == "" {
 		t.Errorf("why --kineto: %s\nover the timeline: %s", merged, direct)
+	}
+	// The torch.profiler traces given as TRACE beside the plugin's (no --kineto): found by what
+	// they hold, and merged first too (they were read as ranks with no Kineto trace).
+	if both := causes(filepath.Join(dir, "nccl"), filepath.Join(dir, "kineto")); both != direct {
+		t.Errorf("why NCCL KINETO: %s\nover the timeline: %s", both, direct)
 	}
 }

@@ -52,8 +52,9 @@ the default).
 Give ncclmerge merge's per-rank outputs (-o DIR/), its --timeline, or a directory holding them;
 or the plugin traces with --kineto and the torch.profiler traces, which are merged first, one
 file per rank as ncclmerge merge -o DIR/ would, into a new directory that is kept (the answer
-points into it) and named on stderr. Plugin traces alone answer network and say unknown for the
-rest.
+points into it) and named on stderr. torch.profiler traces given as TRACE beside the plugin
+traces are found by what they hold and merged the same way. Plugin traces alone answer network
+and say unknown for the rest.
 
 Output: a table (rank, collective, step, lateness, cause, evidence), each cause in a sentence with
 where the operation is in its trace, and --json for tools.
@@ -86,12 +87,24 @@ where the operation is in its trace, and --json for tools.
 				fmt.Fprintf(os.Stderr, "merged into %s (kept: the answer's places in the traces are there)\n", dir)
 				args = []string{dir}
 			}
-			col := why.NewCollector() // what why needs beside the operations, read in the same pass
-			set, err := readOpsWith(cmd, args, quiet, commops.Options{Also: col.Hook})
+			set, acts, err := readForWhy(cmd, args, quiet)
 			if err != nil {
 				return err
 			}
-			return why.Analyze(set, col.Activities(set), opt).Write(cmd.OutOrStdout(), format)
+			if kin, plug := unmerged(set, acts); len(kineto) == 0 && len(kin) > 0 && len(plug) > 0 {
+				// torch.profiler traces given beside the plugin traces, as TRACE: a rank's
+				// operations and its activity are in two files that nothing links yet.
+				fmt.Fprintf(os.Stderr, "%d of the traces are torch.profiler's, not merged with the plugin's: merging them first, as --kineto does\n", len(kin))
+				dir, err := mergeForWhy(kin, plug, quiet)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "merged into %s (kept: the answer's places in the traces are there)\n", dir)
+				if set, acts, err = readForWhy(cmd, []string{dir}, quiet); err != nil {
+					return err
+				}
+			}
+			return why.Analyze(set, acts, opt).Write(cmd.OutOrStdout(), format)
 		},
 	}
 	f := c.Flags()
@@ -104,6 +117,34 @@ where the operation is in its trace, and --json for tools.
 	f.StringSliceVar(&kineto, "kineto", nil, "torch.profiler traces to merge with the plugin traces given as TRACE first: files, quoted globs or directories")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress on stderr")
 	return c
+}
+
+// readForWhy reads the operations of the traces and, in the same pass, what why needs beside them.
+func readForWhy(cmd *cobra.Command, args []string, quiet bool) (*commops.Set, []why.Activity, error) {
+	col := why.NewCollector()
+	set, err := readOpsWith(cmd, args, quiet, commops.Options{Also: col.Hook})
+	if err != nil {
+		return nil, nil, err
+	}
+	return set, col.Activities(set), nil
+}
+
+// unmerged lists the files of set that are torch.profiler traces alone (its activity, no NCCL
+// operation) and the plugin traces alone (operations, no torch.profiler activity).
+func unmerged(set *commops.Set, acts []why.Activity) (kineto, plugin []string) {
+	ops := make([]bool, len(set.Files))
+	for i := range set.Ops {
+		ops[set.Ops[i].Ref.File] = true
+	}
+	for i, f := range set.Files {
+		switch kin := acts[i].HasKineto(); {
+		case kin && !ops[i]:
+			kineto = append(kineto, f)
+		case !kin && ops[i]:
+			plugin = append(plugin, f)
+		}
+	}
+	return kineto, plugin
 }
 
 // mergeForWhy merges the torch.profiler traces with the plugin traces, one output per rank,

@@ -16,6 +16,17 @@ import (
 // Activity is what one trace file holds for Analyze, rank by rank.
 type Activity struct{ groups fileActivity }
 
+// HasKineto reports whether the file recorded torch.profiler's side of a rank (kernels or CPU
+// operators): a merged trace or a Kineto trace, not a plugin trace alone.
+func (a Activity) HasKineto() bool {
+	for _, g := range a.groups {
+		if g.Kineto() {
+			return true
+		}
+	}
+	return false
+}
+
 // readActivity reads one trace: a merged rank, a timeline, or a plugin trace alone (then only its
 // transfers). Its spans are kept until digested (ReadAll).
 func readActivity(path string) (Activity, error) {
