@@ -356,4 +356,20 @@ func whyMergesFirst(t *testing.T, dir, timeline string) {
 	if both := causes(filepath.Join(dir, "nccl"), filepath.Join(dir, "kineto")); both != direct {
 		t.Errorf("why NCCL KINETO: %s\nover the timeline: %s", both, direct)
 	}
+	// The report's why table reads its inputs the same way.
+	named := func(args ...string) string {
+		page := filepath.Join(t.TempDir(), "report.html")
+		if _, err := run(t, append([]string{"report", "-q", "-o", page}, args...)...); err != nil {
+			t.Fatalf("report %v: %v", args, err)
+		}
+		html := string(mustRead(t, page))
+		var n []string
+		for _, c := range []string{why.GPUCompute, why.Dependency, why.Network} {
+			n = append(n, fmt.Sprintf("%s %d", c, strings.Count(html, c)))
+		}
+		return strings.Join(n, ", ")
+	}
+	if both, tl := named(filepath.Join(dir, "nccl"), filepath.Join(dir, "kineto")), named(timeline); both != tl {
+		t.Errorf("report NCCL KINETO names %s; of the timeline %s", both, tl)
+	}
 }

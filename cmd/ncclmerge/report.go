@@ -5,7 +5,6 @@ import (
 	"io"
 	"slices"
 
-	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/hang"
 	"github.com/ncclprof/ncclprof/internal/report"
 	"github.com/ncclprof/ncclprof/internal/skew"
@@ -106,12 +105,11 @@ func buildReport(cmd *cobra.Command, args []string, title string, quiet bool, ou
 }
 
 func reportOfTraces(cmd *cobra.Command, args []string, title string, quiet bool, out output) (*report.Page, error) {
-	col := why.NewCollector() // the why table's inputs, read in the same pass
-	set, err := readOpsWith(cmd, args, quiet, commops.Options{Also: col.Hook}, out)
+	set, acts, err := readForWhy(cmd, args, quiet, out) // and the why table's inputs, in the same pass
 	if err != nil {
 		return nil, err
 	}
 	page := report.Build(set, stats.Compute(set), skew.Analyze(set, skew.Defaults), title)
-	page.Why = why.Analyze(set, col.Activities(set), why.Defaults)
+	page.Why = why.Analyze(set, acts, why.Defaults)
 	return page, nil
 }

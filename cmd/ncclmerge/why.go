@@ -91,19 +91,6 @@ where the operation is in its trace, and --json for tools.
 			if err != nil {
 				return err
 			}
-			if kin, plug := unmerged(set, acts); len(kineto) == 0 && len(kin) > 0 && len(plug) > 0 {
-				// torch.profiler traces given beside the plugin traces, as TRACE: a rank's
-				// operations and its activity are in two files that nothing links yet.
-				fmt.Fprintf(os.Stderr, "%d of the traces are torch.profiler's, not merged with the plugin's: merging them first, as --kineto does\n", len(kin))
-				dir, err := mergeForWhy(kin, plug, quiet)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(os.Stderr, "merged into %s (kept: the answer's places in the traces are there)\n", dir)
-				if set, acts, err = readForWhy(cmd, []string{dir}, quiet); err != nil {
-					return err
-				}
-			}
 			return why.Analyze(set, acts, opt).Write(cmd.OutOrStdout(), format)
 		},
 	}
@@ -119,14 +106,28 @@ where the operation is in its trace, and --json for tools.
 	return c
 }
 
-// readForWhy reads the operations of the traces and, in the same pass, what why needs beside them.
-func readForWhy(cmd *cobra.Command, args []string, quiet bool) (*commops.Set, []why.Activity, error) {
+// readForWhy reads the operations of the traces and, in the same pass, what why needs beside
+// them (out: outputs the traces must not be). torch.profiler traces given beside the plugin
+// traces, not merged with them, are merged first (as --kineto does) and the result read: a
+// rank's operations and its activity are otherwise in two files nothing links.
+func readForWhy(cmd *cobra.Command, args []string, quiet bool, out ...output) (*commops.Set, []why.Activity, error) {
 	col := why.NewCollector()
-	set, err := readOpsWith(cmd, args, quiet, commops.Options{Also: col.Hook})
+	set, err := readOpsWith(cmd, args, quiet, commops.Options{Also: col.Hook}, out...)
 	if err != nil {
 		return nil, nil, err
 	}
-	return set, col.Activities(set), nil
+	acts := col.Activities(set)
+	kin, plug := unmerged(set, acts)
+	if len(kin) == 0 || len(plug) == 0 {
+		return set, acts, nil
+	}
+	fmt.Fprintf(os.Stderr, "%d of the traces are torch.profiler's, not merged with the plugin's: merging them first, as --kineto does\n", len(kin))
+	dir, err := mergeForWhy(kin, plug, quiet)
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(os.Stderr, "merged into %s (kept: the answer's places in the traces are there)\n", dir)
+	return readForWhy(cmd, []string{dir}, quiet, out...)
 }
 
 // unmerged lists the files of set that are torch.profiler traces alone (its activity, no NCCL
