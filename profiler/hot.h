@@ -498,7 +498,9 @@ NP_HOT np_cell* np_cell_claim(np_comm* c, np_thread* t, uint64_t* handle) {
       np_prefetch_write(n);
       np_prefetch_write((char*)n + 64);
     }
-    uint64_t gs = __atomic_load_n(&cell->gs, __ATOMIC_RELAXED);
+    /* Acquire (a plain load on x86): what the thread that freed the cell did with it before
+     * its release store happens before what this claim writes into it. */
+    uint64_t gs = __atomic_load_n(&cell->gs, __ATOMIC_ACQUIRE);
     if (gs & 1) continue;
     /* A plain store: only this thread claims in its block. The fields are written after it
      * (readers of an in-use cell check its generation, not the order of its fields). */
