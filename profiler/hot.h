@@ -459,6 +459,15 @@ NP_HOT int np_block_take(np_comm* c, np_thread* t, np_acache* a, uint32_t p) {
   return 1;
 }
 
+/* Cells this many claims ahead of the one being claimed are fetched for writing now. */
+#define NP_CELL_AHEAD 4
+
+NP_HOT void np_cell_prefetch(np_comm* c, uint32_t at) {
+  np_cell* n = &c->cells[at & (c->ncells - 1)];
+  np_prefetch_write(n);
+  np_prefetch_write((char*)n + 64);
+}
+
 /* Claims a free arena cell (the thread has entered). Cells are handed out in blocks that a
  * thread owns until it has taken each of their cells (one compare-and-swap to take a block
  * and one to give it back, per NP_CELL_BLOCK claims), so a free cell of the thread's block is
@@ -490,14 +499,12 @@ NP_HOT np_cell* np_cell_claim(np_comm* c, np_thread* t, uint64_t* handle) {
       uint32_t p = __atomic_fetch_add(&c->cursor, jump, __ATOMIC_RELAXED);
       if (tries > 0) jump <<= 1;
       if (!np_block_take(c, t, a, p)) continue;
+      for (uint32_t k = 1; k < NP_CELL_AHEAD && a->next + k < a->end; k++)
+        np_cell_prefetch(c, a->next + k);
     }
     uint32_t i = a->next++ & (c->ncells - 1);
     np_cell* cell = &c->cells[i];
-    if (a->next != a->end) {
-      np_cell* n = &c->cells[a->next & (c->ncells - 1)];
-      np_prefetch_write(n);
-      np_prefetch_write((char*)n + 64);
-    }
+    if (a->next + NP_CELL_AHEAD - 1 < a->end) np_cell_prefetch(c, a->next + NP_CELL_AHEAD - 1);
     /* Acquire (a plain load on x86): what the thread that freed the cell did with it before
      * its release store happens before what this claim writes into it. */
     uint64_t gs = __atomic_load_n(&cell->gs, __ATOMIC_ACQUIRE);
