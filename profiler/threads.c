@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "hot.h"
 #include "state.h"
 #include "ticks.h"
 
@@ -14,6 +15,9 @@ static void np_thread_exit(void* arg) {
   np_thread* t = (np_thread*)arg;
   np_tls = NULL;
   for (int i = 0; i < NP_TCACHE; i++) t->cache[i].epoch = 0;
+  /* The blocks of arena cells it owned go back (the next thread in this slot would take them
+   * over; until one comes, other threads would skip them). */
+  for (int i = 0; i < NP_ACACHE; i++) np_block_release(t, &t->acache[i]);
   __atomic_store_n(&t->used, 0, __ATOMIC_RELEASE);
 }
 

@@ -11,6 +11,9 @@
  *            Event) before the checks that may postpone its irecv to a later pass; each later
  *            pass starts it again into the same handle slot, and only the last handle is given
  *            states and stopped. Ring AllReduces whose every receive step is started 20 times.
+ *   proxychurn  a proxy thread for every two operations, each ending when they are done (NCCL
+ *            runs a proxy thread per communicator and ends it when the communicator is
+ *            destroyed): a thread that ends must give back the arena cells it owned.
  *   queued   proxy.cc's ProxyAppend queues an op behind the one its connection runs (`nextPeer`)
  *            and starts its ProxyOp at once; it is progressed only when its predecessors are
  *            done. Ring AllReduces on 4 channels whose receive ProxyOps wait 300 operations
@@ -88,4 +91,18 @@ void scenario_queued(const opts* op) {
   }
   proxy_stop();
   W.queue_depth = 0;
+}
+
+/* A new proxy thread for every two ring AllReduces, ended (joined) once they are done. */
+void scenario_proxychurn(const opts* op) {
+  hcomm* c = world_comm("proxychurn", 0xC4C4C4C000000001ull + (uint64_t)op->seed, op->nranks,
+                        op->rank, 2);
+  double t0 = now_ns();
+  for (int i = 0; i < op->iters; i++) {
+    if (i % 2 == 0) proxy_start();
+    pace(t0, i, op->rate);
+    op_spec o = pattern_op("AllReduce", "RING", op->channels);
+    launch_group(c, &o, 1, 1);
+    if (i % 2 == 1 || i == op->iters - 1) proxy_stop();
+  }
 }

@@ -143,6 +143,7 @@ void scenario_asgrow(const opts* o);
 int scenario_skew(int argc, char** argv); /* parses its own options (skew.c) */
 int scenario_hang(int argc, char** argv); /* parses its own options (hang.c) */
 int scenario_replay(int argc, char** argv);
-void scenario_queued(const opts* op); /* a recorded call log of real NCCL (replay.c) */
+void scenario_queued(const opts* op);
+void scenario_proxychurn(const opts* op); /* a proxy thread per two operations */ /* a recorded call log of real NCCL (replay.c) */
 
 #endif

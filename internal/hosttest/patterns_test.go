@@ -116,3 +116,24 @@ func TestQueuedProxyOpsAreKept(t *testing.T) {
 		})
 	}
 }
+
+// A proxy thread that ends gives back the blocks of arena cells it owned (profiler/threads.c):
+// 24 proxy threads in turn, two ring AllReduces each, on an arena of 256 cells (16 blocks).
+// Each thread ends owning the block it claimed last; kept, those blocks would fill the arena
+// after 16 threads and every ProxyOp and step after it would be dropped. (In NCCL a proxy
+// thread ends with its communicator, whose blocks go when it is opened again; not the PXN
+// communicator's, which lives as long as the process.)
+func TestEndedProxyThreadsGiveCellsBack(t *testing.T) {
+	env := []string{"NCCLPROF_METRICS=none", "NCCLPROF_INFLIGHT_CELLS=256"}
+	r := Start(t, Options{Args: args(6, "--iters", "48", "--channels", "2", "--fast", "proxychurn"), Env: env})
+	checkWhole(t, r)
+	tr := r.Truth[0]
+	if n := tr.Counter(t, "ARENA_FULL"); n != 0 {
+		t.Errorf("the arena was full %d times", n)
+	}
+	tc := tr.Comms[0]
+	s := r.Summary(tc.Hash, tc.Rank)
+	if op := s.Op("AllReduce", "RING", "SIMPLE", 2); op == nil || op.Count != 48 || op.NoCompletion != 0 || op.Incomplete != 0 {
+		t.Errorf("AllReduce: %+v, want 48, every one complete", op)
+	}
+}
