@@ -474,9 +474,10 @@ NP_HOT void np_cell_prefetch(np_comm* c, uint32_t at) {
  * claimed with plain stores: no other thread claims in that block, and the threads that free
  * cells only ever free a cell in use. A block another thread still owns (it holds it across
  * a lap of the cursor) is skipped, as is a cell still in use from a previous lap (a long
- * transfer). The block's next cell is fetched for writing as this one is claimed: the arena
- * is walked a lap at a time, so a cell's lines have left the core's cache since it was last
- * used, and would otherwise stall its claim. (A freed cell is not reused at once: a stop or
+ * transfer). The block's cells are fetched for writing NP_CELL_AHEAD claims ahead: the arena is
+ * walked a lap at a time, so a cell's lines have left the core's cache since it was last used,
+ * and would otherwise stall its claim (one claim ahead was too late after a pause between
+ * operations: docs/bench-nccl.md). (A freed cell is not reused at once: a stop or
  * state that races with its stop, from another thread, then still finds it stale, not another
  * event's.) Returns NULL when the arena is full (every cell tried was in flight). */
 NP_HOT np_cell* np_cell_claim(np_comm* c, np_thread* t, uint64_t* handle) {
@@ -722,7 +723,9 @@ NP_HOT void np_stop_slot(np_comm* c, np_thread* t, uint64_t h) {
   /* NCCL stops a KernelCh right after recording KernelChStop: that reading serves. */
   int type = np_ev_type(ev);
   uint64_t kst = type == NP_T_KERNEL_CH ? ev->u.kch.t_stop_state : 0;
-  ev->t_stop = kst ? kst : np_is_trace_timed(type) ? np_trace_clock() : np_ticks();
+  uint64_t now = !np_is_trace_timed(type) ? np_ticks() : np_trace_clock();
+  /* A coarse stop is never before its start (a trace that ended between the two). */
+  ev->t_stop = kst ? kst : now > ev->t_start ? now : ev->t_start;
   __atomic_store_n(&ev->done, 1, __ATOMIC_RELEASE);
 }
 
