@@ -44,12 +44,15 @@ static pthread_once_t np_once = PTHREAD_ONCE_INIT;
 
 void np_setup(void) { pthread_once(&np_once, np_setup_once); }
 
-/* First callback of a thread: take a free per-thread state. Runs once per thread. */
+/* First callback of a thread: take a free per-thread state, the lowest free one, so that what
+ * is kept per slot stays as small as the number of threads alive at once: the drainer's pass
+ * looks at every slot below the highest ever taken (np_quiesce), and the transfer sums are
+ * kept per writing slot (a thread that takes an ended thread's slot goes on with its sums).
+ * Runs once per thread. */
 np_thread* np_thread_attach(void) {
   np_setup();
   uint32_t tid = (uint32_t)syscall(SYS_gettid);
-  for (uint32_t i = 0; i < NP_MAX_THREADS; i++) {
-    uint32_t k = (tid + i) % NP_MAX_THREADS;
+  for (uint32_t k = 0; k < NP_MAX_THREADS; k++) {
     uint32_t expect = 0;
     if (__atomic_load_n(&np_threads[k].used, __ATOMIC_RELAXED) == 0 &&
         __atomic_compare_exchange_n(&np_threads[k].used, &expect, 1, 0, __ATOMIC_ACQ_REL,
