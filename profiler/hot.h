@@ -17,9 +17,14 @@
 #include "ticks.h"
 
 /* The drainer's clock, read at its last pass (a few ms old at most), for a moment whose time
- * no figure is computed from: it saves the counter read that is most of a callback's cost.
- * 0 before the drainer's first pass (then the counter is read). */
-NP_HOT uint64_t np_coarse_now(void) { return __atomic_load_n(&np_coarse.tsc, __ATOMIC_RELAXED); }
+ * no figure is computed from: it saves the counter read that is most of a callback's cost. The
+ * counter is read instead when `exact`, when a trace wants detail now, and before the
+ * drainer's first pass. */
+NP_HOT uint64_t np_coarse_unless(int exact) {
+  uint64_t t = __atomic_load_n(&np_coarse.tsc, __ATOMIC_RELAXED);
+  if (NP_LIKELY(t != 0) && !exact && !__atomic_load_n(&np_detail_on, __ATOMIC_RELAXED)) return t;
+  return np_ticks();
+}
 
 /* The time of a ProxyStep moment no figure is computed from (its start, SendGPUWait,
  * SendPeerWait, RecvWait, RecvFlushWait, RecvGPUWait): the coarse clock (a hang dump's "in this
@@ -28,11 +33,7 @@ NP_HOT uint64_t np_coarse_now(void) { return __atomic_load_n(&np_coarse.tsc, __A
  * difference is its transfer time, and every stop (its ProxyOp's latest activity, which says
  * when a ProxyOp NCCL leaves unstopped finished its steps) always read the counter. */
 NP_HOT uint64_t np_step_clock(uint16_t sflags) {
-  uint64_t t = np_coarse_now();
-  if (NP_LIKELY(t != 0) && !(sflags & NP_F_SAMPLE_BITS) &&
-      !__atomic_load_n(&np_detail_on, __ATOMIC_RELAXED))
-    return t;
-  return np_ticks();
+  return np_coarse_unless(sflags & NP_F_SAMPLE_BITS);
 }
 
 /* Launch-side moments only a trace draws: a KernelLaunch's and a Group's start and stop, and
@@ -49,11 +50,12 @@ NP_HOT int np_is_trace_state(int state) {
 }
 
 NP_HOT uint64_t np_trace_clock(void) {
-  uint64_t t = np_coarse_now();
-  if (NP_LIKELY(t != 0) && !__atomic_load_n(&np_detail_on, __ATOMIC_RELAXED) &&
-      !__atomic_load_n(&np_sample_n, __ATOMIC_RELAXED))
-    return t;
-  return np_ticks();
+  return np_coarse_unless(__atomic_load_n(&np_sample_n, __ATOMIC_RELAXED) != 0);
+}
+
+/* The start or stop time of a window event of `type`. */
+NP_HOT uint64_t np_event_clock(int type) {
+  return np_is_trace_timed(type) ? np_trace_clock() : np_ticks();
 }
 
 /* Enter/leave a callback. Between them the drainer will not read a window this thread may
@@ -293,7 +295,7 @@ NP_HOT np_event* np_slot_new(np_comm* c, np_thread* t, int type, int abi, uint64
   if (NP_UNLIKELY(ev == NULL)) return NULL;
   *handle = np_handle(c->idx, set, wi, s, ep, flags);
   ev->parent = parent;
-  ev->t_start = np_is_trace_timed(type) ? np_trace_clock() : np_ticks();
+  ev->t_start = np_event_clock(type);
   ev->t_stop = 0;
   ev->tid = t->tid;
   ev->rank = rank;
@@ -723,9 +725,12 @@ NP_HOT void np_stop_slot(np_comm* c, np_thread* t, uint64_t h) {
   /* NCCL stops a KernelCh right after recording KernelChStop: that reading serves. */
   int type = np_ev_type(ev);
   uint64_t kst = type == NP_T_KERNEL_CH ? ev->u.kch.t_stop_state : 0;
-  uint64_t now = !np_is_trace_timed(type) ? np_ticks() : np_trace_clock();
-  /* A coarse stop is never before its start (a trace that ended between the two). */
-  ev->t_stop = kst ? kst : now > ev->t_start ? now : ev->t_start;
+  if (kst == 0) {
+    kst = np_event_clock(type);
+    /* A coarse stop is never before its start (a trace that ended between the two). */
+    if (kst < ev->t_start) kst = ev->t_start;
+  }
+  ev->t_stop = kst;
   __atomic_store_n(&ev->done, 1, __ATOMIC_RELEASE);
 }
 
