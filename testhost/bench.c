@@ -97,13 +97,6 @@ void bench_pos_print(const char* row, double ns_per_tick) {
   memset(bench_pos_n, 0, sizeof bench_pos_n);
 }
 
-#define BENCH_CALL(call)                                                                        \
-  do {                                                                                          \
-    uint64_t t0_ = bench_pos_side >= 0 ? bench_pos_now() : 0;                                         \
-    call;                                                                                       \
-    if (bench_pos_side >= 0) bench_pos_add(t0_);                                                \
-  } while (0)
-
 #define START(L, D, H)                                                                          \
   do {                                                                                          \
     (H) = NULL;                                                                                 \

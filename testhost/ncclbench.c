@@ -57,24 +57,18 @@ static npabi_descr_v6_t nb_op, nb_step, nb_kch;
 static void* nb_start(nb_cb* b, npabi_descr_v6_t* d) {
   void* h = NULL;
   if (!host_mask_wants(b->L->mask, d->type)) return NULL;
-  uint64_t t0 = bench_pos_side >= 0 ? bench_pos_now() : 0;
-  b->L->t->startEvent(b->L->ctx, &h, d);
-  if (bench_pos_side >= 0) bench_pos_add(t0);
+  BENCH_CALL(b->L->t->startEvent(b->L->ctx, &h, d));
   b->n++;
   return h;
 }
 static void nb_state(nb_cb* b, void* h, int s, npabi_args_v4_t* a) {
   if (!h) return;
-  uint64_t t0 = bench_pos_side >= 0 ? bench_pos_now() : 0;
-  b->L->t->recordEventState(h, s, a);
-  if (bench_pos_side >= 0) bench_pos_add(t0);
+  BENCH_CALL(b->L->t->recordEventState(h, s, a));
   b->n++;
 }
 static void nb_stop(nb_cb* b, void* h) {
   if (!h) return;
-  uint64_t t0 = bench_pos_side >= 0 ? bench_pos_now() : 0;
-  b->L->t->stopEvent(h);
-  if (bench_pos_side >= 0) bench_pos_add(t0);
+  BENCH_CALL(b->L->t->stopEvent(h));
   b->n++;
 }
 
@@ -226,10 +220,10 @@ static nb_run nb_measure(bench_lib* L, const nb_row* r, int count, int tsc) {
   volatile uint64_t sink = 0;
   uint64_t total = 0;
   if (count > 4096) count = 4096;
+  bench_pos_side = nb_positions ? (tsc ? 1 : 0) : -1;
   for (int i = 0; i < count; i++) {
     if (period > 0) spin_until(t0 + (double)i * period);
     bench_pos_next = 0;
-    bench_pos_side = nb_positions ? (tsc ? 1 : 0) : -1;
     uint64_t n0 = b.n, a = nb_tsc();
     void* coll = NULL;
     b.n += user_part(L, &coll, 0);

@@ -102,6 +102,13 @@ extern int bench_pos_side, bench_pos_next;
 uint64_t bench_pos_now(void);
 void bench_pos_add(uint64_t since);
 void bench_pos_print(const char* row, double ns_per_tick);
+/* Makes one callback, timed at its position when positions are on. */
+#define BENCH_CALL(call)                                                                         \
+  do {                                                                                           \
+    uint64_t t0_ = bench_pos_side >= 0 ? bench_pos_now() : 0;                                    \
+    call;                                                                                        \
+    if (bench_pos_side >= 0) bench_pos_add(t0_);                                                 \
+  } while (0)
 uint64_t proxy_part(bench_lib* L, void* coll, int channels);
 typedef struct run {
   double ns, flush_ns; /* callbacks; the drainer's processing of them (untimed bursts' flush) */
@@ -142,8 +149,8 @@ void scenario_forkinit(const opts* o);
 void scenario_asgrow(const opts* o);
 int scenario_skew(int argc, char** argv); /* parses its own options (skew.c) */
 int scenario_hang(int argc, char** argv); /* parses its own options (hang.c) */
-int scenario_replay(int argc, char** argv);
-void scenario_queued(const opts* op);
-void scenario_proxychurn(const opts* op); /* a proxy thread per two operations */ /* a recorded call log of real NCCL (replay.c) */
+int scenario_replay(int argc, char** argv); /* a recorded call log of real NCCL (replay.c) */
+void scenario_queued(const opts* op);       /* proxy_patterns.c: ProxyOps queued behind */
+void scenario_proxychurn(const opts* op);   /* proxy_patterns.c: a proxy thread per two ops */
 
 #endif
