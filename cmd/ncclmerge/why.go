@@ -84,7 +84,6 @@ where the operation is in its trace, and --json for tools.
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(os.Stderr, "merged into %s (kept: the answer's places in the traces are there)\n", dir)
 				args = []string{dir}
 			}
 			set, acts, err := readForWhy(cmd, args, quiet)
@@ -126,7 +125,6 @@ func readForWhy(cmd *cobra.Command, args []string, quiet bool, out ...output) (*
 	if err != nil {
 		return nil, nil, err
 	}
-	fmt.Fprintf(os.Stderr, "merged into %s (kept: the answer's places in the traces are there)\n", dir)
 	return readForWhy(cmd, []string{dir}, quiet, out...)
 }
 
@@ -149,7 +147,7 @@ func unmerged(set *commops.Set, acts []why.Activity) (kineto, plugin []string) {
 }
 
 // mergeForWhy merges the torch.profiler traces with the plugin traces, one output per rank,
-// into a new directory under the temporary directory, which it returns.
+// into a new directory under the temporary directory, which it returns and names on stderr.
 func mergeForWhy(kineto, nccl []string, quiet bool) (string, error) {
 	kp, err := merge.ExpandFor(kineto, merge.KinetoTrace)
 	if err != nil {
@@ -174,5 +172,6 @@ func mergeForWhy(kineto, nccl []string, quiet bool) (string, error) {
 		os.RemoveAll(dir)
 		return "", err
 	}
+	fmt.Fprintf(os.Stderr, "merged into %s (kept: the answer's places in the traces are there)\n", dir)
 	return dir, nil
 }
