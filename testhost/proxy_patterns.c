@@ -11,9 +11,11 @@
  *            Event) before the checks that may postpone its irecv to a later pass; each later
  *            pass starts it again into the same handle slot, and only the last handle is given
  *            states and stopped. Ring AllReduces whose every receive step is started 20 times.
- *   proxychurn  a proxy thread for every two operations, each ending when they are done (NCCL
- *            runs a proxy thread per communicator and ends it when the communicator is
- *            destroyed): a thread that ends must give back the arena cells it owned.
+ *   proxychurn  a proxy thread for every two operations, each ending when they are done. NCCL
+ *            runs the progress thread that makes the ProxyOp and step callbacks per proxy
+ *            state (proxy.cc ncclProxyProgressCreate, a std::thread of ncclProxyProgress) and
+ *            joins it when the proxy service ends (ncclProxyService → ncclProxyProgressDestroy;
+ *            v2.30.7-1): a thread that ends must give back the arena cells it owned.
  *   queued   proxy.cc's ProxyAppend queues an op behind the one its connection runs (`nextPeer`)
  *            and starts its ProxyOp at once; it is progressed only when its predecessors are
  *            done. Ring AllReduces on 4 channels whose receive ProxyOps wait 300 operations
