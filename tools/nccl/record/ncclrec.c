@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,6 +49,12 @@ static void die(const char* what, const char* err) {
 #define NC(x) do { ncclResult_t r_ = (x); if (r_ != ncclSuccess && r_ != ncclInProgress) die(#x, ncclGetErrorString(r_)); } while (0)
 
 static void barrier(void) { pthread_barrier_wait(&sh->bar); }
+
+static double now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e9 + t.tv_nsec;
+}
 
 /* Whether every rank's setup step succeeded: each says its own, then all read all. */
 static int all_ok(int mine) {
@@ -236,12 +243,20 @@ static void run_rank(const char* out) {
                                                symmetric, nonblocking, solo};
   static const char* const names[] = {"collectives", "point_to_point", "graph", "registered",
                                       "symmetric", "nonblocking", "solo"};
-  for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+  enum { NSTEPS = sizeof steps / sizeof steps[0] };
+  double took[NSTEPS];
+  for (size_t k = 0; k < NSTEPS; k++) {
     barrier();
     if (rank == 0) fprintf(stderr, "ncclrec: %s\n", names[k]);
-    steps[k](c);
+    double t0 = now_ns();
+    steps[k](c); /* each step ends with its stream synchronized */
+    took[k] = now_ns() - t0;
   }
-  fprintf(truth, "\n  ]}\n");
+  /* How long each step took on this rank, GPU and proxy included (tools/nccl/record/overhead.sh
+   * compares them between profiler plugins). */
+  fprintf(truth, "\n  ], \"step_ns\": {");
+  for (size_t k = 0; k < NSTEPS; k++) fprintf(truth, "%s\"%s\": %.0f", k ? ", " : "", names[k], took[k]);
+  fprintf(truth, "}}\n");
   fclose(truth);
   NC(ncclCommFinalize(c));
   NC(ncclCommDestroy(c));

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # pack.sh: what a device session needs, built here, in one folder to carry (`.gpu/`, which git
-# ignores through .git/info/exclude): the plugin, its drainer, the recorder and ncclmerge (xz),
+# ignores through .git/info/exclude): the plugin, its drainer, the recorder, the empty plugin and
+# ncclmerge (xz),
 # and NCCL VERSION from PyPI slimmed to one GPU architecture (slim_fatbin.py) with its headers.
 #
 #   tools/nccl/record/pack.sh [VERSION] [SM]      (default 2.30.7 and 90: an H100 or H200)
@@ -15,7 +16,7 @@ mkdir -p "$out" "$(dirname "$exclude")"
 grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo '/.gpu/' >>"$exclude"
 make -C "$root" -s all
 tar -C "$root/build" -cJf "$out/bins.tar.xz" libnccl-profiler-ncclprof.so libncclprof-drain.so \
-  libnccl-profiler-recorder.so ncclmerge
+  libnccl-profiler-recorder.so libnccl-profiler-empty.so ncclmerge
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

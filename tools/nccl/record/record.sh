@@ -11,7 +11,9 @@
 # ncclTopoCheckP2p: the path of a GPU to itself is always within the P2P level). With
 # NCCLREC_SEPARATE_HOSTS=1 each rank claims a host of its own (NCCL_HOSTID), so NCCL (any
 # release) connects them through its socket transport on the loopback: ProxyOps, steps and
-# NetPlugin events are NCCL's own. NCCLREC_NO_RECORDER=1 runs ncclprof alone. OUT gets, per rank: calls-<rank>.log (every profiler call NCCL made, as the
+# NetPlugin events are NCCL's own. NCCLREC_NO_RECORDER=1 runs ncclprof alone;
+# NCCLREC_PLUGIN another profiler plugin instead of ncclprof (overhead.sh: the empty one);
+# NCCLREC_TRACE=0 no whole-run trace (as a job runs by default). OUT gets, per rank: calls-<rank>.log (every profiler call NCCL made, as the
 # recorder received it, with the time), truth-<rank>.json (what the rank issued), ncclprof's
 # summary and trace, and NCCL's log.
 set -u
@@ -33,9 +35,9 @@ chain=$bin/libnccl-profiler-recorder.so
 env NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket \
   NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_NVLS_ENABLE=0 \
   NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,NET,PROFILE,TUNING NCCL_DEBUG_FILE="$out/nccl.%h.%p.log" \
-  NCCL_PROFILER_PLUGIN="$bin/libnccl-profiler-ncclprof.so" \
+  NCCL_PROFILER_PLUGIN="${NCCLREC_PLUGIN:-$bin/libnccl-profiler-ncclprof.so}" \
   NCCLPROF_CHAIN="$chain" \
   NCCLPROF_RECORDER_CLOCK=1 \
-  NCCLPROF_OUTPUT_DIR="$out/ncclprof" NCCLPROF_TRACE=1 NCCLPROF_HANG_TIMEOUT_S=20 \
+  NCCLPROF_OUTPUT_DIR="$out/ncclprof" NCCLPROF_TRACE="${NCCLREC_TRACE:-1}" NCCLPROF_HANG_TIMEOUT_S=20 \
   NCCLREC_LOGDIR="$out/calls" \
   "$out/ncclrec" "$nranks" "$out" "$iters"
