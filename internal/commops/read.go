@@ -77,10 +77,13 @@ type kernelLink struct {
 }
 
 func readFile(fi int32, path string, opt Options) (*part, error) {
-	data, err := tracefile.ReadFile(path)
+	// One pass, its pages given back behind it: nothing kept points into the file (intern).
+	in, err := tracefile.ReadPass(path)
 	if err != nil {
 		return nil, err
 	}
+	defer in.Done()
+	data := in.Data
 	r := &reader{file: fi, path: path, opt: opt, groups: map[int64]int32{}, comms: map[uint64]int32{},
 		keys: map[opKey]int32{}, legs: map[opKey][]Leg{}, strs: map[string]string{}, groupOf: map[int32]int32{}, last: time.Now()}
 	visit := r.visit
@@ -98,7 +101,7 @@ func readFile(fi int32, path string, opt Options) (*part, error) {
 			return also.Visit(t, e)
 		}
 	}
-	t, err := ptrace.Stream(path, data, traceevent.Options{Progress: r.progress}, visit)
+	t, err := ptrace.Stream(path, data, traceevent.Options{Progress: r.progress, Release: in.Release}, visit)
 	if err != nil {
 		return nil, err
 	}

@@ -71,6 +71,9 @@ type Options struct {
 	Truncated bool
 	// Progress, if set, is called now and then with the bytes walked so far.
 	Progress func(done, total int64)
+	// Release, if set, is called now and then with an offset the walk will not read below
+	// again (tracefile.Pass.Release: a one-pass reader gives those pages back).
+	Release func(upTo int64)
 	// Hint is the advice added to a syntax error ("check that it is a trace written by …").
 	Hint string
 	// RepairUTF8 replaces each byte that is not valid UTF-8 with '?' in data itself (the
@@ -130,7 +133,7 @@ func ReadWith[T any](path string, data []byte, opt Options, r Reader[T]) (*Doc, 
 	d := &Doc{Path: path, Data: data}
 	// Valid text is checked at memory speed (tens of GB/s); only a file that fails is walked
 	// byte by byte.
-	if !utf8.Valid(data) {
+	if !validUTF8(data, opt.Release) {
 		d.InvalidUTF8, d.FirstInvalidUTF8 = invalidUTF8(data, opt.RepairUTF8)
 	}
 	d.doc = unsafe.String(unsafe.SliceData(data), len(data))
@@ -141,6 +144,31 @@ func ReadWith[T any](path string, data []byte, opt Options, r Reader[T]) (*Doc, 
 		return nil, err
 	}
 	return d, nil
+}
+
+// utf8Piece is how much validUTF8 checks before giving it back (a variable for the tests).
+var utf8Piece = 8 << 20
+
+// validUTF8 is utf8.Valid(data); with release, checked a piece at a time, each given back once
+// checked, so that a one-pass reader never holds the whole file at once. A piece ends before an
+// ASCII byte, where no UTF-8 sequence can be cut.
+func validUTF8(data []byte, release func(upTo int64)) bool {
+	if release == nil {
+		return utf8.Valid(data)
+	}
+	for at := 0; at < len(data); {
+		end := min(at+utf8Piece, len(data))
+		for end < len(data) && data[end] >= utf8.RuneSelf {
+			end++
+		}
+		if !utf8.Valid(data[at:end]) {
+			return false
+		}
+		release(int64(end))
+		at = end
+	}
+	release(0) // the walk starts again from the top
+	return true
 }
 
 // invalidUTF8 counts (and with repair replaces with '?', keeping every offset) the bytes of b
@@ -330,6 +358,9 @@ func (w *walker[T]) accept(t *T, start, end int) error {
 	}
 	if w.opt.Progress != nil && w.n&0xffff == 0 {
 		w.opt.Progress(int64(end), int64(len(w.d.doc)))
+	}
+	if w.opt.Release != nil && w.n&0x3fff == 0 {
+		w.opt.Release(int64(start))
 	}
 	return nil
 }

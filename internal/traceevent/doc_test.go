@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestReadAndWalk(t *testing.T) {
@@ -48,8 +49,16 @@ func TestParallelMatchesSequential(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("{\"traceEvents\": [\n")
 	for i := 0; i < 400000; i++ {
-		if i > 0 {
+		switch {
+		case i > 300000 && i < 340000:
+			b.WriteString(", ") // 3 MB of events on one line: chunks without a boundary
+		case i > 0:
 			b.WriteString(",\n  ")
+		}
+		if i == 200000 {
+			// One event longer than two chunks: the chunks it covers have no boundary.
+			b.WriteString(`{"ph": "X", "name": "giant", "ts": 1, "dur": 1, "pid": 1, "tid": 1, "args": {"s": "` + strings.Repeat("g", 3*chunkSize) + `"}}`)
+			continue
 		}
 		if i%1000 == 7 {
 			// A nested multi-line array of objects: ",\n {" inside an event.
@@ -79,6 +88,9 @@ func TestParallelMatchesSequential(t *testing.T) {
 		want := "e" + strings.Repeat("x", i%50) + "@" + itoa(i*1000)
 		if i%1000 == 7 {
 			want = "nested@1000"
+		}
+		if i == 200000 {
+			want = "giant@1000"
 		}
 		if g != want {
 			t.Fatalf("event %d: %s, want %s", i, g, want)
@@ -139,6 +151,36 @@ func TestFlowID(t *testing.T) {
 	} {
 		if id, ok := FlowID(raw); id != want.id || ok != want.ok {
 			t.Errorf("FlowID(%s) = %d, %v; want %d, %v", raw, id, ok, want.id, want.ok)
+		}
+	}
+}
+
+// validUTF8 with a release checks piece by piece and says what utf8.Valid says, whatever piece
+// boundary falls inside a multi-byte sequence; the offsets it gives back only grow, and it ends
+// by starting over (0) for the walk.
+func TestValidUTF8InPieces(t *testing.T) {
+	defer func(n int) { utf8Piece = n }(utf8Piece)
+	good := []byte(strings.Repeat(`{"name":"é→𝄞 kernel"},`, 40))
+	bad := append(append([]byte{}, good[:500]...), 0xff)
+	bad = append(bad, good[500:]...)
+	cut := append([]byte{}, good[:len(good)-1]...)
+	cut = append(cut[:len(cut)-2], 0xe2, 0x86) // a sequence cut short at the end
+	for _, piece := range []int{1, 2, 3, 5, 7, 64, 1 << 20} {
+		utf8Piece = piece
+		for name, data := range map[string][]byte{"good": good, "bad": bad, "cut": cut} {
+			var got []int64
+			ok := validUTF8(data, func(upTo int64) { got = append(got, upTo) })
+			if ok != utf8.Valid(data) {
+				t.Errorf("piece %d, %s: validUTF8 %v, utf8.Valid %v", piece, name, ok, !ok)
+			}
+			for i := 1; i < len(got); i++ {
+				if got[i] < got[i-1] && (i != len(got)-1 || got[i] != 0) {
+					t.Errorf("piece %d, %s: offsets given back went from %d to %d", piece, name, got[i-1], got[i])
+				}
+			}
+			if ok && (len(got) == 0 || got[len(got)-1] != 0) {
+				t.Errorf("piece %d, %s: a valid document ends without starting over (%v)", piece, name, got)
+			}
 		}
 	}
 }

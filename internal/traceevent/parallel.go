@@ -40,26 +40,37 @@ func (w *walker[T]) parallel() (end int, done bool, err error) {
 	if procs < 2 || len(s)-first < minParallel {
 		return 0, false, nil
 	}
-	cuts := []int{first}
-	for at := first + chunkSize; at < len(s); at += chunkSize {
-		c := nextBoundary(s, at)
-		if c < 0 {
-			break
-		}
-		if c > cuts[len(cuts)-1] {
-			cuts = append(cuts, c)
-		}
+	if boundaryIn(s, first+chunkSize, first+2*chunkSize) < 0 {
+		return 0, false, nil // no boundary where the second chunk would start: one walk
 	}
-	if len(cuts) < 2 {
-		return 0, false, nil
+	// Chunk i covers the events that start from the first boundary in its stretch of chunkSize
+	// bytes up to the first one in the next stretch. Each worker finds its chunk's two, so the
+	// file is touched only as the walk gets to it: found up front, they touched every MiB of it
+	// before the first event, and the kernel then mapped the whole file at once (a one-pass
+	// reader's Release could give nothing back). A stretch without a boundary leaves an empty
+	// chunk that the consumer fills in sequentially.
+	n := (len(s) - first + chunkSize - 1) / chunkSize
+	cut := func(i int) int {
+		if i == 0 {
+			return first
+		}
+		at := first + i*chunkSize
+		if at >= len(s) {
+			return len(s)
+		}
+		return boundaryIn(s, at, min(at+chunkSize, len(s)))
 	}
 	expect := first
-	inOrder(len(cuts), procs, func(i int, c *chunk[T]) {
-		limit := len(s)
-		if i+1 < len(cuts) {
-			limit = cuts[i+1]
+	inOrder(n, procs, func(i int, c *chunk[T]) {
+		start, limit := cut(i), cut(i+1)
+		if limit < 0 {
+			limit = min(first+(i+2)*chunkSize, len(s))
 		}
-		c.parse(w.r.Parse, s, cuts[i], limit)
+		if start < 0 || start >= limit {
+			*c = chunk[T]{start: -1, limit: limit, events: c.events[:0], bounds: c.bounds[:0]}
+			return
+		}
+		c.parse(w.r.Parse, s, start, limit)
 	}, func(_ int, c *chunk[T]) bool {
 		end, done, err = w.consume(c, &expect)
 		return !done
@@ -158,11 +169,11 @@ func inOrder[R any](n, procs int, work func(i int, r *R), each func(i int, r *R)
 	}
 }
 
-// nextBoundary returns the start of the first candidate event at or after at: a '{' preceded
-// by whitespace holding a newline, preceded by ','. -1 if there is none.
-func nextBoundary(s string, at int) int {
-	for at < len(s) {
-		nl := strings.IndexByte(s[at:], '\n')
+// boundaryIn returns the start of the first candidate event after a newline in [at, to): a '{'
+// preceded by whitespace holding that newline, preceded by ','. -1 if there is none.
+func boundaryIn(s string, at, to int) int {
+	for at < to {
+		nl := strings.IndexByte(s[at:to], '\n')
 		if nl < 0 {
 			return -1
 		}

@@ -39,3 +39,53 @@ func mapPlain(f *os.File, size int64) ([]byte, bool) {
 	}
 	return b, true
 }
+
+// ReadPass returns path's content for one pass from its start to its end, as commops and
+// `why` read a trace: a large plain file is mapped read-only, unpopulated, and Pass.Release gives
+// the pages the reader has passed back to the kernel, so the process holds a window of the file
+// instead of all of it (a job's 64 traces of 200 MB each were read into buffers of their size,
+// two at once, and the garbage collector's headroom doubled them). The mapping stays: a string
+// that still points into the file reads it again from the page cache. Anything else is read as
+// ReadFile reads it, and Release does nothing.
+func ReadPass(path string) (*Pass, error) {
+	p := &Pass{}
+	data, err := read(path, func(f *os.File, size int64) ([]byte, bool) {
+		if size < mapMin || int64(int(size)) != size {
+			return nil, false
+		}
+		b, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_PRIVATE)
+		if err != nil {
+			return nil, false
+		}
+		syscall.Madvise(b, syscall.MADV_SEQUENTIAL) // read ahead, and drop behind early
+		p.mapped = true
+		return b, true
+	})
+	p.Data = data
+	return p, err
+}
+
+// Release gives back the whole pages of the mapping below upTo (less a margin: the reader's
+// current event may have begun before it). A page given back and read again is read from the
+// page cache: the content never changes. An offset below an earlier one says the reader starts
+// over (the UTF-8 check, then the walk): pages are given back from the start again.
+func (p *Pass) Release(upTo int64) {
+	const margin = 1 << 20
+	end := (upTo - margin) &^ (int64(os.Getpagesize()) - 1)
+	if end < p.released {
+		p.released = 0
+	}
+	if !p.mapped || end <= p.released {
+		return
+	}
+	syscall.Madvise(p.Data[p.released:end], syscall.MADV_DONTNEED)
+	p.released = end
+}
+
+// Done gives back every page of the mapping.
+func (p *Pass) Done() {
+	if p.mapped {
+		syscall.Madvise(p.Data, syscall.MADV_DONTNEED)
+		p.released = int64(len(p.Data))
+	}
+}

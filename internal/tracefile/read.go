@@ -268,3 +268,10 @@ func addressSpaceRoom() int64 {
 }
 
 func fmtGB(n int64) string { return fmt.Sprintf("%.1f GB", float64(n)/1e9) }
+
+// Pass is a file's content for one pass (ReadPass).
+type Pass struct {
+	Data     []byte
+	mapped   bool
+	released int64 // the pages below it were given back
+}

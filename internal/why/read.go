@@ -30,12 +30,13 @@ func (a Activity) HasKineto() bool {
 // readActivity reads one trace: a merged rank, a timeline, or a plugin trace alone (then only its
 // transfers). Its spans are kept until digested (ReadAll).
 func readActivity(path string) (Activity, error) {
-	data, err := tracefile.ReadFile(path)
+	in, err := tracefile.ReadPass(path) // one pass, its pages given back behind it
 	if err != nil {
 		return Activity{}, err
 	}
+	defer in.Done()
 	r := &fileReader{a: &Activity{fileActivity{}}}
-	t, err := ptrace.Stream(path, data, traceevent.Options{}, r.Visit)
+	t, err := ptrace.Stream(path, in.Data, traceevent.Options{Release: in.Release}, r.Visit)
 	if err != nil {
 		return Activity{}, err
 	}
