@@ -22,7 +22,7 @@ const madvPopulateRead = 22
 // Everything else is as ReadFile: gzip files are inflated into a buffer, FIFOs and devices
 // refused, a file too large for the machine refused; where the kernel will not map the file,
 // it is read into a buffer.
-func MapFile(path string) ([]byte, error) { return read(path, mapPlain) }
+func MapFile(path string) ([]byte, error) { return read(path, mapPlain, false) }
 
 // mapPlain maps an open plain file of size bytes, populated from the page cache; false where
 // it is too small to be worth it or the kernel refuses.
@@ -45,7 +45,8 @@ func mapPlain(f *os.File, size int64) ([]byte, bool) {
 // the pages the reader has passed back to the kernel, so the process holds a window of the file
 // instead of all of it (a job's 64 traces of 200 MB each were read into buffers of their size,
 // two at once, and the garbage collector's headroom doubled them). The mapping stays: a string
-// that still points into the file reads it again from the page cache. Anything else is read as
+// that still points into the file reads it again from the page cache. A mapped file may be larger
+// than the memory this process may use (ReadFile refuses those). Anything else is read as
 // ReadFile reads it, and Release does nothing.
 func ReadPass(path string) (*Pass, error) {
 	p := &Pass{}
@@ -60,7 +61,7 @@ func ReadPass(path string) (*Pass, error) {
 		syscall.Madvise(b, syscall.MADV_SEQUENTIAL) // read ahead, and drop behind early
 		p.mapped = true
 		return b, true
-	})
+	}, true)
 	p.Data = data
 	return p, err
 }

@@ -20,11 +20,12 @@ var gzipMagic = []byte{0x1f, 0x8b}
 // ReadFile returns the whole content of path, decompressed if it is gzip. The buffer is sized
 // up front (the file size, or gzip's recorded length) so a large trace is held once, without
 // the doubling copies of a growing buffer.
-func ReadFile(path string) ([]byte, error) { return read(path, nil) }
+func ReadFile(path string) ([]byte, error) { return read(path, nil, false) }
 
 // read is ReadFile; where mapPlain is given, it may provide a plain file's content instead of
-// a buffer (MapFile's mapping; false: read it into a buffer after all).
-func read(path string, mapPlain func(f *os.File, size int64) ([]byte, bool)) ([]byte, error) {
+// a buffer (MapFile's mapping; false: read it into a buffer after all). passed: the mapping is
+// read once with its pages given back (ReadPass), so it needs no memory of the file's size.
+func read(path string, mapPlain func(f *os.File, size int64) ([]byte, bool), passed bool) ([]byte, error) {
 	f, st, err := OpenRegular(path, "a trace file")
 	if err != nil {
 		return nil, err
@@ -39,10 +40,15 @@ func read(path string, mapPlain func(f *os.File, size int64) ([]byte, bool)) ([]
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
+	if passed {
+		if b, ok := mapPlain(f, size); ok {
+			return b, nil
+		}
+	}
 	if limit := decompressLimit(); MaxDecompressed <= 0 && size > limit {
 		return nil, fmt.Errorf("%s: %s, more than this machine can merge (a trace needs about 1.5× its size in memory; %s available to this process)", path, fmtGB(size), fmtGB(availableMemory()))
 	}
-	if mapPlain != nil {
+	if mapPlain != nil && !passed {
 		if b, ok := mapPlain(f, size); ok {
 			return b, nil
 		}
