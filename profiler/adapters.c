@@ -97,7 +97,7 @@ NP_HOT void np_start_coll(void* ctx, int abi, void** eh, uint64_t parent, int ra
   np_comm* c = np_target(ctx, NP_T_COLL, parent);
   np_pending p;
   if (!c) return;
-  if (!np_begin(c, NP_T_COLL, abi, parent, rank, np_sample_flags(c, seq), eh, &p)) {
+  if (!np_begin(c, NP_T_COLL, abi, parent, rank, np_sample_flags(c, func, seq), eh, &p)) {
     if (*eh == (void*)NP_H_DROPPED) np_lost_add(c, NP_T_COLL | np_lost_api(abi, parent), func, dtype,
                                                 algo, proto, nch, count);
     return;
@@ -126,7 +126,7 @@ NP_HOT void np_start_p2p(void* ctx, int abi, void** eh, uint64_t parent, int ran
   /* The ordinal is counted inside the active section: a recycled communicator's table is reset
    * only once no callback is inside. */
   uint64_t ord = np_p2p_next(c, peer, func != NULL && func[0] == 'S'); /* "Send" / "Recv" */
-  if (!np_begin_in(c, t, NP_T_P2P, abi, parent, rank, np_sample_flags(c, ord), eh, &p)) {
+  if (!np_begin_in(c, t, NP_T_P2P, abi, parent, rank, np_sample_flags(c, NULL, ord), eh, &p)) {
     if (*eh == (void*)NP_H_DROPPED) np_lost_add(c, NP_T_P2P, func, dtype, NULL, NULL, nch, count);
     return;
   }

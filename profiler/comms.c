@@ -163,6 +163,7 @@ static void np_open_comm(np_comm* c) {
   __atomic_store_n(&c->rq_tail, 0, __ATOMIC_RELAXED);
   memset(c->conn, 0, NP_CONNS * sizeof(np_conn));
   __atomic_store_n(&c->trig_left, 0, __ATOMIC_RELAXED);
+  memset(c->rep, 0, sizeof c->rep); /* no seq repeats yet (np_sample_pick) */
   if (c->p2p_ord) memset(c->p2p_ord, 0, c->p2p_bytes);
   memset(c->xfer, 0, NP_XFER_BUCKETS * sizeof(np_xbucket));
   memset(c->lost, 0, NP_LOST_KEYS * sizeof(np_lost));

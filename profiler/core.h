@@ -28,8 +28,9 @@
  *     only while a trace window is open (np_detail_on), into the communicator's DETAIL windows.
  *     Those may overflow under a flood: dropped, counted per type, and the trace says so.
  *   - Sampled tracing (NCCLPROF_TRACE_SAMPLE=N): the Coll/P2p start decides whether the operation
- *     is traced in full (np_sample_flags: its seq, or for a P2P the ordinal the plugin counts per
- *     peer and direction, % N == 0; or the communicator's trigger countdown) and marks its record
+ *     is traced in full (np_sample_flags: its seq % N == 0, or the count of a seq's repeats for a
+ *     replayed CUDA graph; for a P2P the ordinal the plugin counts per peer and direction % N;
+ *     or the communicator's trigger countdown) and marks its record
  *     NP_F_SAMPLED / NP_F_TRIGGERED, in the record and in its handle. A ProxyOp copies the
  *     mark from its parent's handle into its own record and cell, a step from its ProxyOp's
  *     cell, and a marked step is recorded whole into the detail windows at its stop whether or

@@ -381,14 +381,35 @@ NP_HOT int np_ev_type(const np_event* ev) { return (int)((ev->hdr >> 32) & 0xff)
 
 /* ------------------------------------------------------------------- sampled tracing */
 
-/* Whether the Coll/P2p with this seq (a collective's NCCL seq, a P2P's ordinal) is traced in
- * full: seq % N == 0, which every rank decides alike, so sampled operations line up across
- * ranks; or the communicator is counting down the operations after a slow one. Returns
- * NP_F_SAMPLED / NP_F_TRIGGERED bits; 0 and one load when sampling is off. */
-NP_HOT uint16_t np_sample_flags(np_comm* c, uint64_t seq) {
+/* Whether a collective of `func` with this seq is 1 in n: seq % n == 0 at its first
+ * occurrence; a seq repeated back to back (a CUDA graph's collective replayed: np_repeat) is
+ * chosen by its count of repeats instead, k % n == 0, so 1 in n of the replays is traced. Every
+ * rank that sees the same collectives decides alike. func NULL (a P2P's ordinal, which never
+ * repeats): seq % n. */
+NP_HOT int np_sample_pick(np_comm* c, const char* func, uint64_t seq, uint32_t n) {
+  if (func == NULL) return seq % n == 0;
+  np_repeat* e = &c->rep[(((uintptr_t)func * 0x9E3779B97F4A7C15ull) >> 40) % NP_REPEATS];
+  uint64_t k = 0;
+  if (__atomic_load_n(&e->func, __ATOMIC_RELAXED) == func &&
+      __atomic_load_n(&e->seq, __ATOMIC_RELAXED) == seq) {
+    k = __atomic_load_n(&e->k, __ATOMIC_RELAXED) + 1;
+  } else {
+    __atomic_store_n(&e->func, func, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->seq, seq, __ATOMIC_RELAXED);
+  }
+  __atomic_store_n(&e->k, k, __ATOMIC_RELAXED);
+  return k == 0 ? seq % n == 0 : k % n == 0;
+}
+
+/* Whether the Coll/P2p with this seq (a collective's NCCL seq, with its function; a P2P's
+ * ordinal, func NULL) is traced in full: 1 in N (np_sample_pick), which every rank decides
+ * alike, so sampled operations line up across ranks; or the communicator is counting down the
+ * operations after a slow one. Returns NP_F_SAMPLED / NP_F_TRIGGERED bits; 0 and one load when
+ * sampling is off. */
+NP_HOT uint16_t np_sample_flags(np_comm* c, const char* func, uint64_t seq) {
   uint32_t n = __atomic_load_n(&np_sample_n, __ATOMIC_RELAXED);
   if (NP_LIKELY(n == 0)) return 0;
-  uint16_t f = seq % n == 0 ? NP_F_SAMPLED : 0;
+  uint16_t f = np_sample_pick(c, func, seq, n) ? NP_F_SAMPLED : 0;
   uint32_t left = __atomic_load_n(&c->trig_left, __ATOMIC_RELAXED);
   while (NP_UNLIKELY(left > 0)) {
     if (__atomic_compare_exchange_n(&c->trig_left, &left, left - 1, 1, __ATOMIC_RELAXED,

@@ -57,6 +57,18 @@ _Static_assert(sizeof(np_wset) == 64 + NP_MAX_WINDOWS * 128, "np_wset layout");
  * it in its predecessor's place), so it can wait with no state and no step while later
  * operations on other connections finish. Ops of one connection end in start order: one whose
  * connection has not ended every op started before it is queued, not abandoned. */
+/* A collective function's last seq on a communicator and how many times in a row it came:
+ * NCCL gives every replay of a CUDA-graph-captured collective the same seqNumber (from 2.26,
+ * unless KernelCh is on: src/plugin/profiler.cc ncclProfilerStartTaskEvents, the `persistent`
+ * test), so sampling by seq alone would trace all of a graph's replays or none. Written by the
+ * threads that start Coll events (the launching thread, CUDA's host-callback thread for
+ * replays): relaxed atomics, a race costs one sampling choice, never a count. */
+typedef struct np_repeat {
+  const char* func; /* NCCL's name string, compared by address */
+  uint64_t seq, k;  /* k: repeats of seq so far (0: its first occurrence) */
+} np_repeat;
+#define NP_REPEATS 8
+
 typedef struct np_conn {
   uint32_t key;      /* channel and peer + 1; 0: unused */
   uint32_t started;  /* receive ProxyOps started on it */
@@ -161,6 +173,7 @@ typedef union np_comm {
     uint64_t* rq;
     struct np_conn* conn; /* NP_CONNS receive connections, by the same thread (np_conn_*) */
     uint32_t* owner;      /* per block of NP_CELL_BLOCK cells: its owner (np_block_tag), 0: free */
+    np_repeat rep[NP_REPEATS]; /* sampled tracing: collectives repeating a seq (np_sample_pick) */
     np_wset set[2] __attribute__((aligned(64))); /* NP_SET_OP, NP_SET_DETAIL */
   };
   uint8_t bytes_[4096];

@@ -217,6 +217,30 @@ func TestSampledExactlySeqModN(t *testing.T) {
 	}
 }
 
+// A CUDA graph's collective replayed: NCCL gives every replay the same seq (from 2.26, unless
+// KernelCh is on), so seq % N traced all 20 replays of `mixed` or none (on real NCCL 2.28.9, 50
+// replays of a captured AllReduce were all traced and counted 10 times each). 1 in N of them is
+// traced: the first (its seq, 0, is a multiple of N) and every N-th repeat after it.
+func TestSampledGraphReplaysOneInN(t *testing.T) {
+	const n, replays = 4, 20
+	r := Start(t, Options{Args: args(6, "--iters", "12", "mixed"),
+		Env: sampleEnv(n, "NCCLPROF_TRACE_TRIGGER=off", "NCCLPROF_WINDOW_MS=20")})
+	st := readSampled(t, r.Dir)
+	traced := 0
+	for _, o := range st.ops {
+		// The replays are the AllReduce of protocol LL (the other collectives are SIMPLE).
+		if o.ev != nil && o.ev.Name == "AllReduce" && o.ev.Args["proto"] == "LL" {
+			traced++
+			if o.seqOf() != 0 {
+				t.Errorf("a replay with seq %d, want 0 (NCCL does not advance it)", o.seqOf())
+			}
+		}
+	}
+	if want := (replays + n - 1) / n; traced != want {
+		t.Errorf("%d of the %d graph replays traced, want %d (1 in %d)", traced, replays, want, n)
+	}
+}
+
 func sampledEnd(t *testing.T, tr *Trace) map[string]any {
 	t.Helper()
 	var end map[string]any

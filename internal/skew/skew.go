@@ -227,7 +227,7 @@ type Result struct {
 	Arrivals map[string]int `json:"arrivals"`
 	Skipped  int            `json:"skipped_no_gpu_arrival,omitempty"`
 	// Sampled: "sampled 1/N" when the traces are sampled: the collectives matched are those
-	// every rank chose (seq % N == 0), and the counts of late collectives are of those.
+	// every rank chose (1 in N by seq), and the counts of late collectives are of those.
 	Sampled string `json:"sampled,omitempty"`
 }
 

@@ -17,7 +17,7 @@ import (
 func (r *Result) WriteText(w io.Writer) {
 	o := r.Options
 	if r.Sampled != "" {
-		fmt.Fprintf(w, "%s: the collectives compared are those every rank's sampled trace holds (seq %% N == 0, chosen alike on every rank); counts of matched and late collectives are of those, not scaled\n", r.Sampled)
+		fmt.Fprintf(w, "%s: the collectives compared are those every rank's sampled trace holds (1 in N, chosen alike on every rank); counts of matched and late collectives are of those, not scaled\n", r.Sampled)
 	}
 	fmt.Fprintf(w, "late arrival: more than median + %g·MAD of the communicator's lateness (and at least %s) after the collective's median arrival\n",
 		o.K, fmtNs(o.MinLateNs))

@@ -5,9 +5,10 @@
 # 200 iterations, then what ncclprof costs real NCCL against the empty plugin (overhead.sh).
 # Everything comes back as a few compressed files under $OUT.
 #
-#   bash tools/nccl/record/device.sh [PART ...]    (check record load overhead; default all)
+#   bash tools/nccl/record/device.sh [PART ...]    (check record load overhead sampled;
+#                                                   default all)
 set -u
-parts=" ${*:-check record load overhead} "
+parts=" ${*:-check record load overhead sampled} "
 want() { [[ $parts == *" $1 "* ]]; }
 root=$(pwd) out=${OUT:-/tmp/out} w=/tmp/ncclprof-device
 mkdir -p "$out" "$w/nccl" "$root/build"
@@ -34,7 +35,16 @@ fi
 if want overhead; then
   timeout -k 5 300 bash tools/nccl/record/overhead.sh "$torch_nccl" build "$w/overhead" 3 50; at "overhead rc=$?"
 fi
-cd "$w" && mkdir -p gpucheck rec load overhead &&
+if want sampled; then # sampled tracing (1 in 10) and no whole-run trace, as a job runs always on
+  NCCLREC_SEPARATE_HOSTS=1 NCCLREC_NO_RECORDER=1 NCCLREC_TRACE=0 NCCLPROF_TRACE_SAMPLE=10 \
+    timeout -k 5 150 bash $rec "$torch_nccl" build "$w/sampled" 4 50; at "sampled rc=$?"
+  for f in "$w"/sampled/ncclprof/*sampled*.trace.json; do
+    build/ncclmerge check "$f" >"$f.check.txt" 2>&1; echo "check $(basename "$f") rc=$?"
+  done
+  build/ncclmerge stats "$w"/sampled/ncclprof/*sampled*.trace.json >"$w/sampled/stats.txt" 2>&1
+  echo "stats rc=$?"; head -30 "$w/sampled/stats.txt"
+fi
+cd "$w" && mkdir -p gpucheck rec load overhead sampled &&
   tar --exclude=ncclrec --exclude=lib --exclude='nccl.*.log' --exclude='*.trace.json' \
-    -cJf "$out/device.tar.xz" gpucheck rec load overhead
+    -cJf "$out/device.tar.xz" gpucheck rec load overhead sampled
 ls -la "$out"; at done
