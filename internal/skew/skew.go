@@ -128,6 +128,7 @@ type OpRow struct {
 	Comm     string `json:"comm"`
 	Func     string `json:"func"`
 	Seq      int64  `json:"seq"`
+	Repeat   int32  `json:"repeat,omitempty"` // the n-th in a row with this seq (matchKey.nth)
 	Step     string `json:"step,omitempty"`
 	Bytes    uint64 `json:"bytes"`
 	Ranks    int    `json:"ranks"`
@@ -164,6 +165,7 @@ type EachRow struct {
 	Comm       string `json:"comm"`
 	Func       string `json:"func"`
 	Seq        int64  `json:"seq"`
+	Repeat     int32  `json:"repeat,omitempty"` // the n-th in a row with this seq (matchKey.nth)
 	Step       string `json:"step,omitempty"`
 	Rank       int    `json:"rank"`
 	GlobalRank int    `json:"global_rank"`
@@ -231,11 +233,44 @@ type Result struct {
 	Sampled string `json:"sampled,omitempty"`
 }
 
-// matchKey names one collective across ranks.
+// matchKey names one collective across ranks. nth tells apart the collectives of one seq: NCCL
+// gives every replay of a CUDA-graph-captured collective the seq of the next eager one (from
+// 2.26, unless KernelCh is on: src/plugin/profiler.cc ncclProfilerStartTaskEvents), so a rank's
+// replays and that eager collective come with one seq, back to back; the n-th of them on every
+// rank is the same collective.
 type matchKey struct {
 	comm int32
 	fn   string
 	seq  int64
+	nth  int32
+}
+
+// repeats numbers each rank's collectives that repeat a seq (repeats.nth).
+type repeats map[repeatKey]repeatRun
+
+type repeatKey struct {
+	comm, rank int32
+	fn         string
+}
+
+// repeatRun is the last seq of a (communicator, rank, function) and how many came before it.
+type repeatRun struct {
+	seq int64
+	n   int32
+}
+
+// nth is how many of o's rank's collectives of o's function came with o's seq right before it
+// (0: the first). Operations are in arrival order per process (commops.Set).
+func (r repeats) nth(o *commops.Op, rank int32) int32 {
+	k := repeatKey{o.Comm, rank, o.Func}
+	run, ok := r[k]
+	if ok && run.seq == o.Seq {
+		run.n++
+	} else {
+		run = repeatRun{seq: o.Seq}
+	}
+	r[k] = run
+	return run.n
 }
 
 // Analyze finds the slow ranks of s.
@@ -253,7 +288,7 @@ func Analyze(s *commops.Set, opt Options) *Result {
 	return res
 }
 
-// match groups the collectives (seq ≥ 0) by (communicator, function, seq), one operation per rank
+// match groups the collectives (seq ≥ 0) by (communicator, function, seq, nth), one operation per rank
 // (a rank whose operation appears twice, in two overlapping files, counts once). It costs O(1) per
 // operation, so that a job's analysis grows linearly with ranks × operations. Everything is sized
 // by the ranks the traces contain, never by the size a file claims for a communicator.
@@ -263,6 +298,7 @@ func match(s *commops.Set) ([]matchKey, [][]int32) {
 	var keys []matchKey
 	var groups [][]int32
 	var seen [][]uint64 // per group, a bit per rank present
+	rep := repeats{}
 	for i := range s.Ops {
 		o := &s.Ops[i]
 		// What the trigger traced around a slow operation is that rank's alone (each rank's
@@ -270,7 +306,7 @@ func match(s *commops.Set) ([]matchKey, [][]int32) {
 		if o.Seq < 0 || o.Rank < 0 || o.Traced == commops.Triggered || o.Traced == commops.Trigger {
 			continue
 		}
-		k := matchKey{o.Comm, o.Func, o.Seq}
+		k := matchKey{o.Comm, o.Func, o.Seq, rep.nth(o, dense[i])}
 		g, ok := index[k]
 		if !ok {
 			g = int32(len(groups))
@@ -486,7 +522,7 @@ func (a *analysis) each(p *Point, idx []int32, med int64) {
 	}
 	for _, i := range idx {
 		o := &a.s.Ops[i]
-		row := EachRow{Comm: a.s.Comms[o.Comm].Label(), Func: o.Func, Seq: o.Seq, Rank: int(o.Rank),
+		row := EachRow{Comm: a.s.Comms[o.Comm].Label(), Func: o.Func, Seq: o.Seq, Repeat: a.keys[p.group].nth, Rank: int(o.Rank),
 			GlobalRank: a.s.Procs[o.Proc].Rank, ArriveNs: a.arrive(i) - med, DoneNs: a.doneOffset(p, i),
 			DoneLast: p.doneLast == i, Arrival: arrivalName(gpu), op: i}
 		if gpu {

@@ -451,3 +451,35 @@ func TestGPULateWhileCPUOnTime(t *testing.T) {
 		t.Errorf("without KernelCh: arrivals %v, late %v", r.Arrivals, late)
 	}
 }
+
+// A CUDA graph replayed: NCCL gives every replay of a captured collective the seq of the next
+// eager one (from 2.26, unless KernelCh is on), so the job's collectives 100 to 149 come with seq
+// 100 on every rank, back to back. Each is still matched with its own on the other ranks (the
+// n-th repeat with the n-th), so the planted lateness on 5 of them is found: matched by seq
+// alone, the 49 repeats after the first fell out of the analysis and with them those 5.
+func TestGraphReplaysSharingASeq(t *testing.T) {
+	_, paths := job(t, 5)
+	s, err := commops.Read(paths, commops.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range s.Ops {
+		if o := &s.Ops[i]; o.Seq >= 100 && o.Seq < 150 {
+			o.Seq = 100
+		}
+	}
+	r := Analyze(s, Defaults)
+	var got []string
+	for _, k := range r.Slow {
+		got = append(got, fmt.Sprintf("rank %d late on %d of %d", k.Rank, k.Late, k.Matched))
+	}
+	if want := []string{"rank 5 late on 20 of 200"}; !slices.Equal(got, want) {
+		t.Fatalf("slow ranks %v, want %v", got, want)
+	}
+	// The tables tell the repeats apart: the late 110th collective is seq 100's repeat 9.
+	var text bytes.Buffer
+	r.WriteText(&text)
+	if !strings.Contains(text.String(), "100+9") {
+		t.Errorf("no row names seq 100's repeat 9 (100+9):\n%s", text.String())
+	}
+}

@@ -73,10 +73,11 @@ func (r *Result) writeRanksCSV(w io.Writer) error {
 
 func (r *Result) writeEachCSV(w io.Writer) error {
 	c := csv.NewWriter(w)
-	c.Write([]string{"comm", "func", "seq", "step", "rank", "global_rank", "arrival_ns", "late", "completion_ns", "completed_last", "arrival", "cpu_arrival_ns"})
+	c.Write([]string{"comm", "func", "seq", "step", "rank", "global_rank", "arrival_ns", "late", "completion_ns", "completed_last", "arrival", "cpu_arrival_ns", "repeat"})
 	for _, e := range r.Each {
 		c.Write([]string{e.Comm, e.Func, i64(e.Seq), e.Step, strconv.Itoa(e.Rank), strconv.Itoa(e.GlobalRank), i64(e.ArriveNs),
-			strconv.FormatBool(e.Late), optNs(e.DoneNs), strconv.FormatBool(e.DoneLast), e.Arrival, optNs(e.CPUArriveNs)})
+			strconv.FormatBool(e.Late), optNs(e.DoneNs), strconv.FormatBool(e.DoneLast), e.Arrival, optNs(e.CPUArriveNs),
+			strconv.Itoa(int(e.Repeat))})
 	}
 	c.Flush()
 	return c.Error()
@@ -95,7 +96,7 @@ func (r *Result) writeEachText(w io.Writer) error {
 		if e.CPUArriveNs != nil {
 			cpu = fmtNs(*e.CPUArriveNs)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s (%s)\t%s\t%s\t%s\t%s\n", e.Comm, e.Func, e.Seq, dash(e.Step), e.Rank, e.GlobalRank,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s (%s)\t%s\t%s\t%s\t%s\n", e.Comm, e.Func, seqText(e.Seq, e.Repeat), dash(e.Step), e.Rank, e.GlobalRank,
 			fmtNs(e.ArriveNs), e.Arrival, yes(e.Late), cpu, done, yes(e.DoneLast))
 	}
 	return tw.Flush()
@@ -106,4 +107,13 @@ func yes(b bool) string {
 		return "yes"
 	}
 	return ""
+}
+
+// seqText is a collective's seq as the text tables show it: "100+3" for the fourth in a row with
+// seq 100 on every rank (a CUDA graph's replays: matchKey).
+func seqText(seq int64, repeat int32) string {
+	if repeat == 0 {
+		return strconv.FormatInt(seq, 10)
+	}
+	return strconv.FormatInt(seq, 10) + "+" + strconv.Itoa(int(repeat))
 }
