@@ -385,11 +385,13 @@ void pxn_ops(hcomm* c) {
 }
 
 /* CUDA graph replay on a host-callback thread: Group/Coll fire again with the CollApi handle
- * captured long ago as parent (§3.6). */
+ * captured long ago as parent (§3.6). Every replay carries the seq of the next eager collective
+ * of its function, not advanced, unless KernelCh is on (src/plugin/profiler.cc
+ * ncclProfilerStartTaskEvents, the `persistent` test, v2.26.2-1 to v2.30.7-1). */
 typedef struct replay_arg {
   hcomm* c;
   void* stale_api;
-  int n;
+  int n, kernel;
 } replay_arg;
 
 static void* replay_main(void* a) {
@@ -401,7 +403,8 @@ static void* replay_main(void* a) {
     host_ev e = {.type = NPABI_COLL, .parent = r->stale_api, .parent_group = grp, .rank = r->c->rank,
                  .comm_name = r->c->name, .comm_hash = r->c->hash, .func = "AllReduce",
                  .count = 4096, .dtype = "ncclFloat32", .algo = "RING", .proto = "LL",
-                 .nchannels = 1, .seq = 0};
+                 .nchannels = 1};
+    e.seq = r->kernel ? r->c->seq[func_idx("AllReduce")]++ : r->c->seq[func_idx("AllReduce")];
     void* h = start_event(r->c->ctx, &e, 1);
     if (h) truth_op_add(r->c, "AllReduce", "RING", "LL", 1, 4096 * 4);
     job j = {.comm = r->c, .ctx = r->c->ctx, .parent = h, .pid = getpid(), .channel = 0,
@@ -479,7 +482,7 @@ void scenario_mixed(const opts* op) {
   }
   proxy_drain();
   pthread_t replay;
-  replay_arg ra = {.c = cs[0], .stale_api = captured, .n = 20};
+  replay_arg ra = {.c = cs[0], .stale_api = captured, .n = 20, .kernel = op->kernel};
   pthread_create(&replay, NULL, replay_main, &ra);
   pthread_join(replay, NULL);
   proxy_stop();

@@ -217,26 +217,34 @@ func TestSampledExactlySeqModN(t *testing.T) {
 	}
 }
 
-// A CUDA graph's collective replayed: NCCL gives every replay the same seq (from 2.26, unless
-// KernelCh is on), so seq % N traced all 20 replays of `mixed` or none (on real NCCL 2.28.9, 50
-// replays of a captured AllReduce were all traced and counted 10 times each). 1 in N of them is
-// traced: the first (its seq, 0, is a multiple of N) and every N-th repeat after it.
+// A CUDA graph's collective replayed: NCCL gives every replay the seq of the next eager one
+// (from 2.26, unless KernelCh is on), so seq % N traced all 20 replays of `mixed` or none (on
+// real NCCL 2.28.9, 50 replays of a captured AllReduce were all traced and counted 10 times
+// each). 1 in N of them is traced: the first where its seq is a multiple of N, and every N-th
+// repeat after it.
 func TestSampledGraphReplaysOneInN(t *testing.T) {
 	const n, replays = 4, 20
 	r := Start(t, Options{Args: args(6, "--iters", "12", "mixed"),
 		Env: sampleEnv(n, "NCCLPROF_TRACE_TRIGGER=off", "NCCLPROF_WINDOW_MS=20")})
 	st := readSampled(t, r.Dir)
-	traced := 0
+	traced, seqs := 0, map[int64]bool{}
 	for _, o := range st.ops {
 		// The replays are the AllReduce of protocol LL (the other collectives are SIMPLE).
 		if o.ev != nil && o.ev.Name == "AllReduce" && o.ev.Args["proto"] == "LL" {
 			traced++
-			if o.seqOf() != 0 {
-				t.Errorf("a replay with seq %d, want 0 (NCCL does not advance it)", o.seqOf())
-			}
+			seqs[o.seqOf()] = true
 		}
 	}
-	if want := (replays + n - 1) / n; traced != want {
+	if len(seqs) != 1 {
+		t.Fatalf("traced replays with seqs %v, want one seq (NCCL does not advance it)", seqs)
+	}
+	want := (replays - 1) / n // the repeats k = n, 2n, … of 1 … replays-1
+	for s := range seqs {
+		if s%n == 0 {
+			want++ // and the first replay
+		}
+	}
+	if traced != want {
 		t.Errorf("%d of the %d graph replays traced, want %d (1 in %d)", traced, replays, want, n)
 	}
 }
