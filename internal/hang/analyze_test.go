@@ -346,3 +346,31 @@ func TestMismatchP2pInsteadOfCollective(t *testing.T) {
 		t.Errorf("suspect %+v\n%s", s, s.Why)
 	}
 }
+
+// A CUDA graph's replays carry one seq (NCCL 2.26+): rank 0 has completed one replay of seq 5
+// and hangs in the next, rank 1 hangs in the first. By (function, seq) they look alike, so the
+// analysis says that what it says of seq 5 may be wrong; two ranks at an ordinary seq 5 get no
+// such note.
+func TestRepeatedSeqIsSaid(t *testing.T) {
+	dumps := func(rank0Last int64) []*Dump {
+		c0 := comm("0x00000000000000a1", 0, 2, coll("AllReduce", 5))
+		c0.Completed = []Completed{{Func: "AllReduce", Ops: 6, LastSeq: rank0Last}}
+		c1 := comm("0x00000000000000a1", 1, 2, coll("AllReduce", 5))
+		c1.Completed = []Completed{{Func: "AllReduce", Ops: 5, LastSeq: 4}}
+		return []*Dump{proc("h", 1, c0), proc("h", 2, c1)}
+	}
+	said := func(r *Result) string {
+		for _, n := range r.Notes {
+			if strings.Contains(n, "repeat a seq") {
+				return n
+			}
+		}
+		return ""
+	}
+	if n := said(run(t, dumps(5), nil)); !strings.Contains(n, "rank 0 AllReduce seq 5") || strings.Contains(n, "rank 1") {
+		t.Errorf("note %q, want one naming rank 0's AllReduce seq 5 only", n)
+	}
+	if n := said(run(t, dumps(4), nil)); n != "" {
+		t.Errorf("note %q where no seq repeats", n)
+	}
+}

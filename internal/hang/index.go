@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/words"
@@ -77,6 +78,11 @@ func buildIndex(in *Input) *index {
 				}
 			}
 			v.ranks[c.Rank] = &rankView{dump: l, comm: c}
+		}
+	}
+	for _, h := range x.order {
+		if n := x.comms[h].repeatedSeqs(); n != "" {
+			x.notes = append(x.notes, n)
 		}
 	}
 	slices.Sort(x.order)
@@ -249,4 +255,33 @@ func (v *commView) ranksSorted() []int {
 
 func cmpOpStart(a, b *Op) int {
 	return cmp.Or(cmp.Compare(a.StartUnixNs, b.StartUnixNs), cmp.Compare(a.Seq, b.Seq))
+}
+
+// repeatedSeqs says where a rank's open collectives repeat a seq, one open twice or one the rank
+// already completed once: NCCL gives every replay of a CUDA-graph-captured collective the same
+// seq (from 2.26, unless KernelCh is on: src/plugin/profiler.cc ncclProfilerStartTaskEvents), so
+// a rank at one replay and a rank at the next look alike here, and what is said of that seq may
+// be wrong. "" where no seq repeats.
+func (v *commView) repeatedSeqs() string {
+	var at []string
+	for _, r := range v.ranksSorted() {
+		c := v.ranks[r].comm
+		seen := map[opKey]bool{}
+		for i := range c.Open {
+			o := &c.Open[i]
+			if o.Kind != KindColl {
+				continue
+			}
+			if k := keyOf(o); seen[k] || c.completedSeq(k.fn) >= k.seq {
+				at = append(at, fmt.Sprintf("rank %d %s", r, k))
+				break
+			} else {
+				seen[k] = true
+			}
+		}
+	}
+	if len(at) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("communicator %s: collectives repeat a seq (%s): a CUDA graph's replays carry one seq (NCCL 2.26+, unless KernelCh is on), so which replay each rank is at cannot be told apart, and what is said of that seq may be wrong", v.hash, strings.Join(at, ", "))
 }
