@@ -70,8 +70,7 @@ int bench_pos_side = -1, bench_pos_next;
 static double bench_pos_sum[2][BENCH_POSITIONS];
 static uint64_t bench_pos_n[2][BENCH_POSITIONS];
 
-/* The clock of the positions: the TSC (ns elsewhere). */
-uint64_t bench_pos_now(void) {
+uint64_t bench_tsc(void) {
 #if defined(__x86_64__)
   return __rdtsc();
 #else
@@ -79,11 +78,11 @@ uint64_t bench_pos_now(void) {
 #endif
 }
 
-/* The callback at the next position took from `since` (bench_pos_now) to now. */
+/* The callback at the next position took from `since` (bench_tsc) to now. */
 void bench_pos_add(uint64_t since) {
   int k = bench_pos_next++;
   if (bench_pos_side < 0 || k >= BENCH_POSITIONS) return;
-  bench_pos_sum[bench_pos_side][k] += (double)(bench_pos_now() - since);
+  bench_pos_sum[bench_pos_side][k] += (double)(bench_tsc() - since);
   bench_pos_n[bench_pos_side][k]++;
 }
 

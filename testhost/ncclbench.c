@@ -198,14 +198,6 @@ static double nb_ticks_ns(uint64_t t) {
   return (double)t * nb_tick_ns;
 }
 
-static uint64_t nb_tsc(void) {
-#if defined(__x86_64__)
-  return __rdtsc();
-#else
-  return (uint64_t)now_ns();
-#endif
-}
-
 /* `count` AllReduces under row r, paced with a busy wait that is not timed. Each AllReduce's
  * callbacks are timed on their own (TSC): on a machine shared with other work the median
  * AllReduce is the figure preemption cannot move; the mean over the run is reported beside. */
@@ -224,7 +216,7 @@ static nb_run nb_measure(bench_lib* L, const nb_row* r, int count, int tsc) {
   for (int i = 0; i < count; i++) {
     if (period > 0) spin_until(t0 + (double)i * period);
     bench_pos_next = 0;
-    uint64_t n0 = b.n, a = nb_tsc();
+    uint64_t n0 = b.n, a = bench_tsc();
     void* coll = NULL;
     b.n += user_part(L, &coll, 0);
     nb_proxy_part(&b, coll, r, (uint64_t)i);
@@ -232,7 +224,7 @@ static nb_run nb_measure(bench_lib* L, const nb_row* r, int count, int tsc) {
     if (tsc)
       for (uint64_t j = n0; j < b.n; j++) sink += __rdtsc();
 #endif
-    uint64_t dt = nb_tsc() - a;
+    uint64_t dt = bench_tsc() - a;
     total += dt;
     per[i] = nb_ticks_ns(dt) / (double)(b.n - n0);
   }
@@ -246,9 +238,9 @@ static nb_run nb_measure(bench_lib* L, const nb_row* r, int count, int tsc) {
 /* ns per TSC tick, over 50 ms. */
 static void nb_calibrate(void) {
   double a = now_ns();
-  uint64_t ta = nb_tsc();
+  uint64_t ta = bench_tsc();
   spin_until(a + 50e6);
-  nb_tick_ns = (now_ns() - a) / (double)(nb_tsc() - ta);
+  nb_tick_ns = (now_ns() - a) / (double)(bench_tsc() - ta);
 }
 
 static uint64_t nb_dropped(bench_lib* L) {

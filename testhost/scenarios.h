@@ -99,13 +99,13 @@ uint64_t user_part(bench_lib* L, void** coll, int tsc);
  * sequence, for ncclprof (side 0) and the floor's plugin (side 1). bench_pos_side < 0: off. */
 #define BENCH_POSITIONS 256
 extern int bench_pos_side, bench_pos_next;
-uint64_t bench_pos_now(void);
+uint64_t bench_tsc(void); /* the TSC (ns where there is none): bench-nccl's and the positions' clock */
 void bench_pos_add(uint64_t since);
 void bench_pos_print(const char* row, double ns_per_tick);
 /* Makes one callback, timed at its position when positions are on. */
 #define BENCH_CALL(call)                                                                         \
   do {                                                                                           \
-    uint64_t t0_ = bench_pos_side >= 0 ? bench_pos_now() : 0;                                    \
+    uint64_t t0_ = bench_pos_side >= 0 ? bench_tsc() : 0;                                        \
     call;                                                                                        \
     if (bench_pos_side >= 0) bench_pos_add(t0_);                                                 \
   } while (0)
