@@ -51,12 +51,6 @@ typedef struct np_wset {
 } np_wset;
 _Static_assert(sizeof(np_wset) == 64 + NP_MAX_WINDOWS * 128, "np_wset layout");
 
-/* A receive connection (channel, peer) of a communicator, as its proxy thread sees it. NCCL
- * queues a ProxyOp behind the one its connection is running (src/proxy.cc ProxyAppend: the new
- * args becomes `nextPeer`, started for the profiler at once, progressed only when removeOp puts
- * it in its predecessor's place), so it can wait with no state and no step while later
- * operations on other connections finish. Ops of one connection end in start order: one whose
- * connection has not ended every op started before it is queued, not abandoned. */
 /* A collective function's last seq on a communicator and how many times in a row it came:
  * NCCL gives every replay of a CUDA-graph-captured collective the same seqNumber (from 2.26,
  * unless KernelCh is on: src/plugin/profiler.cc ncclProfilerStartTaskEvents, the `persistent`
@@ -69,6 +63,12 @@ typedef struct np_repeat {
 } np_repeat;
 #define NP_REPEATS 8
 
+/* A receive connection (channel, peer) of a communicator, as its proxy thread sees it. NCCL
+ * queues a ProxyOp behind the one its connection is running (src/proxy.cc ProxyAppend: the new
+ * args becomes `nextPeer`, started for the profiler at once, progressed only when removeOp puts
+ * it in its predecessor's place), so it can wait with no state and no step while later
+ * operations on other connections finish. Ops of one connection end in start order: one whose
+ * connection has not ended every op started before it is queued, not abandoned. */
 typedef struct np_conn {
   uint32_t key;      /* channel and peer + 1; 0: unused */
   uint32_t started;  /* receive ProxyOps started on it */
