@@ -24,14 +24,21 @@ const madvPopulateRead = 22
 // it is read into a buffer.
 func MapFile(path string) ([]byte, error) { return read(path, mapPlain, false) }
 
-// mapPlain maps an open plain file of size bytes, populated from the page cache; false where
+// mapPrivate maps an open plain file of size bytes, private, with protection prot; false where
 // it is too small to be worth it or the kernel refuses.
-func mapPlain(f *os.File, size int64) ([]byte, bool) {
+func mapPrivate(f *os.File, size int64, prot int) ([]byte, bool) {
 	if size < mapMin || int64(int(size)) != size {
 		return nil, false
 	}
-	b, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE)
-	if err != nil {
+	b, err := syscall.Mmap(int(f.Fd()), 0, int(size), prot, syscall.MAP_PRIVATE)
+	return b, err == nil
+}
+
+// mapPlain maps an open plain file of size bytes, writable, populated from the page cache;
+// false where mapPrivate declines.
+func mapPlain(f *os.File, size int64) ([]byte, bool) {
+	b, ok := mapPrivate(f, size, syscall.PROT_READ|syscall.PROT_WRITE)
+	if !ok {
 		return nil, false
 	}
 	if syscall.Madvise(b, madvPopulateRead) != nil {
@@ -51,16 +58,12 @@ func mapPlain(f *os.File, size int64) ([]byte, bool) {
 func ReadPass(path string) (*Pass, error) {
 	p := &Pass{}
 	data, err := read(path, func(f *os.File, size int64) ([]byte, bool) {
-		if size < mapMin || int64(int(size)) != size {
-			return nil, false
+		b, ok := mapPrivate(f, size, syscall.PROT_READ)
+		if ok {
+			syscall.Madvise(b, syscall.MADV_SEQUENTIAL) // read ahead, and drop behind early
+			p.mapped = true
 		}
-		b, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_PRIVATE)
-		if err != nil {
-			return nil, false
-		}
-		syscall.Madvise(b, syscall.MADV_SEQUENTIAL) // read ahead, and drop behind early
-		p.mapped = true
-		return b, true
+		return b, ok
 	}, true)
 	p.Data = data
 	return p, err
