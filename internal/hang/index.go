@@ -80,12 +80,12 @@ func buildIndex(in *Input) *index {
 			v.ranks[c.Rank] = &rankView{dump: l, comm: c}
 		}
 	}
+	slices.Sort(x.order)
 	for _, h := range x.order {
 		if n := x.comms[h].repeatedSeqs(); n != "" {
 			x.notes = append(x.notes, n)
 		}
 	}
-	slices.Sort(x.order)
 	for _, s := range in.Summaries {
 		if v := x.comms[s.Hash]; v != nil && v.ranks[s.Rank] == nil {
 			si := x.sideOf(s.Hash, s.Rank)
@@ -272,12 +272,12 @@ func (v *commView) repeatedSeqs() string {
 			if o.Kind != KindColl {
 				continue
 			}
-			if k := keyOf(o); seen[k] || c.completedSeq(k.fn) >= k.seq {
+			k := keyOf(o)
+			if seen[k] || c.completedSeq(k.fn) >= k.seq {
 				at = append(at, fmt.Sprintf("rank %d %s", r, k))
 				break
-			} else {
-				seen[k] = true
 			}
+			seen[k] = true
 		}
 	}
 	if len(at) == 0 {
