@@ -185,13 +185,13 @@ func (w *watchdog) comm(c aggregate.Comm, limit int) (hang.Comm, uint64) {
 	hc := hang.Comm{Hash: hang.FormatHash(c.Hash), Name: c.Name, Rank: c.Rank, NRanks: c.NRanks,
 		NNodes: c.NNodes, ABI: c.ABI, OpsCompleted: prog.Ops}
 	for f, d := range prog.ByFunc {
-		hc.Completed = append(hc.Completed, hang.Completed{Func: f, Ops: d.Ops, LastSeq: d.LastSeq})
+		hc.Completed = append(hc.Completed, hang.Completed{Func: f, Ops: d.Ops, LastSeq: d.LastSeq, LastRepeat: d.LastRepeat})
 	}
 	for p, d := range prog.ByPeer {
 		hc.P2pCompleted = append(hc.P2pCompleted, hang.P2pCompleted{Peer: p, Sends: d.Sends, Recvs: d.Recvs})
 	}
 	for _, r := range prog.Recent {
-		hc.Recent = append(hc.Recent, call(r.P2p, r.Func, r.Seq, r.Peer, r.Root, r.Count, r.Dtype))
+		hc.Recent = append(hc.Recent, call(r))
 	}
 	ops, steps := w.scan(c.Index)
 	for _, o := range open {
@@ -217,8 +217,8 @@ func (w *watchdog) scan(comm uint32) (ops map[uint64][]*C.np_open_cell, steps ma
 }
 
 func (w *watchdog) op(o aggregate.OpenOp, live []*C.np_open_cell, steps map[uint64][]*C.np_open_cell) hang.Op {
-	c := call(o.Kind == event.P2p, o.Func, o.Seq, o.Peer, o.Root, o.Count, o.Dtype)
-	h := hang.Op{Kind: c.Kind, Func: o.Func, Seq: o.Seq, Peer: c.Peer, Root: c.Root, Count: o.Count, Datatype: o.Dtype,
+	c := call(o.Called())
+	h := hang.Op{Kind: c.Kind, Func: o.Func, Seq: o.Seq, Repeat: c.Repeat, Peer: c.Peer, Root: c.Root, Count: o.Count, Datatype: o.Dtype,
 		Algorithm: o.Algo, Protocol: o.Proto, NChannels: o.NChannels,
 		StartUnixNs: w.d.cpu.UnixNs(uint64(o.Start)), Launched: o.Launched}
 	for _, k := range o.Kernels {
@@ -237,12 +237,15 @@ func (w *watchdog) op(o aggregate.OpenOp, live []*C.np_open_cell, steps map[uint
 
 // call is an operation as the dump records what ranks must agree on: a peer for P2P, a root for
 // the collectives that have one.
-func call(p2p bool, fn string, seq int64, peer, root int, count uint64, dtype string) hang.Call {
-	c := hang.Call{Kind: hang.KindColl, Func: fn, Seq: seq, Count: count, Datatype: dtype}
-	if p2p {
-		c.Kind, c.Peer = hang.KindP2p, &peer
-	} else if hang.Rooted(fn) {
-		c.Root = &root
+func call(o aggregate.Called) hang.Call {
+	c := hang.Call{Kind: hang.KindColl, Func: o.Func, Seq: o.Seq, Count: o.Count, Datatype: o.Dtype}
+	if o.P2p {
+		c.Kind, c.Peer = hang.KindP2p, &o.Peer
+	} else {
+		c.Repeat = o.Repeat
+		if hang.Rooted(o.Func) {
+			c.Root = &o.Root
+		}
 	}
 	return c
 }

@@ -20,6 +20,12 @@
  *   order   (--scenario order) two communicators over every rank: the culprit calls AllGather on
  *           the second before AllReduce on the first, the others the other way round.
  *
+ * With --replays the warmup operations and the hung one are replays of one CUDA graph: all carry
+ * seq --seq, as NCCL 2.26-2.30 gives every replay the seq of the next eager collective
+ * (src/plugin/profiler.cc ncclProfilerStartTaskEvents, the persistent test); the dump numbers
+ * them by repeat (0 for the first), so the hung one is repeat --warmup. (Only the seq is played
+ * as a replay: each still comes with its API events, as an eager call does.)
+ *
  * What every other rank shows follows from the fault: each process simulates the whole
  * communicator (the ring's data dependencies, NCCL_STEPS = 8 buffers per connection, a proxy
  * that posts receive buffers as the GPU frees them and hands a send to the network only when
@@ -73,7 +79,7 @@ typedef struct hplan {
   int present, open, launched;
   /* The call as the rank made it (a mismatch's culprit makes another one). */
   const char *func, *dtype;
-  long long seq;
+  long long seq, repeat; /* repeat: the n-th in a row with this seq (--replays) */
   size_t count;
   int root;
   int npop;
@@ -90,7 +96,8 @@ typedef struct hspec {
   const char* func;
   const char* planted; /* the kind the truth names ("": none planted on this communicator) */
   const char* differs; /* a mismatch: what differs */
-  long long seq;
+  long long seq, repeat; /* the hung operation's (repeat: --replays) */
+  int replays;
   hplan* plans; /* per rank, the hung operation (NULL when fault is F_NONE) */
 } hspec;
 
@@ -98,6 +105,7 @@ typedef struct hcfg {
   const char *lib, *truth, *plan, *scenario, *what;
   int rank, nranks, channels, kernel, abi, warmup, culprit, culprit2, channel, step, kind;
   int leaves; /* the absent culprit destroys its communicators after the warmup (left the loop early) */
+  int replays; /* the warmups and the hung operation are replays of one CUDA graph: one seq */
   long long seq;
   double hold_s, dump_after_s;
   long long start_ns;
@@ -200,17 +208,18 @@ static void recv_pop(const hspec* s, const simr* m, hpop* p) {
 }
 
 /* The call every rank makes (the culprit of a mismatch another, see plan_comm). */
-static void default_call(const hspec* s, hplan* p, long long seq) {
+static void default_call(const hspec* s, hplan* p, long long seq, long long repeat) {
   p->func = s->func;
   p->dtype = "ncclFloat32";
   p->seq = seq;
+  p->repeat = repeat;
   p->count = (size_t)steps_of(s) * CHUNK / 4;
   p->root = s->pattern == PAT_CHAIN ? s->n - 1 : 0;
 }
 
 /* The mismatch's culprit calls something else at the same point. */
 static void mismatch_call(const hspec* s, hplan* p) {
-  if (!strcmp(s->differs, "function")) p->func = "AllGather", p->seq = 0;
+  if (!strcmp(s->differs, "function")) p->func = "AllGather", p->seq = 0, p->repeat = 0;
   else if (!strcmp(s->differs, "count")) p->count /= 4;
   else if (!strcmp(s->differs, "datatype")) p->dtype = "ncclFloat16";
   else p->root = 0; /* root: the others' root is the chain's last rank */
@@ -228,7 +237,7 @@ static void plan_comm(hspec* s, int channels, int kernel) {
     hplan* p = &s->plans[r];
     p->present = present(s, r);
     p->launched = p->present;
-    default_call(s, p, s->seq);
+    default_call(s, p, s->seq, s->repeat);
     if (s->fault == F_MISMATCH && r == s->culprit) mismatch_call(s, p);
     /* Intra-node: the ring cannot finish without every rank, and a stopped GPU never starts
      * the kernel. With the network, the stopped GPU started it (and hangs in it). */
@@ -270,9 +279,9 @@ static void plan_comm(hspec* s, int channels, int kernel) {
 }
 
 /* A completed operation: every step done, every channel stopped. */
-static hplan complete_plan(const hspec* s, int r, int channels, int kernel, long long seq) {
+static hplan complete_plan(const hspec* s, int r, int channels, int kernel, long long seq, long long repeat) {
   hplan p = {.present = 1, .launched = 1};
-  default_call(s, &p, seq);
+  default_call(s, &p, seq, repeat);
   int T = steps_of(s);
   for (int ch = 0; ch < channels; ch++) {
     p.k[ch].started = p.k[ch].stopped = kernel;
@@ -283,6 +292,13 @@ static hplan complete_plan(const hspec* s, int r, int channels, int kernel, long
   return p;
 }
 
+/* The w-th of the warmup operations before the hung one: the seqs right before its seq, or with
+ * --replays earlier replays of one CUDA graph, all with its seq (repeat w). */
+static hplan warm_plan(const hspec* s, int r, int channels, int kernel, int w, int warmup) {
+  if (s->replays) return complete_plan(s, r, channels, kernel, s->seq, w);
+  return complete_plan(s, r, channels, kernel, s->seq - warmup + w, 0);
+}
+
 /* ------------------------------------------------------------------- scenarios */
 
 static const char* const scenario_names[] = {"absent", "gpu", "link", "intra", "twocomms", "finished", "mismatch", "order"};
@@ -291,6 +307,7 @@ static void add_spec(const char* name, uint64_t hash, int n, int first, int patt
   hspec* s = &specs[nspecs++];
   *s = (hspec){.name = name, .hash = hash, .n = n, .first = first, .pattern = pattern, .fault = fault,
                .culprit = culprit, .link_ch = c->channel, .link_step = c->step, .seq = seq,
+               .repeat = c->replays ? c->warmup : 0, .replays = c->replays,
                .func = pattern == PAT_CHAIN ? "Reduce" : "AllReduce", .differs = c->what};
   static const char* const kinds[] = {"", "absent", "gpu", "link", "mismatch", ""};
   s->planted = kinds[fault];
@@ -426,8 +443,8 @@ static void write_planted(FILE* f) {
   for (int i = 0; i < nspecs; i++) {
     const hspec* s = &specs[i];
     if (!s->planted[0]) continue;
-    fprintf(f, "%s{\"rank\":%d,\"kind\":\"%s\",\"comm\":\"0x%016llx\",\"comm_name\":\"%s\",\"seq\":%lld,\"func\":\"%s\"", first ? "" : ",",
-            s->culprit, s->planted, (unsigned long long)s->hash, s->name, s->seq, s->func);
+    fprintf(f, "%s{\"rank\":%d,\"kind\":\"%s\",\"comm\":\"0x%016llx\",\"comm_name\":\"%s\",\"seq\":%lld,\"repeat\":%lld,\"func\":\"%s\"",
+            first ? "" : ",", s->culprit, s->planted, (unsigned long long)s->hash, s->name, s->seq, s->repeat, s->func);
     if (!strcmp(s->planted, "mismatch")) fprintf(f, ",\"differs\":\"%s\"", s->differs);
     if (s->fault == F_LINK) fprintf(f, ",\"peer\":%d,\"channel\":%d,\"step\":%d", (s->culprit + 1) % s->n, s->link_ch, s->link_step);
     fprintf(f, "}");
@@ -448,6 +465,7 @@ static void write_planted(FILE* f) {
 /* What ranks must agree on (the dump's Call): the function, seq, count, datatype, a root. */
 static void write_call(FILE* f, const hplan* pl) {
   fprintf(f, "\"kind\":\"coll\",\"func\":\"%s\",\"seq\":%lld,\"count\":%zu,\"datatype\":\"%s\"", pl->func, pl->seq, pl->count, pl->dtype);
+  if (pl->repeat) fprintf(f, ",\"repeat\":%lld", pl->repeat);
   if (rooted(pl->func)) fprintf(f, ",\"root\":%d", pl->root);
 }
 
@@ -458,7 +476,7 @@ static void write_recent(FILE* f, const hspec* s, const hcfg* c, int r, int done
   int n = c->warmup + done_hung, first = n > FLIGHT_RECORD ? n - FLIGHT_RECORD : 0;
   fprintf(f, "\"recent_ops\":[");
   for (int i = first; i < n; i++) {
-    hplan p = i < c->warmup ? complete_plan(s, r, 0, 0, s->seq - c->warmup + i) : s->plans[r];
+    hplan p = i < c->warmup ? warm_plan(s, r, 0, 0, i, c->warmup) : s->plans[r];
     fprintf(f, "%s{", i > first ? "," : "");
     write_call(f, &p);
     fprintf(f, "}");
@@ -519,11 +537,12 @@ static void write_truth(const char* path, const hcfg* c, int job_rank, const cha
     if (r < 0 || r >= s->n) continue;
     const hplan* pl = s->plans ? &s->plans[r] : NULL;
     int done_hung = pl && pl->present && !pl->open;
-    long long ops = c->warmup + done_hung, last = s->seq - 1 + done_hung;
+    long long ops = c->warmup + done_hung, last = s->seq - 1 + done_hung, last_rep = 0;
+    if (s->replays) last = s->seq, last_rep = ops > 0 ? ops - 1 : 0; /* every one carried s->seq */
     fprintf(f, "%s{\"comm_hash\":\"0x%016llx\",\"name\":\"%s\",\"rank\":%d,\"nranks\":%d,\"nnodes\":%d,\"abi_version\":%d,"
-               "\"completed\":[{\"func\":\"%s\",\"ops\":%lld,\"last_seq\":%lld}],\"p2p_completed\":[],\"ops_completed\":%lld,",
+               "\"completed\":[{\"func\":\"%s\",\"ops\":%lld,\"last_seq\":%lld,\"last_repeat\":%lld}],\"p2p_completed\":[],\"ops_completed\":%lld,",
             nc++ ? "," : "", (unsigned long long)s->hash, s->name, r, s->n, s->pattern == PAT_INTRA ? 1 : (s->n + 7) / 8, c->abi,
-            s->func, ops, last, ops);
+            s->func, ops, last, last_rep, ops);
     write_recent(f, s, c, r, done_hung);
     fprintf(f, "\"open_ops\":[");
     if (pl && pl->present && pl->open) {
@@ -580,7 +599,7 @@ static int live(const hcfg* c) {
   for (int i = 0; i < nspecs; i++) {
     if (!comms[i]) continue;
     for (int w = 0; w < c->warmup; w++) {
-      hplan done = complete_plan(&specs[i], comms[i]->rank, c->channels, c->kernel, specs[i].seq - c->warmup + w);
+      hplan done = warm_plan(&specs[i], comms[i]->rank, c->channels, c->kernel, w, c->warmup);
       play_op(comms[i], &specs[i], &done, c->channels);
     }
   }
@@ -623,6 +642,7 @@ static void hang_usage(void) {
           "  --culprit C (1)  --culprit2 C (twocomms' second half, 2)  --channel L (link, 1)  --step K (link, 3)\n"
           "  --seq S (2398459)  --warmup W (3)  --channels CH (4)  --no-kernel  --abi N (6)\n"
           "  --culprit-leaves (absent: the culprit destroys its communicators instead, as a rank that left early)\n"
+          "  --replays (the warmups and the hung operation are replays of one CUDA graph: all with seq S)\n"
           "  --truth FILE  --hold-s S (600)  --dump-after-s S (0: never)  --start-ns NS (plan: times from here)\n"
           "  every rank of a job is started with the same options but --rank\n");
   exit(2);
@@ -648,6 +668,10 @@ static hcfg parse(int argc, char** argv) {
     }
     if (!strcmp(argv[i], "--culprit-leaves")) {
       c.leaves = 1;
+      continue;
+    }
+    if (!strcmp(argv[i], "--replays")) {
+      c.replays = 1;
       continue;
     }
     size_t k = 0;

@@ -168,6 +168,7 @@ type opEntry struct {
 	hadProxy       bool        // a ProxyOp of its own came (awaitsProxy)
 	// What a hang dump shows of it while it is in flight (inflight.go).
 	p2pSeq  int64        // P2P: the plugin's ordinal of this (communicator, peer, direction)
+	repeat  int64        // collectives: the n-th in a row with this seq (progress.repeatOf)
 	kernels []KernelSeen // its KernelCh channels
 	proxies []ProxySeen  // its ProxyOps that have stopped (open ones are in the plugin's arena)
 }
@@ -418,6 +419,9 @@ func (a *Aggregator) track(cs *commState, r *event.Record) {
 		// NCCL gives P2P no seq: the plugin's hot path numbers them per (communicator, peer,
 		// direction) from 0, the same way on every rank (np_p2p_next in profiler/hot.h).
 		e.p2pSeq = int64(r.Seq)
+	}
+	if r.Type == event.Coll {
+		e.repeat = cs.progress.repeatOf(o.Func, int64(o.Seq))
 	}
 	if o.Comm.Rank == 0 && r.Rank != 0 {
 		o.Comm.Rank = int(r.Rank)
@@ -767,7 +771,7 @@ func (a *Aggregator) complete(cs *commState, e *opEntry) {
 	if e.group != nil {
 		e.group.pending-- // every member counts, or the group would wait out MaxAgeNs
 	}
-	cs.progress.done(o)
+	cs.progress.done(o, e.repeat)
 	if g := a.rebuildGroup(e); g != nil {
 		g.members = append(g.members, *o)
 		return

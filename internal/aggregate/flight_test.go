@@ -1,6 +1,11 @@
 package aggregate
 
-import "testing"
+import (
+	"slices"
+	"testing"
+
+	"github.com/ncclprof/ncclprof/internal/event"
+)
 
 // The flight record keeps the last FlightRecord operations completed, oldest first, collectives
 // with their root and P2P with their peer.
@@ -14,7 +19,7 @@ func TestFlightRecordKeepsTheLast(t *testing.T) {
 		if i%5 == 4 {
 			o = &Op{Func: "Send", Dtype: "ncclInt8", Seq: uint64(i / 5), Count: 7, Peer: 3, Root: -1}
 		}
-		p.done(o)
+		p.done(o, 0)
 	}
 	got := p.flight()
 	if len(got) != FlightRecord || p.ops != FlightRecord+4 {
@@ -29,5 +34,44 @@ func TestFlightRecordKeepsTheLast(t *testing.T) {
 		if c != want {
 			t.Errorf("record %d: %+v, want %+v", k, c, want)
 		}
+	}
+}
+
+// A CUDA graph's replays share one seq (NCCL 2.26+): the aggregator numbers them by repeat, in
+// flight and in the progress a hang dump shows, so a rank at one replay and a rank at the next
+// differ. Three replays of seq 5 complete, then the eager AllReduce that shares it and two
+// replays of the next graph (seq 6) stay open.
+func TestGraphReplaysNumberedByRepeat(t *testing.T) {
+	a := newAgg()
+	var b builder
+	var recs []event.Record
+	seqs := []uint64{5, 5, 5, 5, 6, 6}
+	for i, seq := range seqs {
+		r := coll(b.id(), "AllReduce", 1024, event.Ticks(100*(i+1)), event.Ticks(100*(i+1)+10))
+		r.Seq = seq
+		if i >= 3 { // enqueued, no child yet: in flight
+			r.Stop, r.Flags = 0, event.Open
+		}
+		recs = append(recs, r)
+	}
+	a.Window(comm1, recs)
+	a.Advance(comm1, 1e5)
+	prog, open, _ := a.InFlight(comm1, 0)
+	var got [][2]int64
+	for _, o := range open {
+		got = append(got, [2]int64{o.Seq, o.Repeat})
+	}
+	if want := [][2]int64{{5, 3}, {6, 0}, {6, 1}}; !slices.Equal(got, want) {
+		t.Errorf("open (seq, repeat): %v, want %v", got, want)
+	}
+	if d := prog.ByFunc["AllReduce"]; d.Ops != 3 || d.LastSeq != 5 || d.LastRepeat != 2 {
+		t.Errorf("completed: %+v, want 3 ops, last seq 5 repeat 2", d)
+	}
+	var reps []int64
+	for _, c := range prog.Recent {
+		reps = append(reps, c.Repeat)
+	}
+	if !slices.Equal(reps, []int64{0, 1, 2}) {
+		t.Errorf("flight record repeats %v, want [0 1 2]", reps)
 	}
 }

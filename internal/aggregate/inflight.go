@@ -28,10 +28,12 @@ type ProxySeen struct {
 	Start             event.Ticks
 }
 
-// FuncDone is the progress of one collective function: operations completed, last seq.
+// FuncDone is the progress of one collective function: operations completed, and the last
+// one's seq and repeat (the furthest in (seq, repeat) order).
 type FuncDone struct {
-	Ops     uint64
-	LastSeq int64
+	Ops        uint64
+	LastSeq    int64
+	LastRepeat int64
 }
 
 // P2pDone counts the point-to-point operations completed with one peer.
@@ -46,6 +48,7 @@ type Called struct {
 	P2p         bool
 	Func, Dtype string
 	Seq         int64 // collectives: NCCL's seq; P2P: the plugin's ordinal
+	Repeat      int64 // collectives: the n-th in a row with this seq (progress.repeatOf)
 	Peer, Root  int   // Peer: P2P only (-1 otherwise); Root as NCCL gives it (collectives)
 	Count       uint64
 }
@@ -58,6 +61,31 @@ type progress struct {
 	// recent is a ring of the last FlightRecord operations completed; next is where the next goes.
 	recent [FlightRecord]Called
 	next   uint64
+	// runs is, per collective function, the last seq started and how many came with it before.
+	runs map[string]seqRun
+}
+
+// seqRun is the last seq of a function and its repeat.
+type seqRun struct{ seq, n int64 }
+
+// repeatOf numbers a collective of fn just started with seq: how many of fn's collectives came
+// with that seq right before it (0: the first). NCCL gives every replay of a CUDA graph's
+// collective the seq of the next eager one (2.26-2.30, unless KernelCh is on:
+// src/plugin/profiler.cc ncclProfilerStartTaskEvents, the persistent test), so replays share a
+// seq back to back; (seq, repeat) tells them apart, the same way on every rank that sees them
+// (skew numbers them alike: internal/skew matchKey.nth).
+func (p *progress) repeatOf(fn string, seq int64) int64 {
+	if p.runs == nil {
+		p.runs = map[string]seqRun{}
+	}
+	run, ok := p.runs[fn]
+	if ok && run.seq == seq {
+		run.n++
+	} else {
+		run = seqRun{seq: seq}
+	}
+	p.runs[fn] = run
+	return run.n
 }
 
 // flight lists the ring's operations, oldest first.
@@ -70,8 +98,9 @@ func (p *progress) flight() []Called {
 	return out
 }
 
-func (p *progress) done(o *Op) {
-	p.recent[p.next%FlightRecord] = Called{P2p: o.Peer >= 0, Func: o.Func, Dtype: o.Dtype, Seq: int64(o.Seq), Peer: o.Peer, Root: o.Root, Count: o.Count}
+// done counts o completed; repeat is its repeat (repeatOf; 0 for P2P).
+func (p *progress) done(o *Op, repeat int64) {
+	p.recent[p.next%FlightRecord] = Called{P2p: o.Peer >= 0, Func: o.Func, Dtype: o.Dtype, Seq: int64(o.Seq), Repeat: repeat, Peer: o.Peer, Root: o.Root, Count: o.Count}
 	p.next++
 	p.ops++
 	switch o.Func {
@@ -99,7 +128,9 @@ func (p *progress) done(o *Op) {
 			p.byFunc[o.Func] = d
 		}
 		d.Ops++
-		d.LastSeq = max(d.LastSeq, int64(o.Seq))
+		if seq := int64(o.Seq); d.Ops == 1 || seq > d.LastSeq || seq == d.LastSeq && repeat > d.LastRepeat {
+			d.LastSeq, d.LastRepeat = seq, repeat
+		}
 	}
 }
 
@@ -109,6 +140,7 @@ type OpenOp struct {
 	Kind       event.Type // Coll or P2p
 	Func       string
 	Seq        int64 // collectives: NCCL's seq; P2P: the plugin's ordinal
+	Repeat     int64 // collectives: the n-th in a row with this seq (progress.repeatOf)
 	Peer       int
 	Count      uint64
 	Dtype      string
@@ -123,6 +155,11 @@ type OpenOp struct {
 	Proxies    []ProxySeen // its ProxyOps that have stopped
 	OpenKids   int         // children started and not stopped
 	AwaitsKern bool        // KernelCh is recorded and no channel of its kernel started
+}
+
+// Called is the operation as the application called it.
+func (o *OpenOp) Called() Called {
+	return Called{P2p: o.Kind == event.P2p, Func: o.Func, Dtype: o.Dtype, Seq: o.Seq, Repeat: o.Repeat, Peer: o.Peer, Root: o.Root, Count: o.Count}
 }
 
 // Progress is a communicator's completed work, for a hang dump.
@@ -170,7 +207,7 @@ func (a *Aggregator) InFlight(c Comm, limit int) (Progress, []OpenOp, uint64) {
 
 func (a *Aggregator) openOp(cs *commState, e *opEntry) OpenOp {
 	o := &e.op
-	r := OpenOp{Handle: e.handle, Kind: event.Coll, Func: o.Func, Seq: int64(o.Seq), Peer: o.Peer,
+	r := OpenOp{Handle: e.handle, Kind: event.Coll, Func: o.Func, Seq: int64(o.Seq), Repeat: e.repeat, Peer: o.Peer,
 		Count: o.Count, Dtype: o.Dtype, Root: o.Root, Algo: o.Algo, Proto: o.Proto, NChannels: o.NChannels,
 		Start: o.Start, Stopped: e.stopped, Kernels: slices.Clone(e.kernels),
 		Proxies: slices.Clone(e.proxies), OpenKids: e.open, AwaitsKern: a.awaitsKernel(cs, e)}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/words"
 )
 
@@ -36,6 +37,7 @@ type Suspect struct {
 	Comm     string `json:"comm"`
 	CommName string `json:"comm_name"`
 	Seq      int64  `json:"seq"`
+	Repeat   int64  `json:"repeat,omitempty"` // as Op.Repeat
 	Func     string `json:"func"`
 	// A link's receiving rank, its lowest stalled channel, every stalled channel between the
 	// pair, and the step that never completed on that channel.
@@ -59,10 +61,11 @@ type Suspect struct {
 
 // OpRef names an operation on a communicator.
 type OpRef struct {
-	Comm string `json:"comm"`
-	Func string `json:"func"`
-	Seq  int64  `json:"seq"`
-	Peer *int   `json:"peer,omitempty"`
+	Comm   string `json:"comm"`
+	Func   string `json:"func"`
+	Seq    int64  `json:"seq"`
+	Repeat int64  `json:"repeat,omitempty"` // as Op.Repeat
+	Peer   *int   `json:"peer,omitempty"`
 }
 
 // Hung is one hung operation of a communicator and every rank's part in it.
@@ -73,7 +76,8 @@ type Hung struct {
 	Kind       string      `json:"kind"`
 	Func       string      `json:"func"`
 	Seq        int64       `json:"seq"`
-	In         int         `json:"ranks_in"` // ranks whose dump has it open
+	Repeat     int64       `json:"repeat,omitempty"` // as Op.Repeat
+	In         int         `json:"ranks_in"`         // ranks whose dump has it open
 	StuckForNs int64       `json:"stuck_for_ns"`
 	Groups     []Group     `json:"groups"`
 	Ranks      []RankState `json:"ranks"`
@@ -293,7 +297,7 @@ func (h *hangCtx) evalRank(r int) *RankState {
 	case h.key.kind == KindP2p:
 		rs.State, rs.Text = StateFinished, "no point-to-point operation open"
 		return rs
-	case rv.comm.completedSeq(h.key.fn) >= h.key.seq:
+	case rv.comm.completed(h.key):
 		rs.State = StateFinished
 		return rs
 	default:
@@ -456,7 +460,7 @@ func (h *hangCtx) suspect(rs *RankState, kind, basis, why string) *Suspect {
 	}
 	h.setState(rs, state)
 	h.direct = h.direct || basis == BasisOwnDump || basis == BasisSummary
-	h.sus = append(h.sus, Suspect{Rank: rs.Rank, Kind: kind, Comm: h.v.hash, CommName: h.v.name, Seq: h.key.seq, Func: h.key.fn,
+	h.sus = append(h.sus, Suspect{Rank: rs.Rank, Kind: kind, Comm: h.v.hash, CommName: h.v.name, Seq: h.key.seq, Repeat: h.key.rep, Func: h.key.fn,
 		Host: rs.Host, PID: rs.PID, Basis: basis, Waiting: h.waiting(rs.Rank), Why: why})
 	return &h.sus[len(h.sus)-1]
 }
@@ -534,8 +538,8 @@ func (h *hangCtx) gpuWhy(rs *RankState, notStarted bool) string {
 func (h *hangCtx) absentOwnWhy(rs *RankState) string {
 	rv := h.v.ranks[rs.Rank]
 	last := "it completed no " + h.key.fn
-	if s := rv.comm.completedSeq(h.key.fn); s >= 0 {
-		last = fmt.Sprintf("its last %s was seq %d", h.key.fn, s)
+	if d := rv.comm.completedAt(h.key.fn); d.seq >= 0 {
+		last = fmt.Sprintf("its last %s was seq %s", h.key.fn, commops.SeqText(d.seq, d.rep))
 	}
 	return fmt.Sprintf("%s never started %s on %s (%s); %s", h.who(rs.Rank), h.key, h.commText(), last, h.waitText(rs.Rank))
 }

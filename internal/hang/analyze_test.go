@@ -359,18 +359,73 @@ func TestRepeatedSeqIsSaid(t *testing.T) {
 		c1.Completed = []Completed{{Func: "AllReduce", Ops: 5, LastSeq: 4}}
 		return []*Dump{proc("h", 1, c0), proc("h", 2, c1)}
 	}
-	said := func(r *Result) string {
-		for _, n := range r.Notes {
-			if strings.Contains(n, "repeat a seq") {
-				return n
-			}
-		}
-		return ""
-	}
-	if n := said(run(t, dumps(5), nil)); !strings.Contains(n, "rank 0 AllReduce seq 5") || strings.Contains(n, "rank 1") {
+	if n := repeatNote(run(t, dumps(5), nil)); !strings.Contains(n, "rank 0 AllReduce seq 5") || strings.Contains(n, "rank 1") {
 		t.Errorf("note %q, want one naming rank 0's AllReduce seq 5 only", n)
 	}
-	if n := said(run(t, dumps(4), nil)); n != "" {
+	if n := repeatNote(run(t, dumps(4), nil)); n != "" {
 		t.Errorf("note %q where no seq repeats", n)
 	}
+}
+
+// A CUDA graph's replays share one seq (NCCL 2.26+); the dump numbers them (Op.Repeat,
+// Completed.LastRepeat). Three of four ranks wait in the fourth replay of AllReduce seq 5 (5+3);
+// rank 3 completed the third (5+2) and never started the fourth. By seq alone rank 3 had
+// completed seq 5 and looked finished: no rank was blamed. With repeats it is the one absent,
+// and no note says the replays cannot be told apart. The same dumps without repeat numbers (an
+// older plugin's) blame no rank, and a note says why.
+func TestGraphReplayHangNamesTheRankBehind(t *testing.T) {
+	res := run(t, replayDumps(true), nil)
+	if len(res.Hangs) != 1 || res.Hangs[0].Seq != 5 || res.Hangs[0].Repeat != 3 {
+		t.Fatalf("hangs %+v, want AllReduce seq 5 repeat 3", res.Hangs)
+	}
+	if !strings.Contains(res.Hangs[0].Title(), "AllReduce seq 5+3") {
+		t.Errorf("title %q, want it to name AllReduce seq 5+3", res.Hangs[0].Title())
+	}
+	if len(res.Suspects) != 1 || res.Suspects[0].Rank != 3 || res.Suspects[0].Kind != StateAbsent || res.Suspects[0].Repeat != 3 {
+		t.Fatalf("suspects %+v, want rank 3 absent from repeat 3", res.Suspects)
+	}
+	if w := res.Suspects[0].Why; !strings.Contains(w, "AllReduce seq 5+3") || !strings.Contains(w, "its last AllReduce was seq 5+2") {
+		t.Errorf("why %q, want the replay it never started and the last it completed", w)
+	}
+	if n := repeatNote(res); n != "" {
+		t.Errorf("note %q where every replay is numbered", n)
+	}
+	old := run(t, replayDumps(false), nil)
+	if len(old.Suspects) != 0 || !strings.Contains(repeatNote(old), "do not number them") {
+		t.Errorf("unnumbered: suspects %+v, note %q; want none and the note", old.Suspects, repeatNote(old))
+	}
+}
+
+func repeatNote(r *Result) string {
+	for _, n := range r.Notes {
+		if strings.Contains(n, "repeat a seq") {
+			return n
+		}
+	}
+	return ""
+}
+
+// replayDumps: four ranks, three of them in AllReduce seq 5's fourth replay, rank 3 after its
+// third; numbered: the dumps carry the repeats.
+func replayDumps(numbered bool) []*Dump {
+	rep := func(n int64) int64 {
+		if numbered {
+			return n
+		}
+		return 0
+	}
+	var dumps []*Dump
+	for r := range 4 {
+		var c Comm
+		if r == 3 {
+			c = comm("0x00000000000000a1", r, 4)
+		} else {
+			op := coll("AllReduce", 5, pop(Send, (r+1)%4, 0, SendPeerWait), pop(Recv, (r+3)%4, 0, RecvWait))
+			op.Repeat = rep(3)
+			c = comm("0x00000000000000a1", r, 4, op)
+		}
+		c.Completed = []Completed{{Func: "AllReduce", Ops: 9, LastSeq: 5, LastRepeat: rep(2)}}
+		dumps = append(dumps, proc("h", 10+r, c))
+	}
+	return dumps
 }

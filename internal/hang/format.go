@@ -141,7 +141,8 @@ const FlightRecord = 16
 type Call struct {
 	Kind     string `json:"kind"` // coll or p2p
 	Func     string `json:"func"`
-	Seq      int64  `json:"seq"` // as Op.Seq
+	Seq      int64  `json:"seq"`              // as Op.Seq
+	Repeat   int64  `json:"repeat,omitempty"` // as Op.Repeat
 	Peer     *int   `json:"peer,omitempty"`
 	Count    uint64 `json:"count"`
 	Datatype string `json:"datatype"`
@@ -150,7 +151,7 @@ type Call struct {
 
 // Equal says whether two calls are the same in every field.
 func (c Call) Equal(d Call) bool {
-	return c.Kind == d.Kind && c.Func == d.Func && c.Seq == d.Seq && c.Count == d.Count && c.Datatype == d.Datatype &&
+	return c.Kind == d.Kind && c.Func == d.Func && c.Seq == d.Seq && c.Repeat == d.Repeat && c.Count == d.Count && c.Datatype == d.Datatype &&
 		eqPtr(c.Peer, d.Peer) && eqPtr(c.Root, d.Root)
 }
 
@@ -159,11 +160,13 @@ func eqPtr(a, b *int) bool { return a == nil && b == nil || a != nil && b != nil
 // Rooted says whether a collective function has a root rank that every rank must agree on.
 func Rooted(fn string) bool { return fn == "Broadcast" || fn == "Reduce" }
 
-// Completed is the progress of one collective function on one rank.
+// Completed is the progress of one collective function on one rank: the last operation is
+// the furthest in (seq, repeat) order.
 type Completed struct {
-	Func    string `json:"func"`
-	Ops     uint64 `json:"ops"`
-	LastSeq int64  `json:"last_seq"`
+	Func       string `json:"func"`
+	Ops        uint64 `json:"ops"`
+	LastSeq    int64  `json:"last_seq"`
+	LastRepeat int64  `json:"last_repeat,omitempty"` // as Op.Repeat
 }
 
 // P2pCompleted is the progress of point-to-point operations with one peer.
@@ -180,8 +183,13 @@ type Op struct {
 	Func string `json:"func"`
 	// Seq: for a collective NCCL's seq; for P2P the plugin's own ordinal of this (communicator,
 	// peer, direction), from 0, since NCCL gives P2P no seq.
-	Seq  int64 `json:"seq"`
-	Peer *int  `json:"peer,omitempty"` // P2P only
+	Seq int64 `json:"seq"`
+	// Repeat: for a collective, how many of its function's collectives on the communicator came
+	// with the same seq right before it (0: the first; absent when 0). NCCL gives every replay of
+	// a CUDA graph's collective one seq (2.26+, unless KernelCh is on), so (seq, repeat) is what
+	// tells one replay from the next. Dumps written before it was added have none (all 0).
+	Repeat int64 `json:"repeat,omitempty"`
+	Peer   *int  `json:"peer,omitempty"` // P2P only
 	// Root: rooted collectives only (Rooted), as NCCL's Coll event gives it.
 	Root *int `json:"root,omitempty"`
 	// As NCCL's Coll/P2p event gives them.
@@ -234,7 +242,7 @@ type Step struct {
 
 // Call is the operation as the application called it (what ranks must agree on).
 func (o *Op) Call() Call {
-	return Call{Kind: o.Kind, Func: o.Func, Seq: o.Seq, Peer: o.Peer, Count: o.Count, Datatype: o.Datatype, Root: o.Root}
+	return Call{Kind: o.Kind, Func: o.Func, Seq: o.Seq, Repeat: o.Repeat, Peer: o.Peer, Count: o.Count, Datatype: o.Datatype, Root: o.Root}
 }
 
 // Head is the oldest open step of the ProxyOp (nil: none open).

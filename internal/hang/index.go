@@ -3,10 +3,10 @@ package hang
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/ncclprof/ncclprof/internal/commops"
@@ -34,13 +34,9 @@ type sideInfo struct {
 	// left: the rank destroyed the communicator (its summary exists) after these operations.
 	left    bool
 	leftOps map[string]uint64
-	// started: per function, the last seq its trace shows it starting.
-	started map[string]tracedOp
+	// started: per function, the last collective its trace shows it starting.
+	started map[string]at
 	source  string // the file that says so
-}
-
-type tracedOp struct {
-	seq int64
 }
 
 type index struct {
@@ -147,17 +143,35 @@ func (x *index) readTraces() {
 		}
 		si := x.sideOf(hash, int(o.Rank))
 		if si.started == nil {
-			si.started = map[string]tracedOp{}
+			si.started = map[string]at{}
 		}
 		p := set.Procs[o.Proc]
 		si.host, si.pid = p.Host, int(p.Pid)
 		if si.source == "" && len(p.Files) > 0 {
 			si.source = p.Files[0]
 		}
-		if t, ok := si.started[o.Func]; !ok || o.Seq >= t.seq {
-			si.started[o.Func] = tracedOp{seq: o.Seq}
+		last, ok := si.started[o.Func]
+		if !ok {
+			last = at{-1, 0}
 		}
+		si.started[o.Func] = startedNext(last, o.Seq, set.Sampling.On())
 	}
+}
+
+// startedNext is the last collective a trace shows started once one more, with seq, is read
+// (the trace's operations come in the order the process started them). A sampled trace keeps
+// 1 in N of a seq's repeats, so it cannot number them: a seq seen there counts as every repeat
+// of it started, which may clear a rank but never blames one wrongly.
+func startedNext(last at, seq int64, sampled bool) at {
+	switch {
+	case sampled && seq >= last.seq:
+		return at{seq, math.MaxInt64}
+	case seq == last.seq && last.rep < math.MaxInt64:
+		return at{seq, last.rep + 1}
+	case seq > last.seq:
+		return at{seq, 0}
+	}
+	return last
 }
 
 // maxRank is the highest rank the communicator's entry names (its own, its peers'): the size of
@@ -178,14 +192,33 @@ func (c *Comm) maxRank() int {
 	return m
 }
 
-// completedSeq is the last seq of func the rank completed (-1: none).
-func (c *Comm) completedSeq(fn string) int64 {
+// at is where a collective stands in its function's order on a communicator: NCCL's seq, then
+// its repeat (Op.Repeat: a CUDA graph's replays share one seq).
+type at struct{ seq, rep int64 }
+
+func (a at) cmp(b at) int { return cmp.Or(cmp.Compare(a.seq, b.seq), cmp.Compare(a.rep, b.rep)) }
+
+// completedAt is the last collective of fn the rank completed (seq -1: none).
+func (c *Comm) completedAt(fn string) at {
 	for _, d := range c.Completed {
 		if d.Func == fn {
-			return d.LastSeq
+			return at{d.LastSeq, d.LastRepeat}
 		}
 	}
-	return -1
+	return at{-1, 0}
+}
+
+// completed: the rank completed collective k, or one after it.
+func (c *Comm) completed(k opKey) bool { return c.completedAt(k.fn).cmp(k.at()) >= 0 }
+
+// completedUpTo: the last collective of k's function the rank completed is the one right before
+// k (the one before a first repeat is any repeat of the seq before).
+func (c *Comm) completedUpTo(k opKey) bool {
+	d := c.completedAt(k.fn)
+	if k.rep > 0 {
+		return d == at{k.seq, k.rep - 1}
+	}
+	return d.seq == k.seq-1
 }
 
 func (c *Comm) completedOps(fn string) uint64 {
@@ -220,16 +253,18 @@ func (c *Comm) find(k opKey) *Op {
 	return nil
 }
 
-// opKey identifies an operation on a rank: collectives by (function, seq); P2P by (function,
-// peer, ordinal).
+// opKey identifies an operation on a rank: collectives by (function, seq, repeat); P2P by
+// (function, peer, ordinal).
 type opKey struct {
 	kind, fn string
-	seq      int64
+	seq, rep int64
 	peer     int
 }
 
+func (k opKey) at() at { return at{k.seq, k.rep} }
+
 func keyOf(o *Op) opKey {
-	k := opKey{kind: o.Kind, fn: o.Func, seq: o.Seq, peer: -1}
+	k := opKey{kind: o.Kind, fn: o.Func, seq: o.Seq, rep: o.Repeat, peer: -1}
 	if o.Peer != nil {
 		k.peer = *o.Peer
 	}
@@ -240,7 +275,7 @@ func (k opKey) String() string {
 	if k.kind == KindP2p {
 		return fmt.Sprintf("%s #%d with rank %d", k.fn, k.seq, k.peer)
 	}
-	return k.fn + " seq " + strconv.FormatInt(k.seq, 10)
+	return k.fn + " seq " + commops.SeqText(k.seq, k.rep)
 }
 
 // ranksSorted lists the ranks a communicator has views for.
@@ -254,14 +289,15 @@ func (v *commView) ranksSorted() []int {
 }
 
 func cmpOpStart(a, b *Op) int {
-	return cmp.Or(cmp.Compare(a.StartUnixNs, b.StartUnixNs), cmp.Compare(a.Seq, b.Seq))
+	return cmp.Or(cmp.Compare(a.StartUnixNs, b.StartUnixNs), cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.Repeat, b.Repeat))
 }
 
-// repeatedSeqs says where a rank's open collectives repeat a seq, one open twice or one the rank
-// already completed once: NCCL gives every replay of a CUDA-graph-captured collective the same
-// seq (from 2.26, unless KernelCh is on: src/plugin/profiler.cc ncclProfilerStartTaskEvents), so
-// a rank at one replay and a rank at the next look alike here, and what is said of that seq may
-// be wrong. "" where no seq repeats.
+// repeatedSeqs says where a rank's open collectives repeat a seq with no repeat number to tell
+// them apart, one open twice or one the rank already completed: NCCL gives every replay of a
+// CUDA-graph-captured collective the same seq (from 2.26, unless KernelCh is on:
+// src/plugin/profiler.cc ncclProfilerStartTaskEvents), and a dump from a plugin that did not
+// number them (Op.Repeat) shows a rank at one replay and a rank at the next alike, so what is
+// said of that seq may be wrong. "" where no seq repeats.
 func (v *commView) repeatedSeqs() string {
 	var at []string
 	for _, r := range v.ranksSorted() {
@@ -273,7 +309,7 @@ func (v *commView) repeatedSeqs() string {
 				continue
 			}
 			k := keyOf(o)
-			if seen[k] || c.completedSeq(k.fn) >= k.seq {
+			if seen[k] || c.completed(k) {
 				at = append(at, fmt.Sprintf("rank %d %s", r, k))
 				break
 			}
@@ -283,5 +319,5 @@ func (v *commView) repeatedSeqs() string {
 	if len(at) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("communicator %s: collectives repeat a seq (%s): a CUDA graph's replays carry one seq (NCCL 2.26+, unless KernelCh is on), so which replay each rank is at cannot be told apart, and what is said of that seq may be wrong", v.hash, strings.Join(at, ", "))
+	return fmt.Sprintf("communicator %s: collectives repeat a seq (%s): a CUDA graph's replays carry one seq (NCCL 2.26+, unless KernelCh is on), and these dumps do not number them (written by an ncclprof before repeat numbers), so which replay each rank is at cannot be told apart, and what is said of that seq may be wrong", v.hash, strings.Join(at, ", "))
 }

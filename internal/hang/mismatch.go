@@ -111,7 +111,7 @@ func (h *hangCtx) pointCall(rs *RankState) (Call, bool) {
 		return rs.op.Call(), true
 	}
 	rv := h.v.ranks[rs.Rank]
-	if rs.State != StateAbsent || rv == nil || rv.comm.completedSeq(h.key.fn) != h.key.seq-1 {
+	if rs.State != StateAbsent || rv == nil || !rv.comm.completedUpTo(h.key) {
 		return Call{}, false
 	}
 	if o := oldest(rv.comm); o != nil {
@@ -121,7 +121,7 @@ func (h *hangCtx) pointCall(rs *RankState) (Call, bool) {
 }
 
 func sigKey(c *Call) string {
-	return fmt.Sprintf("%s\x00%d\x00%d\x00%s\x00%d\x00%d", c.Func, c.Seq, c.Count, c.Datatype, derefOr(c.Root, -1), derefOr(c.Peer, -1))
+	return fmt.Sprintf("%s\x00%d\x00%d\x00%d\x00%s\x00%d\x00%d", c.Func, c.Seq, c.Repeat, c.Count, c.Datatype, derefOr(c.Root, -1), derefOr(c.Peer, -1))
 }
 
 // startedBy: the rank's dump shows it started the collective (open or completed); a
@@ -131,12 +131,13 @@ func (h *hangCtx) startedBy(rs *RankState, c *Call) bool {
 	if c.Kind == KindP2p {
 		return false
 	}
-	return rv.comm.find(opKey{kind: KindColl, fn: c.Func, seq: c.Seq, peer: -1}) != nil || rv.comm.completedSeq(c.Func) >= c.Seq
+	k := opKey{kind: KindColl, fn: c.Func, seq: c.Seq, rep: c.Repeat, peer: -1}
+	return rv.comm.find(k) != nil || rv.comm.completed(k)
 }
 
 // differs lists what differs between two calls at the same point.
 func differs(a, b *Call) []string {
-	if a.Func != b.Func || a.Seq != b.Seq {
+	if a.Func != b.Func || a.Seq != b.Seq || a.Repeat != b.Repeat {
 		return []string{DiffFunction}
 	}
 	var d []string
@@ -185,7 +186,7 @@ func (h *hangCtx) lastAgreed(a, b int) *Call {
 	for i := len(ra.comm.Recent) - 1; i >= 0; i-- {
 		c := ra.comm.Recent[i]
 		for _, d := range rb.comm.Recent {
-			if c.Kind == d.Kind && c.Func == d.Func && c.Seq == d.Seq && derefOr(c.Peer, -1) == derefOr(d.Peer, -1) {
+			if c.Kind == d.Kind && c.Func == d.Func && c.Seq == d.Seq && c.Repeat == d.Repeat && derefOr(c.Peer, -1) == derefOr(d.Peer, -1) {
 				return &c
 			}
 		}
@@ -208,7 +209,7 @@ func callText(c *Call) string {
 
 // callName names a call without its arguments: "AllReduce seq 20", "Recv #2 with rank 5".
 func callName(c *Call) string {
-	k := opKey{kind: c.Kind, fn: c.Func, seq: c.Seq, peer: derefOr(c.Peer, -1)}
+	k := opKey{kind: c.Kind, fn: c.Func, seq: c.Seq, rep: c.Repeat, peer: derefOr(c.Peer, -1)}
 	return k.String()
 }
 

@@ -3,6 +3,8 @@ package hang
 import (
 	"fmt"
 	"strings"
+
+	"github.com/ncclprof/ncclprof/internal/commops"
 )
 
 // A rank with nothing in flight writes no dump, so the rank that never started an operation is
@@ -104,7 +106,7 @@ func (h *hangCtx) judgeMissing() {
 			rs.Host, rs.PID = si.host, si.pid
 		}
 		sg := h.peerSigns(rs.Rank)
-		var traced0 tracedOp
+		var traced0 at
 		inTrace := false
 		if si != nil {
 			traced0, inTrace = si.started[h.key.fn]
@@ -126,7 +128,7 @@ func (h *hangCtx) judgeMissing() {
 		case sg.tookPart():
 			h.setState(rs, StateTookPart)
 			rs.Text = "no dump; its peers show it took part"
-		case inTrace && traced0.seq >= h.key.seq:
+		case inTrace && traced0.cmp(h.key.at()) >= 0:
 			h.setState(rs, StateTookPart)
 			rs.Text = fmt.Sprintf("no dump; its trace shows it started %s", h.key)
 		case inTrace:
@@ -145,8 +147,8 @@ func (h *hangCtx) judgeMissing() {
 	}
 	for _, rs := range traced {
 		t := h.x.side[h.v.hash][rs.Rank].started[h.key.fn]
-		h.suspect(rs, StateAbsent, BasisTrace, fmt.Sprintf("%s never started %s on %s as far as its trace shows (its last %s there is seq %d; a trace can lag the process by a window) and it wrote no dump; %s",
-			h.who(rs.Rank), h.key, h.commText(), h.key.fn, t.seq, h.waitText(rs.Rank)))
+		h.suspect(rs, StateAbsent, BasisTrace, fmt.Sprintf("%s never started %s on %s as far as its trace shows (its last %s there is seq %s; a trace can lag the process by a window) and it wrote no dump; %s",
+			h.who(rs.Rank), h.key, h.commText(), h.key.fn, commops.SeqText(t.seq, t.rep), h.waitText(rs.Rank)))
 	}
 	if len(h.sus) > 0 {
 		return

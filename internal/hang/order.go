@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/ncclprof/ncclprof/internal/commops"
 )
 
 // Ranks that call the collectives of two communicators in different orders deadlock: rank 0 waits
@@ -20,7 +22,10 @@ type orderEdge struct {
 	ranks    []int // theirs
 }
 
-func refKey(comm, fn string, seq int64) string { return fmt.Sprintf("%s\x00%s\x00%d", comm, fn, seq) }
+// refKey names a collective on a communicator: comm, function and seq text (commops.SeqText).
+func refKey(comm, fn string, seq, repeat int64) string {
+	return comm + "\x00" + fn + "\x00" + commops.SeqText(seq, repeat)
+}
 
 // orderCycles turns the absences that form a cycle across communicators into order mismatches.
 func (x *index) orderCycles(res *Result) {
@@ -74,7 +79,7 @@ func hungCalls(hangs []Hung) map[string]Call {
 	for _, hg := range hangs {
 		for _, rs := range hg.Ranks {
 			if rs.op != nil && hg.Kind == KindColl {
-				out[refKey(hg.Comm, hg.Func, hg.Seq)] = rs.op.Call()
+				out[refKey(hg.Comm, hg.Func, hg.Seq, hg.Repeat)] = rs.op.Call()
 				break
 			}
 		}
@@ -93,7 +98,7 @@ func orderEdges(sus []Suspect, hung map[string]Call) ([]*orderEdge, map[string][
 		if s.Kind != StateAbsent || b == nil || b.Peer != nil || b.Comm == s.Comm || s.P2pPeer != nil {
 			continue
 		}
-		from, to := refKey(s.Comm, s.Func, s.Seq), refKey(b.Comm, b.Func, b.Seq)
+		from, to := refKey(s.Comm, s.Func, s.Seq, s.Repeat), refKey(b.Comm, b.Func, b.Seq, b.Repeat)
 		if _, ok := hung[from]; !ok {
 			continue
 		}

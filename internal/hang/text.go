@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/words"
 )
 
@@ -64,7 +65,7 @@ func (hg *Hung) Title() string {
 	if hg.CommName != "" {
 		name = " (" + hg.CommName + ")"
 	}
-	what := fmt.Sprintf("%s seq %d", hg.Func, hg.Seq)
+	what := hg.Func + " seq " + commops.SeqText(hg.Seq, hg.Repeat)
 	if hg.Kind == KindP2p {
 		what = "point-to-point operations"
 	}

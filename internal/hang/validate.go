@@ -43,6 +43,11 @@ func (c *Comm) validate() error {
 	if c.NRanks < 0 || !rankIn(c.Rank, c.NRanks) {
 		return fmt.Errorf("rank %d of nranks %d", c.Rank, c.NRanks)
 	}
+	for i, d := range c.Completed {
+		if d.LastRepeat < 0 {
+			return fmt.Errorf("completed[%d]: last_repeat %d", i, d.LastRepeat)
+		}
+	}
 	for i, p := range c.P2pCompleted {
 		if !rankIn(p.Peer, c.NRanks) {
 			return fmt.Errorf("p2p_completed[%d]: peer %d of nranks %d", i, p.Peer, c.NRanks)
@@ -79,8 +84,8 @@ func (o *Call) validate(nranks int) error {
 	default:
 		return fmt.Errorf("kind %q: want %q or %q", o.Kind, KindColl, KindP2p)
 	}
-	if o.Func == "" || o.Seq < 0 {
-		return fmt.Errorf("func %q, seq %d", o.Func, o.Seq)
+	if o.Func == "" || o.Seq < 0 || o.Repeat < 0 || o.Repeat != 0 && o.Kind != KindColl {
+		return fmt.Errorf("func %q, seq %d, repeat %d (a collective's only)", o.Func, o.Seq, o.Repeat)
 	}
 	if o.Root != nil && (!Rooted(o.Func) || !rankIn(*o.Root, nranks)) {
 		return fmt.Errorf("root %d of %s on nranks %d (only Broadcast and Reduce have one)", *o.Root, o.Func, nranks)

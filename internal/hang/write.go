@@ -66,7 +66,7 @@ func (d *Dump) Canonical() {
 		slices.SortStableFunc(c.Completed, func(a, b Completed) int { return cmp.Compare(a.Func, b.Func) })
 		slices.SortStableFunc(c.P2pCompleted, func(a, b P2pCompleted) int { return cmp.Compare(a.Peer, b.Peer) })
 		slices.SortStableFunc(c.Open, func(a, b Op) int {
-			return cmp.Or(cmp.Compare(a.StartUnixNs, b.StartUnixNs), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Func, b.Func), cmp.Compare(a.Seq, b.Seq))
+			return cmp.Or(cmp.Compare(a.StartUnixNs, b.StartUnixNs), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Func, b.Func), cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.Repeat, b.Repeat))
 		})
 		for j := range c.Open {
 			o := &c.Open[j]

@@ -7,6 +7,8 @@ import (
 	"io"
 	"strconv"
 	"text/tabwriter"
+
+	"github.com/ncclprof/ncclprof/internal/commops"
 )
 
 // Formats Write knows.
@@ -96,7 +98,7 @@ func (r *Result) writeEachText(w io.Writer) error {
 		if e.CPUArriveNs != nil {
 			cpu = fmtNs(*e.CPUArriveNs)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s (%s)\t%s\t%s\t%s\t%s\n", e.Comm, e.Func, seqText(e.Seq, e.Repeat), dash(e.Step), e.Rank, e.GlobalRank,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s (%s)\t%s\t%s\t%s\t%s\n", e.Comm, e.Func, commops.SeqText(e.Seq, int64(e.Repeat)), dash(e.Step), e.Rank, e.GlobalRank,
 			fmtNs(e.ArriveNs), e.Arrival, yes(e.Late), cpu, done, yes(e.DoneLast))
 	}
 	return tw.Flush()
@@ -107,13 +109,4 @@ func yes(b bool) string {
 		return "yes"
 	}
 	return ""
-}
-
-// seqText is a collective's seq as the text tables show it: "100+3" for the fourth in a row with
-// seq 100 on every rank (a CUDA graph's replays: matchKey).
-func seqText(seq int64, repeat int32) string {
-	if repeat == 0 {
-		return strconv.FormatInt(seq, 10)
-	}
-	return strconv.FormatInt(seq, 10) + "+" + strconv.Itoa(int(repeat))
 }

@@ -147,6 +147,9 @@ func TestWatchdogDumps(t *testing.T) {
 		{"--scenario", "mismatch", "--what", "root", "--culprit", "2"},
 		{"--scenario", "mismatch", "--what", "function", "--culprit", "5"},
 		{"--scenario", "order", "--culprit", "6"},
+		// A CUDA graph's replays, one seq for all (NCCL 2.26+): the dump numbers them by repeat.
+		{"--scenario", "absent", "--culprit", "3", "--replays"},
+		{"--scenario", "mismatch", "--what", "count", "--culprit", "2", "--replays"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			j := runJob(t, lib, 8, []string{"NCCLPROF_HANG_TIMEOUT_S=" + strconv.Itoa(timeoutS)}, args...)

@@ -22,6 +22,7 @@ type Planted struct {
 	Comm     string `json:"comm"`
 	CommName string `json:"comm_name"`
 	Seq      int64  `json:"seq"`
+	Repeat   int64  `json:"repeat"`
 	Func     string `json:"func"`
 	Peer     *int   `json:"peer"`
 	Channel  *int   `json:"channel"`
