@@ -429,3 +429,19 @@ func replayDumps(numbered bool) []*Dump {
 	}
 	return dumps
 }
+
+// A trace of a rank without a dump numbers its replays as the dump would: the n-th collective in
+// a row with one seq is repeat n; a sampled trace keeps 1 in N of them, so a seq seen there
+// counts as every repeat of it started (it may clear a rank, never blame one wrongly).
+func TestStartedFromTraceCountsRepeats(t *testing.T) {
+	last := at{-1, 0}
+	for _, seq := range []int64{3, 4, 5, 5, 5, 2} { // 2: an older one, out of order
+		last = startedNext(last, seq, false)
+	}
+	if last != (at{5, 2}) {
+		t.Errorf("full trace: %+v, want seq 5 repeat 2", last)
+	}
+	if s := startedNext(at{5, 0}, 5, true); s.seq != 5 || s.cmp(at{5, 1 << 40}) <= 0 {
+		t.Errorf("sampled trace: %+v, want seq 5 past any repeat", s)
+	}
+}
