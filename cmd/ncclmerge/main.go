@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime/pprof"
 
+	"github.com/ncclprof/ncclprof/internal/tracefile"
 	"github.com/ncclprof/ncclprof/internal/version"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -18,6 +19,7 @@ import (
 var errReported = errors.New("reported")
 
 func main() {
+	defer tracefile.GuardFaults()()
 	stop := startCPUProfile()
 	err := newRoot().Execute()
 	stop()

@@ -253,6 +253,7 @@ func indexPlugins(plugins []*ptrace.Trace, lean map[*ptrace.Trace]*leanPlugin) *
 	x := &pluginIndexes{done: make(chan struct{}), byTrace: map[*ptrace.Trace]*pluginIndex{}}
 	go func() {
 		defer close(x.done)
+		defer tracefile.GuardFaults()() // the plugin traces are mapped
 		for _, t := range plugins {
 			x.byTrace[t] = newPluginIndex(t, lean[t])
 		}

@@ -4,6 +4,8 @@ package parallel
 import (
 	"runtime"
 	"sync"
+
+	"github.com/ncclprof/ncclprof/internal/tracefile"
 )
 
 // Each runs f(0), …, f(n-1), at most GOMAXPROCS at a time, and returns when all have.
@@ -14,6 +16,7 @@ func Each(n int, f func(i int)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer tracefile.GuardFaults()() // the work reads mapped traces
 			for i := range next {
 				f(i)
 			}

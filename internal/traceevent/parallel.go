@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
+	"github.com/ncclprof/ncclprof/internal/tracefile"
 )
 
 // Parallel parsing of a large traceEvents array. The array is cut into chunks at candidate
@@ -133,6 +134,7 @@ func inOrder[R any](n, procs int, work func(i int, r *R), each func(i int, r *R)
 	defer close(stop)
 	for range procs {
 		go func() {
+			defer tracefile.GuardFaults()() // the chunks are of a mapped trace
 			for {
 				select {
 				case sem <- struct{}{}:
