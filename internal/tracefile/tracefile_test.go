@@ -267,3 +267,27 @@ func TestCreateKeepsDevicesAndLinks(t *testing.T) {
 		t.Errorf("the link's target holds %q, want the output", b)
 	}
 }
+
+// An output written where a file already is (a merge run again) replaces it whole: the new
+// content under the name, the old file gone, no temporary left. (On Linux the two are swapped
+// and the old one removed, which spares ext4's write-back on a rename over a file.)
+func TestCreateReplacesAnExistingFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "merged.json")
+	for _, content := range []string{"first", "second, longer", "third"} {
+		w, err := Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.WriteString(content)
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(path); err != nil || string(b) != content {
+			t.Fatalf("read back %q, %v; want %q", b, err, content)
+		}
+	}
+	if all, _ := os.ReadDir(dir); len(all) != 1 {
+		t.Errorf("files left beside the output: %v", all)
+	}
+}

@@ -123,7 +123,7 @@ func (w *Writer) Close() error {
 		err = e
 	}
 	if err == nil && !w.direct {
-		err = os.Rename(w.tmp, w.path)
+		err = replace(w.tmp, w.path)
 	}
 	if err != nil {
 		if !w.direct {
