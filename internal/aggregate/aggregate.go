@@ -142,6 +142,10 @@ type Aggregator struct {
 	OnSlow func(*Op)
 	comms  map[uint32]*commState
 	free   []*opEntry // completed operation entries, for reuse
+	// The window being read: its collectives in start order, and the repeat of those that
+	// repeat a seq (numberRepeats).
+	colls   []int32
+	repeats map[uint64]int64
 }
 
 // maxFree bounds the entries kept for reuse (a few windows' worth of operations).
@@ -150,7 +154,8 @@ const maxFree = 4096
 // New returns an aggregator for a counter running at ticksPerNs.
 func New(ticksPerNs float64) *Aggregator {
 	return &Aggregator{TicksPerNs: ticksPerNs, QuietNs: DefaultQuietNs, MaxAgeNs: DefaultMaxAgeNs,
-		WindowDelayNs: DefaultWindowDelayNs, ProxyWaitNs: DefaultProxyWaitNs, comms: map[uint32]*commState{}}
+		WindowDelayNs: DefaultWindowDelayNs, ProxyWaitNs: DefaultProxyWaitNs, comms: map[uint32]*commState{},
+		repeats: map[uint64]int64{}}
 }
 
 type opEntry struct {
@@ -285,8 +290,33 @@ func (a *Aggregator) Window(c Comm, recs []event.Record) {
 	for i := range recs {
 		cs.frontier = max(cs.frontier, recs[i].Start, recs[i].Stop)
 	}
+	a.numberRepeats(cs, recs)
 	event.ParentsFirst(recs, func(r *event.Record) { a.record(cs, r) })
 	a.sweep(cs, false)
+}
+
+// numberRepeats numbers the window's collectives by repeat (progress.repeatOf) in the order
+// they started. A window's records are in slot order and each thread fills a block of slots of
+// its own, so a CUDA graph's replays (started on CUDA's host-callback thread) and the eager
+// collective that shares their seq (on the application's thread) can come in either order; by
+// start time they come as NCCL started them, the order every rank numbers them in.
+func (a *Aggregator) numberRepeats(cs *commState, recs []event.Record) {
+	a.colls = a.colls[:0]
+	for i := range recs {
+		if recs[i].Type == event.Coll {
+			a.colls = append(a.colls, int32(i))
+		}
+	}
+	byStart := func(x, y int32) int { return cmpTicks(recs[x].Start, recs[y].Start) }
+	if !slices.IsSortedFunc(a.colls, byStart) { // one thread's collectives: in order already
+		slices.SortStableFunc(a.colls, byStart)
+	}
+	clear(a.repeats)
+	for _, i := range a.colls {
+		if n := cs.progress.repeatOf(recs[i].Func, int64(recs[i].Seq)); n > 0 {
+			a.repeats[recs[i].Handle] = n
+		}
+	}
 }
 
 // Advance tells the aggregator that every event of communicator c that started before `read`
@@ -421,7 +451,7 @@ func (a *Aggregator) track(cs *commState, r *event.Record) {
 		e.p2pSeq = int64(r.Seq)
 	}
 	if r.Type == event.Coll {
-		e.repeat = cs.progress.repeatOf(o.Func, int64(o.Seq))
+		e.repeat = a.repeats[r.Handle] // numberRepeats
 	}
 	if o.Comm.Rank == 0 && r.Rank != 0 {
 		o.Comm.Rank = int(r.Rank)

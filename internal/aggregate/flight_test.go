@@ -75,3 +75,25 @@ func TestGraphReplaysNumberedByRepeat(t *testing.T) {
 		t.Errorf("flight record repeats %v, want [0 1 2]", reps)
 	}
 }
+
+// In a window the eager collective (the application's thread) can come before the replays that
+// share its seq (CUDA's callback thread), each thread filling its own block of slots: they are
+// numbered in the order they started, as every rank numbers them. Three replays of seq 5 then
+// the eager one, in the window eager first: the eager one is repeat 3, still open.
+func TestRepeatsNumberedInStartOrder(t *testing.T) {
+	a := newAgg()
+	var b builder
+	var replays []event.Record
+	for i := range 3 {
+		r := coll(b.id(), "AllReduce", 1024, event.Ticks(100*(i+1)), event.Ticks(100*(i+1)+10))
+		r.Seq = 5
+		replays = append(replays, r)
+	}
+	eager := coll(b.id(), "AllReduce", 1024, 400, 0)
+	eager.Seq, eager.Flags = 5, event.Open
+	a.Window(comm1, append([]event.Record{eager}, replays...))
+	_, open, _ := a.InFlight(comm1, 0)
+	if len(open) != 1 || open[0].Seq != 5 || open[0].Repeat != 3 {
+		t.Errorf("open: %+v, want the eager AllReduce seq 5 as repeat 3", open)
+	}
+}
