@@ -843,6 +843,9 @@ func (t *traceSink) op(o *aggregate.Op) {
 	if o.APIOnly {
 		e.Bool("api_only", true)
 	}
+	if o.GraphReplay {
+		e.Bool("graph_replay", true)
+	}
 	if mark != "" {
 		e.Str("traced", mark)
 	}

@@ -83,6 +83,11 @@ type Op struct {
 	Sample event.Flags
 	// Slow: OnSlow was called for it while it was pending.
 	Slow bool
+	// GraphReplay: its API call was captured in a CUDA graph (graph_captured): it is one of the
+	// graph's replays. NCCL starts a replay's Coll only on ranks whose part of the graph has
+	// network work (enqueue.cc, plan->hasProxyOps), and gives it the seq of the next eager
+	// collective (2.26+), so the analyses match replays apart from eager collectives.
+	GraphReplay bool
 }
 
 // TransferStats of an operation: its ProxyOps' send transfers (count, bytes, Σ ns).
@@ -794,6 +799,7 @@ func (a *Aggregator) complete(cs *commState, e *opEntry) {
 		o.HasGPU = true
 		o.GPUNs = float64(e.gpuMax - e.gpuMin) // GPU globaltimer is in ns
 	}
+	o.GraphReplay = e.api != nil && e.api.graph
 	// A graph replay's API call was the capture, long before: its time is not this replay's.
 	if api := e.api; api != nil && !api.graph && !api.open && api.stop >= api.start {
 		o.APINs = a.ns(api.stop - api.start)

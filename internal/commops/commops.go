@@ -114,6 +114,10 @@ type Op struct {
 	// calls NCCL on time while the other ranks' kernels wait for its kernel.
 	GPUArrive int64
 	GPUFrom   GPUSource
+	// GraphReplay: one of a CUDA graph's replays (its completion says graph_replay). NCCL gives
+	// replays the seq of the next eager collective (2.26+) and starts them only on ranks whose
+	// part of the graph has network work, so they are matched apart from eager collectives.
+	GraphReplay bool
 }
 
 // GPUSource says where an operation's GPU-side arrival comes from, best first.

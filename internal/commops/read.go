@@ -241,6 +241,7 @@ func (r *reader) op(e *ptrace.Event) {
 	if tr := tracedOf(e.Traced); tr != Full && o.Traced == Full {
 		o.Traced = tr
 	}
+	o.GraphReplay = o.GraphReplay || e.Kind == ptrace.Completion && e.Graph
 	r.fillArgs(o, e.Func, e.Algo, e.Proto, e.Seq, e.Count, e.Bytes, e.NChannels)
 	if e.Kind == ptrace.P2p {
 		o.Peer = int32(e.Peer)

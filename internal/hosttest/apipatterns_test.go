@@ -95,6 +95,30 @@ func TestGraphReplaysEachOneOperation(t *testing.T) {
 	}
 }
 
+// Traced, each replay's operation says it is one (graph_replay on its nccl_op slice: its API
+// call was captured), so that the analyses match replays apart from eager collectives (NCCL
+// starts replays only on ranks with network work in the graph); eager ones say nothing
+// (TestAPIOnlyInTheTrace).
+func TestGraphReplaysMarkedInTheTrace(t *testing.T) {
+	r := Start(t, Options{Args: args(6, "--iters", "600", "--nranks", "4", "graphreplay"), Env: []string{"NCCLPROF_TRACE=1", "NCCLPROF_HANG_TIMEOUT_S=2"}})
+	traces := ReadTraces(t, r.Dir)
+	if len(traces) != 1 {
+		t.Fatalf("%d trace files, want 1", len(traces))
+	}
+	marked := map[string]int{}
+	for _, e := range traces[0].Events {
+		if e.Cat == "nccl_op" {
+			if e.Args["graph_replay"] != true {
+				t.Fatalf("a replay's operation not marked: %+v", e)
+			}
+			marked[e.Name]++
+		}
+	}
+	if marked["AllReduce"] != 300 || marked["AlltoAll"] != 300 {
+		t.Errorf("marked replays %v, want 300 AllReduce and 300 AlltoAll", marked)
+	}
+}
+
 // A mask naming only a lower event type: NCCL starts the events above it anyway (and NCCL
 // 2.23–2.25 start P2p only under the Coll, ProxyOp or ProxyStep bit), so ncclprof asks for and
 // records the operations and ProxyOps above what was named. Before, `proxystep` alone recorded
@@ -247,6 +271,9 @@ func TestAPIOnlyInTheTrace(t *testing.T) {
 	}
 	n := 0
 	for _, e := range traces[0].Events {
+		if e.Args["graph_replay"] != nil {
+			t.Fatalf("an eager operation marked a graph replay: %+v", e)
+		}
 		if e.Cat != "nccl_op_api" {
 			continue
 		}

@@ -150,7 +150,7 @@ func (e *Fields) fillArgs(args string) (bad string) {
 			e.GPUStop, _ = jsonscan.Int(v)
 		case "group":
 			e.Group, ok = argHandle(v)
-		case "graph_captured":
+		case "graph_captured", "graph_replay":
 			e.Graph = argBool(v)
 		case "is_send":
 			e.IsSend = argBool(v)

@@ -131,7 +131,7 @@ type Fields struct {
 	Op         uint64 // KernelCh, completion: the Coll/P2p handle
 	GPUStart   int64  // KernelCh: raw %globaltimer ns
 	GPUStop    int64
-	Graph      bool  // captured in a CUDA graph
+	Graph      bool  // API events: captured in a CUDA graph; completion: one of a graph's replays
 	IsSend     bool  // ProxyOp: a send (else a receive)
 	TransSize  int64 // ProxyOp, ProxyStep: the bytes it moves (trans_size)
 	// Traced: why a sampled trace holds the operation (Coll/P2p, completion): "sampled" (its seq

@@ -98,7 +98,8 @@ func (a *analysis) top() {
 	for _, i := range pts[:min(len(pts), a.opt.Top)] {
 		p := a.res.Points[i]
 		o := &a.s.Ops[p.op]
-		row := OpRow{Comm: a.s.Comms[o.Comm].Label(), Func: o.Func, Seq: o.Seq, Repeat: a.keys[p.group].nth, Bytes: o.Bytes, SkewNs: p.SkewNs,
+		row := OpRow{Comm: a.s.Comms[o.Comm].Label(), Func: o.Func, Seq: o.Seq, Repeat: a.keys[p.group].nth,
+			GraphReplay: a.keys[p.group].graph, Bytes: o.Bytes, SkewNs: p.SkewNs,
 			Last: int(o.Rank), LateNs: a.arrive(p.op) - p.AtNs, ArriveNs: p.AtNs, File: a.s.Files[o.Ref.File],
 			Pid: o.Ref.Pid, Tid: o.Ref.Tid, TsUs: float64(o.Ref.TsNs) / 1e3, Ranks: p.ranks,
 			Arrival: arrivalName(a.onGPU[p.group])}

@@ -125,17 +125,19 @@ type CommRow struct {
 
 // OpRow is one collective as all ranks ran it.
 type OpRow struct {
-	Comm     string `json:"comm"`
-	Func     string `json:"func"`
-	Seq      int64  `json:"seq"`
-	Repeat   int32  `json:"repeat,omitempty"` // the n-th in a row with this seq (matchKey.nth)
-	Step     string `json:"step,omitempty"`
-	Bytes    uint64 `json:"bytes"`
-	Ranks    int    `json:"ranks"`
-	SkewNs   int64  `json:"skew_ns"` // last arrival − first arrival
-	Last     int    `json:"last_rank"`
-	LateNs   int64  `json:"last_late_ns"` // last arrival − median arrival
-	ArriveNs int64  `json:"median_arrival_unix_ns"`
+	Comm   string `json:"comm"`
+	Func   string `json:"func"`
+	Seq    int64  `json:"seq"`
+	Repeat int32  `json:"repeat,omitempty"` // the n-th in a row with this seq (matchKey.nth)
+	// GraphReplay: a CUDA graph's replay (matchKey.graph); Repeat counts the replays of the seq.
+	GraphReplay bool   `json:"graph_replay,omitempty"`
+	Step        string `json:"step,omitempty"`
+	Bytes       uint64 `json:"bytes"`
+	Ranks       int    `json:"ranks"`
+	SkewNs      int64  `json:"skew_ns"` // last arrival − first arrival
+	Last        int    `json:"last_rank"`
+	LateNs      int64  `json:"last_late_ns"` // last arrival − median arrival
+	ArriveNs    int64  `json:"median_arrival_unix_ns"`
 	// Arrival: which arrival was compared: "gpu" (the NCCL kernels' starts) or "cpu" (Coll starts).
 	Arrival string `json:"arrival"`
 	// Completion: last − first completion, the rank that completed strictly last (-1: a tie, or
@@ -162,13 +164,15 @@ type RankAt struct {
 
 // EachRow is one rank on one matched collective (Options.Each).
 type EachRow struct {
-	Comm       string `json:"comm"`
-	Func       string `json:"func"`
-	Seq        int64  `json:"seq"`
-	Repeat     int32  `json:"repeat,omitempty"` // the n-th in a row with this seq (matchKey.nth)
-	Step       string `json:"step,omitempty"`
-	Rank       int    `json:"rank"`
-	GlobalRank int    `json:"global_rank"`
+	Comm   string `json:"comm"`
+	Func   string `json:"func"`
+	Seq    int64  `json:"seq"`
+	Repeat int32  `json:"repeat,omitempty"` // the n-th in a row with this seq (matchKey.nth)
+	// GraphReplay: a CUDA graph's replay (matchKey.graph); Repeat counts the replays of the seq.
+	GraphReplay bool   `json:"graph_replay,omitempty"`
+	Step        string `json:"step,omitempty"`
+	Rank        int    `json:"rank"`
+	GlobalRank  int    `json:"global_rank"`
 	// ArriveNs: arrival − the collective's median arrival; Late: above the communicator's threshold.
 	ArriveNs int64 `json:"arrival_ns"`
 	Late     bool  `json:"late"`
@@ -237,12 +241,16 @@ type Result struct {
 // gives every replay of a CUDA-graph-captured collective the seq of the next eager one (from
 // 2.26, unless KernelCh is on: src/plugin/profiler.cc ncclProfilerStartTaskEvents), so a rank's
 // replays and that eager collective come with one seq, back to back; the n-th of them on every
-// rank is the same collective.
+// rank is the same collective. Where the traces mark replays (graph_replay), they are counted
+// apart: NCCL starts a replay's events only on ranks whose part of the graph has network work
+// (enqueue.cc: the host callback is launched for a plan with hasProxyOps), so a rank without
+// any would number the eager collective 0 where the others number it after their replays.
 type matchKey struct {
-	comm int32
-	fn   string
-	seq  int64
-	nth  int32
+	comm  int32
+	fn    string
+	seq   int64
+	nth   int32
+	graph bool
 }
 
 // repeats numbers each rank's collectives that repeat a seq (repeats.nth).
@@ -251,6 +259,7 @@ type repeats map[repeatKey]repeatRun
 type repeatKey struct {
 	comm, rank int32
 	fn         string
+	graph      bool
 }
 
 // repeatRun is the last seq of a (communicator, rank, function) and how many came before it.
@@ -262,7 +271,7 @@ type repeatRun struct {
 // nth is how many of o's rank's collectives of o's function came with o's seq right before it
 // (0: the first). Operations are in arrival order per process (commops.Set).
 func (r repeats) nth(o *commops.Op, rank int32) int32 {
-	k := repeatKey{o.Comm, rank, o.Func}
+	k := repeatKey{o.Comm, rank, o.Func, o.GraphReplay}
 	run, ok := r[k]
 	if ok && run.seq == o.Seq {
 		run.n++
@@ -306,7 +315,7 @@ func match(s *commops.Set) ([]matchKey, [][]int32) {
 		if o.Seq < 0 || o.Rank < 0 || o.Traced == commops.Triggered || o.Traced == commops.Trigger {
 			continue
 		}
-		k := matchKey{o.Comm, o.Func, o.Seq, rep.nth(o, dense[i])}
+		k := matchKey{o.Comm, o.Func, o.Seq, rep.nth(o, dense[i]), o.GraphReplay}
 		g, ok := index[k]
 		if !ok {
 			g = int32(len(groups))
@@ -522,7 +531,8 @@ func (a *analysis) each(p *Point, idx []int32, med int64) {
 	}
 	for _, i := range idx {
 		o := &a.s.Ops[i]
-		row := EachRow{Comm: a.s.Comms[o.Comm].Label(), Func: o.Func, Seq: o.Seq, Repeat: a.keys[p.group].nth, Rank: int(o.Rank),
+		row := EachRow{Comm: a.s.Comms[o.Comm].Label(), Func: o.Func, Seq: o.Seq, Repeat: a.keys[p.group].nth,
+			GraphReplay: a.keys[p.group].graph, Rank: int(o.Rank),
 			GlobalRank: a.s.Procs[o.Proc].Rank, ArriveNs: a.arrive(i) - med, DoneNs: a.doneOffset(p, i),
 			DoneLast: p.doneLast == i, Arrival: arrivalName(gpu), op: i}
 		if gpu {

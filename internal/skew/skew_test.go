@@ -483,3 +483,41 @@ func TestGraphReplaysSharingASeq(t *testing.T) {
 		t.Errorf("no row names seq 100's repeat 9 (100+9):\n%s", text.String())
 	}
 }
+
+// The same graph replayed where only half the ranks see its replays: NCCL starts a replay's
+// events only on ranks whose part of the graph has network work (enqueue.cc, hasProxyOps), so
+// ranks 8-15 have only the eager collective that shares the replays' seq (the job's 150th).
+// The traces mark replays (graph_replay) and they are matched apart: the eager collective with
+// the eager one, each replay among the ranks that saw it. Counted together, ranks 8-15's eager
+// collective was matched with the others' first replay, 49 collectives earlier.
+func TestGraphReplaysSeenByHalfTheRanks(t *testing.T) {
+	_, paths := job(t, 5)
+	s, err := commops.Read(paths, commops.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range s.Ops {
+		o := &s.Ops[i]
+		switch {
+		case o.Seq >= 100 && o.Seq < 149 && o.Rank >= 8:
+			o.Seq = -1 // not seen: no collective for the analysis
+		case o.Seq >= 100 && o.Seq < 149:
+			o.Seq, o.GraphReplay = 100, true
+		case o.Seq == 149:
+			o.Seq = 100 // the eager collective after the replays
+		}
+	}
+	r := Analyze(s, Defaults)
+	var got []string
+	for _, k := range r.Slow {
+		got = append(got, fmt.Sprintf("rank %d late on %d of %d", k.Rank, k.Late, k.Matched))
+	}
+	if want := []string{"rank 5 late on 20 of 200"}; !slices.Equal(got, want) {
+		t.Fatalf("slow ranks %v, want %v", got, want)
+	}
+	var text bytes.Buffer
+	r.WriteText(&text)
+	if !strings.Contains(text.String(), "100 replay 9") {
+		t.Errorf("no row names seq 100's replay 9:\n%s", text.String())
+	}
+}

@@ -75,11 +75,11 @@ func (r *Result) writeRanksCSV(w io.Writer) error {
 
 func (r *Result) writeEachCSV(w io.Writer) error {
 	c := csv.NewWriter(w)
-	c.Write([]string{"comm", "func", "seq", "step", "rank", "global_rank", "arrival_ns", "late", "completion_ns", "completed_last", "arrival", "cpu_arrival_ns", "repeat"})
+	c.Write([]string{"comm", "func", "seq", "step", "rank", "global_rank", "arrival_ns", "late", "completion_ns", "completed_last", "arrival", "cpu_arrival_ns", "repeat", "graph_replay"})
 	for _, e := range r.Each {
 		c.Write([]string{e.Comm, e.Func, i64(e.Seq), e.Step, strconv.Itoa(e.Rank), strconv.Itoa(e.GlobalRank), i64(e.ArriveNs),
 			strconv.FormatBool(e.Late), optNs(e.DoneNs), strconv.FormatBool(e.DoneLast), e.Arrival, optNs(e.CPUArriveNs),
-			strconv.Itoa(int(e.Repeat))})
+			strconv.Itoa(int(e.Repeat)), strconv.FormatBool(e.GraphReplay)})
 	}
 	c.Flush()
 	return c.Error()
@@ -98,10 +98,19 @@ func (r *Result) writeEachText(w io.Writer) error {
 		if e.CPUArriveNs != nil {
 			cpu = fmtNs(*e.CPUArriveNs)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s (%s)\t%s\t%s\t%s\t%s\n", e.Comm, e.Func, commops.SeqText(e.Seq, int64(e.Repeat)), dash(e.Step), e.Rank, e.GlobalRank,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s (%s)\t%s\t%s\t%s\t%s\n", e.Comm, e.Func, seqText(e.Seq, e.Repeat, e.GraphReplay), dash(e.Step), e.Rank, e.GlobalRank,
 			fmtNs(e.ArriveNs), e.Arrival, yes(e.Late), cpu, done, yes(e.DoneLast))
 	}
 	return tw.Flush()
+}
+
+// seqText is a matched collective's seq as the tables show it: "100", "100+3" for the fourth
+// in a row with seq 100, "100 replay 3" for a CUDA graph's fourth replay with it.
+func seqText(seq int64, repeat int32, replay bool) string {
+	if replay {
+		return strconv.FormatInt(seq, 10) + " replay " + strconv.Itoa(int(repeat))
+	}
+	return commops.SeqText(seq, int64(repeat))
 }
 
 func yes(b bool) string {
