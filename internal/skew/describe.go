@@ -98,14 +98,10 @@ func (a *analysis) top() {
 	for _, i := range pts[:min(len(pts), a.opt.Top)] {
 		p := a.res.Points[i]
 		o := &a.s.Ops[p.op]
-		row := OpRow{Comm: a.s.Comms[o.Comm].Label(), Func: o.Func, Seq: o.Seq, Repeat: a.keys[p.group].nth,
-			GraphReplay: a.keys[p.group].graph, Bytes: o.Bytes, SkewNs: p.SkewNs,
+		row := OpRow{Collective: a.collective(p.op, a.keys[p.group]), Bytes: o.Bytes, SkewNs: p.SkewNs,
 			Last: int(o.Rank), LateNs: a.arrive(p.op) - p.AtNs, ArriveNs: p.AtNs, File: a.s.Files[o.Ref.File],
 			Pid: o.Ref.Pid, Tid: o.Ref.Tid, TsUs: float64(o.Ref.TsNs) / 1e3, Ranks: p.ranks,
 			Arrival: arrivalName(a.onGPU[p.group])}
-		if o.Step >= 0 {
-			row.Step = a.s.Steps[o.Step]
-		}
 		row.DoneSpreadNs, row.DoneLast = p.DoneSpreadNs, -1
 		if p.doneLast >= 0 {
 			row.DoneLast, row.DoneLateNs = int(a.s.Ops[p.doneLast].Rank), *a.doneOffset(&p, p.doneLast)

@@ -123,8 +123,9 @@ type CommRow struct {
 	spreads []int64
 }
 
-// OpRow is one collective as all ranks ran it.
-type OpRow struct {
+// Collective names a matched collective in the rows below: its communicator, function, seq,
+// which of that seq's repeats it is, and the training step it fell in.
+type Collective struct {
 	Comm   string `json:"comm"`
 	Func   string `json:"func"`
 	Seq    int64  `json:"seq"`
@@ -132,12 +133,27 @@ type OpRow struct {
 	// GraphReplay: a CUDA graph's replay (matchKey.graph); Repeat counts the replays of the seq.
 	GraphReplay bool   `json:"graph_replay,omitempty"`
 	Step        string `json:"step,omitempty"`
-	Bytes       uint64 `json:"bytes"`
-	Ranks       int    `json:"ranks"`
-	SkewNs      int64  `json:"skew_ns"` // last arrival − first arrival
-	Last        int    `json:"last_rank"`
-	LateNs      int64  `json:"last_late_ns"` // last arrival − median arrival
-	ArriveNs    int64  `json:"median_arrival_unix_ns"`
+}
+
+// collective names operation i of the group matched under key k.
+func (a *analysis) collective(i int32, k matchKey) Collective {
+	o := &a.s.Ops[i]
+	c := Collective{Comm: a.s.Comms[o.Comm].Label(), Func: o.Func, Seq: o.Seq, Repeat: k.nth, GraphReplay: k.graph}
+	if o.Step >= 0 {
+		c.Step = a.s.Steps[o.Step]
+	}
+	return c
+}
+
+// OpRow is one collective as all ranks ran it.
+type OpRow struct {
+	Collective
+	Bytes    uint64 `json:"bytes"`
+	Ranks    int    `json:"ranks"`
+	SkewNs   int64  `json:"skew_ns"` // last arrival − first arrival
+	Last     int    `json:"last_rank"`
+	LateNs   int64  `json:"last_late_ns"` // last arrival − median arrival
+	ArriveNs int64  `json:"median_arrival_unix_ns"`
 	// Arrival: which arrival was compared: "gpu" (the NCCL kernels' starts) or "cpu" (Coll starts).
 	Arrival string `json:"arrival"`
 	// Completion: last − first completion, the rank that completed strictly last (-1: a tie, or
@@ -164,15 +180,9 @@ type RankAt struct {
 
 // EachRow is one rank on one matched collective (Options.Each).
 type EachRow struct {
-	Comm   string `json:"comm"`
-	Func   string `json:"func"`
-	Seq    int64  `json:"seq"`
-	Repeat int32  `json:"repeat,omitempty"` // the n-th in a row with this seq (matchKey.nth)
-	// GraphReplay: a CUDA graph's replay (matchKey.graph); Repeat counts the replays of the seq.
-	GraphReplay bool   `json:"graph_replay,omitempty"`
-	Step        string `json:"step,omitempty"`
-	Rank        int    `json:"rank"`
-	GlobalRank  int    `json:"global_rank"`
+	Collective
+	Rank       int `json:"rank"`
+	GlobalRank int `json:"global_rank"`
 	// ArriveNs: arrival − the collective's median arrival; Late: above the communicator's threshold.
 	ArriveNs int64 `json:"arrival_ns"`
 	Late     bool  `json:"late"`
@@ -531,16 +541,12 @@ func (a *analysis) each(p *Point, idx []int32, med int64) {
 	}
 	for _, i := range idx {
 		o := &a.s.Ops[i]
-		row := EachRow{Comm: a.s.Comms[o.Comm].Label(), Func: o.Func, Seq: o.Seq, Repeat: a.keys[p.group].nth,
-			GraphReplay: a.keys[p.group].graph, Rank: int(o.Rank),
+		row := EachRow{Collective: a.collective(i, a.keys[p.group]), Rank: int(o.Rank),
 			GlobalRank: a.s.Procs[o.Proc].Rank, ArriveNs: a.arrive(i) - med, DoneNs: a.doneOffset(p, i),
 			DoneLast: p.doneLast == i, Arrival: arrivalName(gpu), op: i}
 		if gpu {
 			c := a.cpuArrive(i) - cpuMed
 			row.CPUArriveNs = &c
-		}
-		if o.Step >= 0 {
-			row.Step = a.s.Steps[o.Step]
 		}
 		a.res.Each = append(a.res.Each, row)
 	}

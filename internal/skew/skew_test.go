@@ -469,11 +469,7 @@ func TestGraphReplaysSharingASeq(t *testing.T) {
 		}
 	}
 	r := Analyze(s, Defaults)
-	var got []string
-	for _, k := range r.Slow {
-		got = append(got, fmt.Sprintf("rank %d late on %d of %d", k.Rank, k.Late, k.Matched))
-	}
-	if want := []string{"rank 5 late on 20 of 200"}; !slices.Equal(got, want) {
+	if got, want := slowRanks(r), []string{"rank 5 late on 20 of 200"}; !slices.Equal(got, want) {
 		t.Fatalf("slow ranks %v, want %v", got, want)
 	}
 	// The tables tell the repeats apart: the late 110th collective is seq 100's repeat 9.
@@ -508,11 +504,7 @@ func TestGraphReplaysSeenByHalfTheRanks(t *testing.T) {
 		}
 	}
 	r := Analyze(s, Defaults)
-	var got []string
-	for _, k := range r.Slow {
-		got = append(got, fmt.Sprintf("rank %d late on %d of %d", k.Rank, k.Late, k.Matched))
-	}
-	if want := []string{"rank 5 late on 20 of 200"}; !slices.Equal(got, want) {
+	if got, want := slowRanks(r), []string{"rank 5 late on 20 of 200"}; !slices.Equal(got, want) {
 		t.Fatalf("slow ranks %v, want %v", got, want)
 	}
 	var text bytes.Buffer
@@ -520,4 +512,13 @@ func TestGraphReplaysSeenByHalfTheRanks(t *testing.T) {
 	if !strings.Contains(text.String(), "100 replay 9") {
 		t.Errorf("no row names seq 100's replay 9:\n%s", text.String())
 	}
+}
+
+// slowRanks says which ranks r found slow, on how many of the collectives matched.
+func slowRanks(r *Result) []string {
+	var out []string
+	for _, k := range r.Slow {
+		out = append(out, fmt.Sprintf("rank %d late on %d of %d", k.Rank, k.Late, k.Matched))
+	}
+	return out
 }
