@@ -185,7 +185,8 @@ func (w *watchdog) comm(c aggregate.Comm, limit int) (hang.Comm, uint64) {
 	hc := hang.Comm{Hash: hang.FormatHash(c.Hash), Name: c.Name, Rank: c.Rank, NRanks: c.NRanks,
 		NNodes: c.NNodes, ABI: c.ABI, OpsCompleted: prog.Ops}
 	for f, d := range prog.ByFunc {
-		hc.Completed = append(hc.Completed, hang.Completed{Func: f, Ops: d.Ops, LastSeq: d.LastSeq, LastRepeat: d.LastRepeat})
+		hc.Completed = append(hc.Completed, hang.Completed{Func: f, Ops: d.Ops, Replays: d.Replays, LastSeq: d.Last.Seq,
+			LastRepeat: d.Last.Repeat, LastReplay: d.Last.Replay})
 	}
 	for p, d := range prog.ByPeer {
 		hc.P2pCompleted = append(hc.P2pCompleted, hang.P2pCompleted{Peer: p, Sends: d.Sends, Recvs: d.Recvs})
@@ -218,7 +219,7 @@ func (w *watchdog) scan(comm uint32) (ops map[uint64][]*C.np_open_cell, steps ma
 
 func (w *watchdog) op(o aggregate.OpenOp, live []*C.np_open_cell, steps map[uint64][]*C.np_open_cell) hang.Op {
 	c := call(o.Called())
-	h := hang.Op{Kind: c.Kind, Func: o.Func, Seq: o.Seq, Repeat: c.Repeat, Peer: c.Peer, Root: c.Root, Count: o.Count, Datatype: o.Dtype,
+	h := hang.Op{Kind: c.Kind, Func: o.Func, Seq: o.Seq, Repeat: c.Repeat, GraphReplay: c.GraphReplay, Peer: c.Peer, Root: c.Root, Count: o.Count, Datatype: o.Dtype,
 		Algorithm: o.Algo, Protocol: o.Proto, NChannels: o.NChannels,
 		StartUnixNs: w.d.cpu.UnixNs(uint64(o.Start)), Launched: o.Launched}
 	for _, k := range o.Kernels {
@@ -242,7 +243,7 @@ func call(o aggregate.Called) hang.Call {
 	if o.P2p {
 		c.Kind, c.Peer = hang.KindP2p, &o.Peer
 	} else {
-		c.Repeat = o.Repeat
+		c.Repeat, c.GraphReplay = o.Repeat, o.Replay
 		if hang.Rooted(o.Func) {
 			c.Root = &o.Root
 		}

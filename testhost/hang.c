@@ -20,11 +20,12 @@
  *   order   (--scenario order) two communicators over every rank: the culprit calls AllGather on
  *           the second before AllReduce on the first, the others the other way round.
  *
- * With --replays the warmup operations and the hung one are replays of one CUDA graph: all carry
- * seq --seq, as NCCL 2.26-2.30 gives every replay the seq of the next eager collective
- * (src/plugin/profiler.cc ncclProfilerStartTaskEvents, the persistent test); the dump numbers
- * them by repeat (0 for the first), so the hung one is repeat --warmup. (Only the seq is played
- * as a replay: each still comes with its API events, as an eager call does.)
+ * With --replays the warmup operations and the hung one are replays of one CUDA graph, as NCCL
+ * 2.26-2.30 plays them: the call is captured once (GroupApi and CollApi with graph_captured, the
+ * launch, no Coll), and each replay starts a Group and a Coll whose parent is the captured
+ * CollApi (enqueue.cc hostStreamPlanTask), all with seq --seq, the seq of the next eager
+ * collective (src/plugin/profiler.cc ncclProfilerStartTaskEvents, the persistent test). The
+ * dump marks them graph replays and numbers them (0 for the first): the hung one is --warmup.
  *
  * What every other rank shows follows from the fault: each process simulates the whole
  * communicator (the ring's data dependencies, NCCL_STEPS = 8 buffers per connection, a proxy
@@ -80,6 +81,7 @@ typedef struct hplan {
   /* The call as the rank made it (a mismatch's culprit makes another one). */
   const char *func, *dtype;
   long long seq, repeat; /* repeat: the n-th in a row with this seq (--replays) */
+  int replay;            /* a CUDA graph's replay (--replays) */
   size_t count;
   int root;
   int npop;
@@ -213,6 +215,7 @@ static void default_call(const hspec* s, hplan* p, long long seq, long long repe
   p->dtype = "ncclFloat32";
   p->seq = seq;
   p->repeat = repeat;
+  p->replay = s->replays;
   p->count = (size_t)steps_of(s) * CHUNK / 4;
   p->root = s->pattern == PAT_CHAIN ? s->n - 1 : 0;
 }
@@ -371,19 +374,30 @@ static int64_t play_step(void* ctx, int rank, void* op, int step, int is_send, i
  * API calls, the launch, the Group and Coll, then what the proxy thread reports — each
  * channel's KernelCh, each ProxyOp with its steps — as far as the plan says, recording the
  * times for the truth. */
-static void play_op(hcomm* c, const hspec* s, hplan* pl, int channels) {
+/* The call's API events: GroupApi, CollApi, the kernel launch (graph: captured into a CUDA
+ * graph, graph_captured set). Returns the CollApi handle, the Coll's parentObj from v5 on. */
+static void* play_api(hcomm* c, const hplan* pl, int graph) {
   host_plugin* p = &W.plugin;
-  int r = c->rank;
-  host_ev ga = {.type = NPABI_GROUP_API, .depth = 1};
+  host_ev ga = {.type = NPABI_GROUP_API, .depth = 1, .graph = graph};
   void* gapi = start_event(c->ctx, &ga, 0);
   host_group_api_state(p, gapi, NPABI_GROUP_START_API_STOP);
   host_ev ca = {.type = NPABI_COLL_API, .parent = gapi, .func = pl->func, .count = pl->count, .dtype = pl->dtype,
-                .root = pl->root, .stream = (void*)0x5000};
-  void* capi = start_event(c->ctx, &ca, 0); /* the Coll's parentObj from v5 on, as in NCCL */
+                .root = pl->root, .stream = (void*)0x5000, .graph = graph};
+  void* capi = start_event(c->ctx, &ca, 0);
   host_stop(p, capi);
   host_group_api_state(p, gapi, NPABI_GROUP_END_API_START);
   host_ev kl = {.type = NPABI_KERNEL_LAUNCH, .parent = gapi, .stream = (void*)0x5000};
   host_stop(p, start_event(c->ctx, &kl, 0));
+  host_stop(p, gapi);
+  return capi;
+}
+
+/* One operation: its API events, or with `captured` (a CUDA graph's replay) none, its Coll's
+ * parent the captured CollApi; then its Group, Coll, channels and ProxyOps as far as planned. */
+static void play_op(hcomm* c, const hspec* s, hplan* pl, int channels, void* captured) {
+  host_plugin* p = &W.plugin;
+  int r = c->rank;
+  void* capi = captured ? captured : play_api(c, pl, 0);
   host_ev ge = {.type = NPABI_GROUP};
   void* grp = start_event(c->ctx, &ge, 0);
   host_ev ce = {.type = NPABI_COLL, .parent = capi, .parent_group = grp, .rank = r, .comm_name = c->name, .comm_hash = c->hash,
@@ -393,7 +407,6 @@ static void play_op(hcomm* c, const hspec* s, hplan* pl, int channels) {
   void* coll = start_event(c->ctx, &ce, 0);
   host_stop(p, coll);
   host_stop(p, grp);
-  host_stop(p, gapi);
   for (int ch = 0; ch < channels; ch++) {
     hkch* k = &pl->k[ch];
     void* kch = NULL;
@@ -443,8 +456,9 @@ static void write_planted(FILE* f) {
   for (int i = 0; i < nspecs; i++) {
     const hspec* s = &specs[i];
     if (!s->planted[0]) continue;
-    fprintf(f, "%s{\"rank\":%d,\"kind\":\"%s\",\"comm\":\"0x%016llx\",\"comm_name\":\"%s\",\"seq\":%lld,\"repeat\":%lld,\"func\":\"%s\"",
-            first ? "" : ",", s->culprit, s->planted, (unsigned long long)s->hash, s->name, s->seq, s->repeat, s->func);
+    fprintf(f, "%s{\"rank\":%d,\"kind\":\"%s\",\"comm\":\"0x%016llx\",\"comm_name\":\"%s\",\"seq\":%lld,\"repeat\":%lld,\"graph_replay\":%s,\"func\":\"%s\"",
+            first ? "" : ",", s->culprit, s->planted, (unsigned long long)s->hash, s->name, s->seq, s->repeat,
+            s->replays ? "true" : "false", s->func);
     if (!strcmp(s->planted, "mismatch")) fprintf(f, ",\"differs\":\"%s\"", s->differs);
     if (s->fault == F_LINK) fprintf(f, ",\"peer\":%d,\"channel\":%d,\"step\":%d", (s->culprit + 1) % s->n, s->link_ch, s->link_step);
     fprintf(f, "}");
@@ -466,6 +480,7 @@ static void write_planted(FILE* f) {
 static void write_call(FILE* f, const hplan* pl) {
   fprintf(f, "\"kind\":\"coll\",\"func\":\"%s\",\"seq\":%lld,\"count\":%zu,\"datatype\":\"%s\"", pl->func, pl->seq, pl->count, pl->dtype);
   if (pl->repeat) fprintf(f, ",\"repeat\":%lld", pl->repeat);
+  if (pl->replay) fprintf(f, ",\"graph_replay\":true");
   if (rooted(pl->func)) fprintf(f, ",\"root\":%d", pl->root);
 }
 
@@ -540,9 +555,10 @@ static void write_truth(const char* path, const hcfg* c, int job_rank, const cha
     long long ops = c->warmup + done_hung, last = s->seq - 1 + done_hung, last_rep = 0;
     if (s->replays) last = s->seq, last_rep = ops > 0 ? ops - 1 : 0; /* every one carried s->seq */
     fprintf(f, "%s{\"comm_hash\":\"0x%016llx\",\"name\":\"%s\",\"rank\":%d,\"nranks\":%d,\"nnodes\":%d,\"abi_version\":%d,"
-               "\"completed\":[{\"func\":\"%s\",\"ops\":%lld,\"last_seq\":%lld,\"last_repeat\":%lld}],\"p2p_completed\":[],\"ops_completed\":%lld,",
+               "\"completed\":[{\"func\":\"%s\",\"ops\":%lld,\"replays\":%lld,\"last_seq\":%lld,\"last_repeat\":%lld,\"last_graph_replay\":%s}],"
+               "\"p2p_completed\":[],\"ops_completed\":%lld,",
             nc++ ? "," : "", (unsigned long long)s->hash, s->name, r, s->n, s->pattern == PAT_INTRA ? 1 : (s->n + 7) / 8, c->abi,
-            s->func, ops, last, last_rep, ops);
+            s->func, ops, s->replays ? ops : 0, last, last_rep, s->replays ? "true" : "false", ops);
     write_recent(f, s, c, r, done_hung);
     fprintf(f, "\"open_ops\":[");
     if (pl && pl->present && pl->open) {
@@ -596,18 +612,23 @@ static int live(const hcfg* c) {
     int r = c->rank - s->first;
     if (r >= 0 && r < s->n) comms[i] = world_comm(s->name, s->hash, s->n, r, s->pattern == PAT_INTRA ? 1 : (s->n + 7) / 8);
   }
+  void* captured[3] = {0}; /* --replays: each communicator's call, captured once */
   for (int i = 0; i < nspecs; i++) {
     if (!comms[i]) continue;
+    if (c->replays) {
+      hplan call = warm_plan(&specs[i], comms[i]->rank, 0, 0, 0, c->warmup);
+      captured[i] = play_api(comms[i], &call, 1);
+    }
     for (int w = 0; w < c->warmup; w++) {
       hplan done = warm_plan(&specs[i], comms[i]->rank, c->channels, c->kernel, w, c->warmup);
-      play_op(comms[i], &specs[i], &done, c->channels);
+      play_op(comms[i], &specs[i], &done, c->channels, captured[i]);
     }
   }
   int left = 0;
   for (int i = 0; i < nspecs; i++) {
     hspec* s = &specs[i];
     if (!comms[i] || s->fault == F_NONE) continue;
-    if (s->plans[comms[i]->rank].present) play_op(comms[i], s, &s->plans[comms[i]->rank], c->channels);
+    if (s->plans[comms[i]->rank].present) play_op(comms[i], s, &s->plans[comms[i]->rank], c->channels, captured[i]);
     else left |= c->leaves;
   }
   if (left) world_finalize_all(); /* the plugin writes each communicator's summary */

@@ -147,10 +147,11 @@ type Aggregator struct {
 	OnSlow func(*Op)
 	comms  map[uint32]*commState
 	free   []*opEntry // completed operation entries, for reuse
-	// The window being read: its collectives in start order, and the repeat of those that
-	// repeat a seq (numberRepeats).
-	colls   []int32
-	repeats map[uint64]int64
+	// The window being read: its collectives in start order, the repeat of those that repeat a
+	// seq, and its captured API calls (numberRepeats).
+	colls    []int32
+	repeats  map[uint64]int64
+	captured map[uint64]bool
 }
 
 // maxFree bounds the entries kept for reuse (a few windows' worth of operations).
@@ -160,7 +161,7 @@ const maxFree = 4096
 func New(ticksPerNs float64) *Aggregator {
 	return &Aggregator{TicksPerNs: ticksPerNs, QuietNs: DefaultQuietNs, MaxAgeNs: DefaultMaxAgeNs,
 		WindowDelayNs: DefaultWindowDelayNs, ProxyWaitNs: DefaultProxyWaitNs, comms: map[uint32]*commState{},
-		repeats: map[uint64]int64{}}
+		repeats: map[uint64]int64{}, captured: map[uint64]bool{}}
 }
 
 type opEntry struct {
@@ -179,6 +180,7 @@ type opEntry struct {
 	// What a hang dump shows of it while it is in flight (inflight.go).
 	p2pSeq  int64        // P2P: the plugin's ordinal of this (communicator, peer, direction)
 	repeat  int64        // collectives: the n-th in a row with this seq (progress.repeatOf)
+	replay  bool         // one of a CUDA graph's replays (replayOf)
 	kernels []KernelSeen // its KernelCh channels
 	proxies []ProxySeen  // its ProxyOps that have stopped (open ones are in the plugin's arena)
 }
@@ -304,12 +306,17 @@ func (a *Aggregator) Window(c Comm, recs []event.Record) {
 // they started. A window's records are in slot order and each thread fills a block of slots of
 // its own, so a CUDA graph's replays (started on CUDA's host-callback thread) and the eager
 // collective that shares their seq (on the application's thread) can come in either order; by
-// start time they come as NCCL started them, the order every rank numbers them in.
+// start time they come as NCCL started them, the order every rank numbers them in. Replays
+// (their API call captured: replayOf) are numbered apart from eager collectives.
 func (a *Aggregator) numberRepeats(cs *commState, recs []event.Record) {
 	a.colls = a.colls[:0]
+	clear(a.captured)
 	for i := range recs {
-		if recs[i].Type == event.Coll {
+		switch r := &recs[i]; {
+		case r.Type == event.Coll:
 			a.colls = append(a.colls, int32(i))
+		case (r.Type == event.CollAPI || r.Type == event.P2pAPI) && r.Graph:
+			a.captured[r.Handle] = true
 		}
 	}
 	byStart := func(x, y int32) int { return cmpTicks(recs[x].Start, recs[y].Start) }
@@ -318,10 +325,21 @@ func (a *Aggregator) numberRepeats(cs *commState, recs []event.Record) {
 	}
 	clear(a.repeats)
 	for _, i := range a.colls {
-		if n := cs.progress.repeatOf(recs[i].Func, int64(recs[i].Seq)); n > 0 {
-			a.repeats[recs[i].Handle] = n
+		r := &recs[i]
+		if n := cs.progress.repeatOf(r.Func, int64(r.Seq), a.replayOf(cs, r)); n > 0 {
+			a.repeats[r.Handle] = n
 		}
 	}
+}
+
+// replayOf: Coll or P2p r is a CUDA graph's replay, its parent an API call seen captured (in
+// this window, or kept from an earlier one while its replays come).
+func (a *Aggregator) replayOf(cs *commState, r *event.Record) bool {
+	if a.captured[r.Parent] {
+		return true
+	}
+	api := cs.apis[r.Parent]
+	return api != nil && api.graph
 }
 
 // Advance tells the aggregator that every event of communicator c that started before `read`
@@ -455,6 +473,7 @@ func (a *Aggregator) track(cs *commState, r *event.Record) {
 		// direction) from 0, the same way on every rank (np_p2p_next in profiler/hot.h).
 		e.p2pSeq = int64(r.Seq)
 	}
+	e.replay = a.replayOf(cs, r)
 	if r.Type == event.Coll {
 		e.repeat = a.repeats[r.Handle] // numberRepeats
 	}
@@ -799,7 +818,7 @@ func (a *Aggregator) complete(cs *commState, e *opEntry) {
 		o.HasGPU = true
 		o.GPUNs = float64(e.gpuMax - e.gpuMin) // GPU globaltimer is in ns
 	}
-	o.GraphReplay = e.api != nil && e.api.graph
+	o.GraphReplay = e.replay
 	// A graph replay's API call was the capture, long before: its time is not this replay's.
 	if api := e.api; api != nil && !api.graph && !api.open && api.stop >= api.start {
 		o.APINs = a.ns(api.stop - api.start)

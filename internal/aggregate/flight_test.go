@@ -1,9 +1,12 @@
 package aggregate
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/ncclprof/ncclprof/internal/collective"
 	"github.com/ncclprof/ncclprof/internal/event"
 )
 
@@ -64,7 +67,7 @@ func TestGraphReplaysNumberedByRepeat(t *testing.T) {
 	if want := [][2]int64{{5, 3}, {6, 0}, {6, 1}}; !slices.Equal(got, want) {
 		t.Errorf("open (seq, repeat): %v, want %v", got, want)
 	}
-	if d := prog.ByFunc["AllReduce"]; d.Ops != 3 || d.LastSeq != 5 || d.LastRepeat != 2 {
+	if d := prog.ByFunc["AllReduce"]; d.Ops != 3 || d.Last.Seq != 5 || d.Last.Repeat != 2 {
 		t.Errorf("completed: %+v, want 3 ops, last seq 5 repeat 2", d)
 	}
 	var reps []int64
@@ -95,5 +98,48 @@ func TestRepeatsNumberedInStartOrder(t *testing.T) {
 	_, open, _ := a.InFlight(comm1, 0)
 	if len(open) != 1 || open[0].Seq != 5 || open[0].Repeat != 3 {
 		t.Errorf("open: %+v, want the eager AllReduce seq 5 as repeat 3", open)
+	}
+}
+
+// Replays (their Coll's parent an API call seen captured) are numbered apart from eager
+// collectives: NCCL starts replays only on ranks with network work in the graph, so the eager
+// AllReduce that shares their seq must be repeat 0 on every rank, whether it saw them or not.
+// Three replays of seq 5 and the eager seq 5 complete; the progress counts the replays and
+// ends at the eager one (a seq's replays come before it).
+func TestReplaysNumberedApartFromEager(t *testing.T) {
+	a := newAgg()
+	var b builder
+	capture := b.id()
+	api := event.Record{Handle: capture, Type: event.CollAPI, Func: "AllReduce", Count: 1024, Dtype: "ncclFloat32",
+		Start: 10, Stop: 20, Graph: true}
+	recs := []event.Record{api}
+	for i := range 4 {
+		r := coll(b.id(), "AllReduce", 1024, event.Ticks(100*(i+1)), event.Ticks(100*(i+1)+10))
+		r.Seq = 5
+		if i < 3 {
+			r.Parent = capture
+		}
+		recs = append(recs, r)
+	}
+	eagerNext := coll(b.id(), "AllReduce", 1024, 600, 0)
+	eagerNext.Seq, eagerNext.Flags = 6, event.Open
+	replayOpen := coll(b.id(), "AllReduce", 1024, 700, 0)
+	replayOpen.Seq, replayOpen.Parent, replayOpen.Flags = 7, capture, event.Open
+	a.Window(comm1, append(recs, eagerNext, replayOpen))
+	a.Advance(comm1, 1e5)
+	prog, open, _ := a.InFlight(comm1, 0)
+	d := prog.ByFunc["AllReduce"]
+	if d.Ops != 4 || d.Replays != 3 || d.Last != (collective.Place{Seq: 5}) {
+		t.Errorf("completed %+v, want 4 (3 replays), the last the eager seq 5", d)
+	}
+	var reps []string
+	for _, c := range prog.Recent {
+		reps = append(reps, fmt.Sprintf("%d/%v/%d", c.Seq, c.Replay, c.Repeat))
+	}
+	if want := "5/true/0 5/true/1 5/true/2 5/false/0"; strings.Join(reps, " ") != want {
+		t.Errorf("flight record %v, want %s", reps, want)
+	}
+	if len(open) != 2 || open[0].Replay || open[1].Seq != 7 || !open[1].Replay || open[1].Repeat != 0 {
+		t.Errorf("open %+v, want the eager seq 6, then the replay seq 7 (repeat 0)", open)
 	}
 }

@@ -3,6 +3,7 @@ package aggregate
 import (
 	"slices"
 
+	"github.com/ncclprof/ncclprof/internal/collective"
 	"github.com/ncclprof/ncclprof/internal/event"
 )
 
@@ -28,12 +29,11 @@ type ProxySeen struct {
 	Start             event.Ticks
 }
 
-// FuncDone is the progress of one collective function: operations completed, and the last
-// one's seq and repeat (the furthest in (seq, repeat) order).
+// FuncDone is the progress of one collective function: operations completed (Replays of them
+// a CUDA graph's replays), and the furthest of them (collective.Place order).
 type FuncDone struct {
-	Ops        uint64
-	LastSeq    int64
-	LastRepeat int64
+	Ops, Replays uint64
+	Last         collective.Place
 }
 
 // P2pDone counts the point-to-point operations completed with one peer.
@@ -49,6 +49,7 @@ type Called struct {
 	Func, Dtype string
 	Seq         int64 // collectives: NCCL's seq; P2P: the plugin's ordinal
 	Repeat      int64 // collectives: the n-th in a row with this seq (progress.repeatOf)
+	Replay      bool  // one of a CUDA graph's replays
 	Peer, Root  int   // Peer: P2P only (-1 otherwise); Root as NCCL gives it (collectives)
 	Count       uint64
 }
@@ -61,30 +62,40 @@ type progress struct {
 	// recent is a ring of the last FlightRecord operations completed; next is where the next goes.
 	recent [FlightRecord]Called
 	next   uint64
-	// runs is, per collective function, the last seq started and how many came with it before.
-	runs map[string]seqRun
+	// runs is, per collective function and kind (graph replays apart), the last seq started
+	// and how many came with it before.
+	runs map[runKey]seqRun
+}
+
+type runKey struct {
+	fn     string
+	replay bool
 }
 
 // seqRun is the last seq of a function and its repeat.
 type seqRun struct{ seq, n int64 }
 
-// repeatOf numbers a collective of fn just started with seq: how many of fn's collectives came
-// with that seq right before it (0: the first). NCCL gives every replay of a CUDA graph's
-// collective the seq of the next eager one (2.26-2.30, unless KernelCh is on:
-// src/plugin/profiler.cc ncclProfilerStartTaskEvents, the persistent test), so replays share a
-// seq back to back; (seq, repeat) tells them apart, the same way on every rank that sees them
-// (skew numbers them alike: internal/skew matchKey.nth).
-func (p *progress) repeatOf(fn string, seq int64) int64 {
+// repeatOf numbers a collective of fn just started with seq (replay: one of a CUDA graph's
+// replays): how many of fn's collectives of its kind came with that seq right before it (0: the
+// first). NCCL gives every replay of a CUDA graph's collective the seq of the next eager one
+// (2.26-2.30, unless KernelCh is on: src/plugin/profiler.cc ncclProfilerStartTaskEvents, the
+// persistent test), so replays share a seq back to back; (seq, repeat) tells them apart, the
+// same way on every rank that sees them. Replays are counted apart from eager collectives:
+// NCCL starts a replay's events only on ranks whose part of the graph has network work
+// (enqueue.cc ncclLaunchPrepare, hasProxyOps), and the eager collective after the replays is
+// repeat 0 on every rank, whether it saw them or not (skew matches them alike: matchKey).
+func (p *progress) repeatOf(fn string, seq int64, replay bool) int64 {
 	if p.runs == nil {
-		p.runs = map[string]seqRun{}
+		p.runs = map[runKey]seqRun{}
 	}
-	run, ok := p.runs[fn]
+	k := runKey{fn, replay}
+	run, ok := p.runs[k]
 	if ok && run.seq == seq {
 		run.n++
 	} else {
 		run = seqRun{seq: seq}
 	}
-	p.runs[fn] = run
+	p.runs[k] = run
 	return run.n
 }
 
@@ -100,7 +111,8 @@ func (p *progress) flight() []Called {
 
 // done counts o completed; repeat is its repeat (repeatOf; 0 for P2P).
 func (p *progress) done(o *Op, repeat int64) {
-	p.recent[p.next%FlightRecord] = Called{P2p: o.Peer >= 0, Func: o.Func, Dtype: o.Dtype, Seq: int64(o.Seq), Repeat: repeat, Peer: o.Peer, Root: o.Root, Count: o.Count}
+	p.recent[p.next%FlightRecord] = Called{P2p: o.Peer >= 0, Func: o.Func, Dtype: o.Dtype, Seq: int64(o.Seq), Repeat: repeat,
+		Replay: o.GraphReplay, Peer: o.Peer, Root: o.Root, Count: o.Count}
 	p.next++
 	p.ops++
 	switch o.Func {
@@ -128,8 +140,11 @@ func (p *progress) done(o *Op, repeat int64) {
 			p.byFunc[o.Func] = d
 		}
 		d.Ops++
-		if seq := int64(o.Seq); d.Ops == 1 || seq > d.LastSeq || seq == d.LastSeq && repeat > d.LastRepeat {
-			d.LastSeq, d.LastRepeat = seq, repeat
+		if o.GraphReplay {
+			d.Replays++
+		}
+		if at := (collective.Place{Seq: int64(o.Seq), Replay: o.GraphReplay, Repeat: repeat}); d.Ops == 1 || at.Compare(d.Last) > 0 {
+			d.Last = at
 		}
 	}
 }
@@ -141,6 +156,7 @@ type OpenOp struct {
 	Func       string
 	Seq        int64 // collectives: NCCL's seq; P2P: the plugin's ordinal
 	Repeat     int64 // collectives: the n-th in a row with this seq (progress.repeatOf)
+	Replay     bool  // one of a CUDA graph's replays
 	Peer       int
 	Count      uint64
 	Dtype      string
@@ -159,7 +175,7 @@ type OpenOp struct {
 
 // Called is the operation as the application called it.
 func (o *OpenOp) Called() Called {
-	return Called{P2p: o.Kind == event.P2p, Func: o.Func, Dtype: o.Dtype, Seq: o.Seq, Repeat: o.Repeat, Peer: o.Peer, Root: o.Root, Count: o.Count}
+	return Called{P2p: o.Kind == event.P2p, Func: o.Func, Dtype: o.Dtype, Seq: o.Seq, Repeat: o.Repeat, Replay: o.Replay, Peer: o.Peer, Root: o.Root, Count: o.Count}
 }
 
 // Progress is a communicator's completed work, for a hang dump.
@@ -207,7 +223,7 @@ func (a *Aggregator) InFlight(c Comm, limit int) (Progress, []OpenOp, uint64) {
 
 func (a *Aggregator) openOp(cs *commState, e *opEntry) OpenOp {
 	o := &e.op
-	r := OpenOp{Handle: e.handle, Kind: event.Coll, Func: o.Func, Seq: int64(o.Seq), Repeat: e.repeat, Peer: o.Peer,
+	r := OpenOp{Handle: e.handle, Kind: event.Coll, Func: o.Func, Seq: int64(o.Seq), Repeat: e.repeat, Replay: e.replay, Peer: o.Peer,
 		Count: o.Count, Dtype: o.Dtype, Root: o.Root, Algo: o.Algo, Proto: o.Proto, NChannels: o.NChannels,
 		Start: o.Start, Stopped: e.stopped, Kernels: slices.Clone(e.kernels),
 		Proxies: slices.Clone(e.proxies), OpenKids: e.open, AwaitsKern: a.awaitsKernel(cs, e)}

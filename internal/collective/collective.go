@@ -265,3 +265,39 @@ func Bandwidth(fn string, size uint64, durNs int64, n int) (algbw, busbw float64
 	algbw = float64(size) / float64(durNs) // bytes per ns = GB/s
 	return algbw, algbw * BusFactor(fn, n)
 }
+
+// Place is where a collective stands among its function's collectives on a communicator: NCCL's
+// seq, whether it is one of a CUDA graph's replays, and its repeat (the n-th of its kind in a row
+// with that seq). NCCL gives every replay of a captured collective the seq of the next eager one
+// (2.26+, unless KernelCh is on: src/plugin/profiler.cc ncclProfilerStartTaskEvents), so a seq's
+// replays come before the eager collective that shares it.
+type Place struct {
+	Seq    int64
+	Replay bool
+	Repeat int64
+}
+
+// Compare orders two places as NCCL runs them: by seq, a seq's replays before its eager
+// collective, then by repeat.
+func (p Place) Compare(q Place) int {
+	if p.Seq != q.Seq {
+		return cmpInt(p.Seq, q.Seq)
+	}
+	if p.Replay != q.Replay {
+		if p.Replay {
+			return -1
+		}
+		return 1
+	}
+	return cmpInt(p.Repeat, q.Repeat)
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -308,11 +308,14 @@ func (s Sampling) Label() string {
 // Extra is how many operations the trigger added (not part of the uniform sample).
 func (s Sampling) Extra() int { return s.Triggered + s.Trigger }
 
-// SeqText writes a collective's seq as the analyses show it: "100", or "100+3" for the fourth in
-// a row with seq 100 (a CUDA graph's replays share one seq from NCCL 2.26; skew's matchKey.nth,
-// a hang dump's repeat).
-func SeqText(seq, repeat int64) string {
-	if repeat == 0 {
+// SeqText writes a collective's seq as the analyses show it: "100", "100+3" for the fourth in a
+// row with seq 100, "100 replay 3" for a CUDA graph's fourth replay with it (replays share the
+// seq of the next eager collective from NCCL 2.26; skew's matchKey, a hang dump's repeat).
+func SeqText(seq, repeat int64, replay bool) string {
+	switch {
+	case replay:
+		return strconv.FormatInt(seq, 10) + " replay " + strconv.FormatInt(repeat, 10)
+	case repeat == 0:
 		return strconv.FormatInt(seq, 10)
 	}
 	return strconv.FormatInt(seq, 10) + "+" + strconv.FormatInt(repeat, 10)

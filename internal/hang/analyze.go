@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/words"
 )
 
@@ -32,13 +31,14 @@ type Result struct {
 
 // Suspect is a rank (or, for a link, a rank and the peer it sends to) to blame.
 type Suspect struct {
-	Rank     int    `json:"rank"`
-	Kind     string `json:"kind"` // absent, gpu, link or unknown
-	Comm     string `json:"comm"`
-	CommName string `json:"comm_name"`
-	Seq      int64  `json:"seq"`
-	Repeat   int64  `json:"repeat,omitempty"` // as Op.Repeat
-	Func     string `json:"func"`
+	Rank        int    `json:"rank"`
+	Kind        string `json:"kind"` // absent, gpu, link or unknown
+	Comm        string `json:"comm"`
+	CommName    string `json:"comm_name"`
+	Seq         int64  `json:"seq"`
+	Repeat      int64  `json:"repeat,omitempty"`       // as Op.Repeat
+	GraphReplay bool   `json:"graph_replay,omitempty"` // as Op.GraphReplay
+	Func        string `json:"func"`
 	// A link's receiving rank, its lowest stalled channel, every stalled channel between the
 	// pair, and the step that never completed on that channel.
 	Peer     *int  `json:"peer,omitempty"`
@@ -61,26 +61,28 @@ type Suspect struct {
 
 // OpRef names an operation on a communicator.
 type OpRef struct {
-	Comm   string `json:"comm"`
-	Func   string `json:"func"`
-	Seq    int64  `json:"seq"`
-	Repeat int64  `json:"repeat,omitempty"` // as Op.Repeat
-	Peer   *int   `json:"peer,omitempty"`
+	Comm        string `json:"comm"`
+	Func        string `json:"func"`
+	Seq         int64  `json:"seq"`
+	Repeat      int64  `json:"repeat,omitempty"`       // as Op.Repeat
+	GraphReplay bool   `json:"graph_replay,omitempty"` // as Op.GraphReplay
+	Peer        *int   `json:"peer,omitempty"`
 }
 
 // Hung is one hung operation of a communicator and every rank's part in it.
 type Hung struct {
-	Comm       string      `json:"comm"`
-	CommName   string      `json:"comm_name"`
-	NRanks     int         `json:"nranks"`
-	Kind       string      `json:"kind"`
-	Func       string      `json:"func"`
-	Seq        int64       `json:"seq"`
-	Repeat     int64       `json:"repeat,omitempty"` // as Op.Repeat
-	In         int         `json:"ranks_in"`         // ranks whose dump has it open
-	StuckForNs int64       `json:"stuck_for_ns"`
-	Groups     []Group     `json:"groups"`
-	Ranks      []RankState `json:"ranks"`
+	Comm        string      `json:"comm"`
+	CommName    string      `json:"comm_name"`
+	NRanks      int         `json:"nranks"`
+	Kind        string      `json:"kind"`
+	Func        string      `json:"func"`
+	Seq         int64       `json:"seq"`
+	Repeat      int64       `json:"repeat,omitempty"`       // as Op.Repeat
+	GraphReplay bool        `json:"graph_replay,omitempty"` // as Op.GraphReplay
+	In          int         `json:"ranks_in"`               // ranks whose dump has it open
+	StuckForNs  int64       `json:"stuck_for_ns"`
+	Groups      []Group     `json:"groups"`
+	Ranks       []RankState `json:"ranks"`
 }
 
 // Group is ranks in the same situation (their states read the same).
@@ -300,6 +302,9 @@ func (h *hangCtx) evalRank(r int) *RankState {
 	case rv.comm.completed(h.key):
 		rs.State = StateFinished
 		return rs
+	case h.key.replay && !rv.comm.seesReplays(h.key.fn):
+		rs.State, rs.Text = StateNoReplays, "shows no CUDA graph replay of "+h.key.fn+" (NCCL starts a replay's events only on ranks with network work in the graph), so its part in one cannot be seen"
+		return rs
 	default:
 		rs.State = StateAbsent
 		return rs
@@ -460,7 +465,7 @@ func (h *hangCtx) suspect(rs *RankState, kind, basis, why string) *Suspect {
 	}
 	h.setState(rs, state)
 	h.direct = h.direct || basis == BasisOwnDump || basis == BasisSummary
-	h.sus = append(h.sus, Suspect{Rank: rs.Rank, Kind: kind, Comm: h.v.hash, CommName: h.v.name, Seq: h.key.seq, Repeat: h.key.rep, Func: h.key.fn,
+	h.sus = append(h.sus, Suspect{Rank: rs.Rank, Kind: kind, Comm: h.v.hash, CommName: h.v.name, Seq: h.key.seq, Repeat: h.key.rep, GraphReplay: h.key.replay, Func: h.key.fn,
 		Host: rs.Host, PID: rs.PID, Basis: basis, Waiting: h.waiting(rs.Rank), Why: why})
 	return &h.sus[len(h.sus)-1]
 }
@@ -538,8 +543,8 @@ func (h *hangCtx) gpuWhy(rs *RankState, notStarted bool) string {
 func (h *hangCtx) absentOwnWhy(rs *RankState) string {
 	rv := h.v.ranks[rs.Rank]
 	last := "it completed no " + h.key.fn
-	if d := rv.comm.completedAt(h.key.fn); d.seq >= 0 {
-		last = fmt.Sprintf("its last %s was seq %s", h.key.fn, commops.SeqText(d.seq, d.rep))
+	if d := rv.comm.completedAt(h.key.fn); d.Seq >= 0 {
+		last = fmt.Sprintf("its last %s was seq %s", h.key.fn, placeText(d))
 	}
 	return fmt.Sprintf("%s never started %s on %s (%s); %s", h.who(rs.Rank), h.key, h.commText(), last, h.waitText(rs.Rank))
 }

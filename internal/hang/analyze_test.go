@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ncclprof/ncclprof/internal/collective"
 )
 
 const t0 = 1_800_000_000_000_000_000
@@ -374,23 +376,23 @@ func TestRepeatedSeqIsSaid(t *testing.T) {
 // and no note says the replays cannot be told apart. The same dumps without repeat numbers (an
 // older plugin's) blame no rank, and a note says why.
 func TestGraphReplayHangNamesTheRankBehind(t *testing.T) {
-	res := run(t, replayDumps(true), nil)
-	if len(res.Hangs) != 1 || res.Hangs[0].Seq != 5 || res.Hangs[0].Repeat != 3 {
-		t.Fatalf("hangs %+v, want AllReduce seq 5 repeat 3", res.Hangs)
+	res := run(t, replayDumps(true, 3), nil)
+	if len(res.Hangs) != 1 || res.Hangs[0].Seq != 5 || res.Hangs[0].Repeat != 3 || !res.Hangs[0].GraphReplay {
+		t.Fatalf("hangs %+v, want AllReduce seq 5 replay 3", res.Hangs)
 	}
-	if !strings.Contains(res.Hangs[0].Title(), "AllReduce seq 5+3") {
-		t.Errorf("title %q, want it to name AllReduce seq 5+3", res.Hangs[0].Title())
+	if !strings.Contains(res.Hangs[0].Title(), "AllReduce seq 5 replay 3") {
+		t.Errorf("title %q, want it to name AllReduce seq 5 replay 3", res.Hangs[0].Title())
 	}
 	if len(res.Suspects) != 1 || res.Suspects[0].Rank != 3 || res.Suspects[0].Kind != StateAbsent || res.Suspects[0].Repeat != 3 {
-		t.Fatalf("suspects %+v, want rank 3 absent from repeat 3", res.Suspects)
+		t.Fatalf("suspects %+v, want rank 3 absent from replay 3", res.Suspects)
 	}
-	if w := res.Suspects[0].Why; !strings.Contains(w, "AllReduce seq 5+3") || !strings.Contains(w, "its last AllReduce was seq 5+2") {
+	if w := res.Suspects[0].Why; !strings.Contains(w, "AllReduce seq 5 replay 3") || !strings.Contains(w, "its last AllReduce was seq 5 replay 2") {
 		t.Errorf("why %q, want the replay it never started and the last it completed", w)
 	}
 	if n := repeatNote(res); n != "" {
 		t.Errorf("note %q where every replay is numbered", n)
 	}
-	old := run(t, replayDumps(false), nil)
+	old := run(t, replayDumps(false, 3), nil)
 	if len(old.Suspects) != 0 || !strings.Contains(repeatNote(old), "do not number them") {
 		t.Errorf("unnumbered: suspects %+v, note %q; want none and the note", old.Suspects, repeatNote(old))
 	}
@@ -406,8 +408,9 @@ func repeatNote(r *Result) string {
 }
 
 // replayDumps: four ranks, three of them in AllReduce seq 5's fourth replay, rank 3 after its
-// third; numbered: the dumps carry the repeats.
-func replayDumps(numbered bool) []*Dump {
+// third (with rank3Replays replays completed; 0: it sees none, its last AllReduce the eager seq
+// 4); numbered: the dumps mark and number the replays.
+func replayDumps(numbered bool, rank3Replays uint64) []*Dump {
 	rep := func(n int64) int64 {
 		if numbered {
 			return n
@@ -416,32 +419,48 @@ func replayDumps(numbered bool) []*Dump {
 	}
 	var dumps []*Dump
 	for r := range 4 {
-		var c Comm
-		if r == 3 {
-			c = comm("0x00000000000000a1", r, 4)
-		} else {
-			op := coll("AllReduce", 5, pop(Send, (r+1)%4, 0, SendPeerWait), pop(Recv, (r+3)%4, 0, RecvWait))
-			op.Repeat = rep(3)
-			c = comm("0x00000000000000a1", r, 4, op)
-		}
+		c := comm("0x00000000000000a1", r, 4)
 		c.Completed = []Completed{{Func: "AllReduce", Ops: 9, LastSeq: 5, LastRepeat: rep(2)}}
+		if numbered {
+			c.Completed[0].Replays, c.Completed[0].LastReplay = 3, true
+		}
+		if r < 3 {
+			op := coll("AllReduce", 5, pop(Send, (r+1)%4, 0, SendPeerWait), pop(Recv, (r+3)%4, 0, RecvWait))
+			op.Repeat, op.GraphReplay = rep(3), numbered
+			c.Open = []Op{op}
+		} else if rank3Replays == 0 {
+			c.Completed = []Completed{{Func: "AllReduce", Ops: 6, LastSeq: 4}}
+		}
 		dumps = append(dumps, proc("h", 10+r, c))
 	}
 	return dumps
+}
+
+// A rank that shows no replay of the graph (NCCL starts a replay's events only on ranks with
+// network work in it) is not blamed for a hung replay: its part cannot be seen, and it says so.
+// Counted with the eager collectives, it had looked absent from the replay.
+func TestRankWithoutReplaysNotBlamed(t *testing.T) {
+	res := run(t, replayDumps(true, 0), nil)
+	if len(res.Suspects) != 0 {
+		t.Fatalf("suspects %+v, want none: rank 3 sees no replay", res.Suspects)
+	}
+	if len(res.Hangs) != 1 || res.Hangs[0].Ranks[3].State != StateNoReplays {
+		t.Fatalf("hangs %+v, want rank 3 %s", res.Hangs, StateNoReplays)
+	}
 }
 
 // A trace of a rank without a dump numbers its replays as the dump would: the n-th collective in
 // a row with one seq is repeat n; a sampled trace keeps 1 in N of them, so a seq seen there
 // counts as every repeat of it started (it may clear a rank, never blame one wrongly).
 func TestStartedFromTraceCountsRepeats(t *testing.T) {
-	last := at{-1, 0}
+	last := collective.Place{Seq: -1}
 	for _, seq := range []int64{3, 4, 5, 5, 5, 2} { // 2: an older one, out of order
 		last = startedNext(last, seq, false)
 	}
-	if last != (at{5, 2}) {
+	if last != (collective.Place{Seq: 5, Repeat: 2}) {
 		t.Errorf("full trace: %+v, want seq 5 repeat 2", last)
 	}
-	if s := startedNext(at{5, 0}, 5, true); s.seq != 5 || s.cmp(at{5, 1 << 40}) <= 0 {
+	if s := startedNext(collective.Place{Seq: 5}, 5, true); s.Seq != 5 || s.Compare(collective.Place{Seq: 5, Repeat: 1 << 40}) <= 0 {
 		t.Errorf("sampled trace: %+v, want seq 5 past any repeat", s)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"regexp"
 
+	"github.com/ncclprof/ncclprof/internal/collective"
 	"github.com/ncclprof/ncclprof/internal/event"
 )
 
@@ -139,19 +140,25 @@ const FlightRecord = 16
 // profiler API gives no reduction operator (no descriptor of ABI v1-v6 has one), so a dump
 // cannot carry it.
 type Call struct {
-	Kind     string `json:"kind"` // coll or p2p
-	Func     string `json:"func"`
-	Seq      int64  `json:"seq"`              // as Op.Seq
-	Repeat   int64  `json:"repeat,omitempty"` // as Op.Repeat
-	Peer     *int   `json:"peer,omitempty"`
-	Count    uint64 `json:"count"`
-	Datatype string `json:"datatype"`
-	Root     *int   `json:"root,omitempty"`
+	Kind        string `json:"kind"` // coll or p2p
+	Func        string `json:"func"`
+	Seq         int64  `json:"seq"`                    // as Op.Seq
+	Repeat      int64  `json:"repeat,omitempty"`       // as Op.Repeat
+	GraphReplay bool   `json:"graph_replay,omitempty"` // as Op.GraphReplay
+	Peer        *int   `json:"peer,omitempty"`
+	Count       uint64 `json:"count"`
+	Datatype    string `json:"datatype"`
+	Root        *int   `json:"root,omitempty"`
+}
+
+// place is where the call stands among its function's collectives.
+func (c *Call) place() collective.Place {
+	return collective.Place{Seq: c.Seq, Replay: c.GraphReplay, Repeat: c.Repeat}
 }
 
 // Equal says whether two calls are the same in every field.
 func (c Call) Equal(d Call) bool {
-	return c.Kind == d.Kind && c.Func == d.Func && c.Seq == d.Seq && c.Repeat == d.Repeat && c.Count == d.Count && c.Datatype == d.Datatype &&
+	return c.Kind == d.Kind && c.Func == d.Func && c.place() == d.place() && c.Count == d.Count && c.Datatype == d.Datatype &&
 		eqPtr(c.Peer, d.Peer) && eqPtr(c.Root, d.Root)
 }
 
@@ -160,13 +167,16 @@ func eqPtr(a, b *int) bool { return a == nil && b == nil || a != nil && b != nil
 // Rooted says whether a collective function has a root rank that every rank must agree on.
 func Rooted(fn string) bool { return fn == "Broadcast" || fn == "Reduce" }
 
-// Completed is the progress of one collective function on one rank: the last operation is
-// the furthest in (seq, repeat) order.
+// Completed is the progress of one collective function on one rank: the operations completed
+// (Replays of them a CUDA graph's replays) and the furthest of them, in the order NCCL runs
+// them (a seq's replays before its eager collective: collective.Place).
 type Completed struct {
 	Func       string `json:"func"`
 	Ops        uint64 `json:"ops"`
+	Replays    uint64 `json:"replays,omitempty"`
 	LastSeq    int64  `json:"last_seq"`
-	LastRepeat int64  `json:"last_repeat,omitempty"` // as Op.Repeat
+	LastRepeat int64  `json:"last_repeat,omitempty"`       // as Op.Repeat
+	LastReplay bool   `json:"last_graph_replay,omitempty"` // as Op.GraphReplay
 }
 
 // P2pCompleted is the progress of point-to-point operations with one peer.
@@ -184,12 +194,16 @@ type Op struct {
 	// Seq: for a collective NCCL's seq; for P2P the plugin's own ordinal of this (communicator,
 	// peer, direction), from 0, since NCCL gives P2P no seq.
 	Seq int64 `json:"seq"`
-	// Repeat: for a collective, how many of its function's collectives on the communicator came
-	// with the same seq right before it (0: the first; absent when 0). NCCL gives every replay of
-	// a CUDA graph's collective one seq (2.26+, unless KernelCh is on), so (seq, repeat) is what
-	// tells one replay from the next. Dumps written before it was added have none (all 0).
+	// Repeat: for a collective, how many of its function's collectives of its kind (graph
+	// replays, or eager) on the communicator came with the same seq right before it (0: the
+	// first; absent when 0). NCCL gives every replay of a CUDA graph's collective the seq of the
+	// next eager one (2.26+, unless KernelCh is on), so (seq, graph_replay, repeat) is what tells
+	// one replay from the next, and the replays from the eager collective that shares their seq.
+	// Dumps written before they were added have neither (all eager, repeat 0).
 	Repeat int64 `json:"repeat,omitempty"`
-	Peer   *int  `json:"peer,omitempty"` // P2P only
+	// GraphReplay: one of a CUDA graph's replays (its API call was captured; ABI v5+).
+	GraphReplay bool `json:"graph_replay,omitempty"`
+	Peer        *int `json:"peer,omitempty"` // P2P only
 	// Root: rooted collectives only (Rooted), as NCCL's Coll event gives it.
 	Root *int `json:"root,omitempty"`
 	// As NCCL's Coll/P2p event gives them.
@@ -242,7 +256,7 @@ type Step struct {
 
 // Call is the operation as the application called it (what ranks must agree on).
 func (o *Op) Call() Call {
-	return Call{Kind: o.Kind, Func: o.Func, Seq: o.Seq, Repeat: o.Repeat, Peer: o.Peer, Count: o.Count, Datatype: o.Datatype, Root: o.Root}
+	return Call{Kind: o.Kind, Func: o.Func, Seq: o.Seq, Repeat: o.Repeat, GraphReplay: o.GraphReplay, Peer: o.Peer, Count: o.Count, Datatype: o.Datatype, Root: o.Root}
 }
 
 // Head is the oldest open step of the ProxyOp (nil: none open).

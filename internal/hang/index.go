@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ncclprof/ncclprof/internal/collective"
 	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/words"
 )
@@ -34,9 +35,25 @@ type sideInfo struct {
 	// left: the rank destroyed the communicator (its summary exists) after these operations.
 	left    bool
 	leftOps map[string]uint64
-	// started: per function, the last collective its trace shows it starting.
-	started map[string]at
+	// started: per function and kind (graph replays, eager), the last collective its trace
+	// shows it starting.
+	started map[startKey]collective.Place
 	source  string // the file that says so
+}
+
+type startKey struct {
+	fn     string
+	replay bool
+}
+
+// startedAt is the furthest collective of fn the rank's trace shows it starting (ok false: none).
+func (si *sideInfo) startedAt(fn string) (collective.Place, bool) {
+	e, eager := si.started[startKey{fn, false}]
+	r, replay := si.started[startKey{fn, true}]
+	if !replay || eager && e.Compare(r) > 0 {
+		return e, eager
+	}
+	return r, true
 }
 
 type index struct {
@@ -143,35 +160,37 @@ func (x *index) readTraces() {
 		}
 		si := x.sideOf(hash, int(o.Rank))
 		if si.started == nil {
-			si.started = map[string]at{}
+			si.started = map[startKey]collective.Place{}
 		}
 		p := set.Procs[o.Proc]
 		si.host, si.pid = p.Host, int(p.Pid)
 		if si.source == "" && len(p.Files) > 0 {
 			si.source = p.Files[0]
 		}
-		last, ok := si.started[o.Func]
+		k := startKey{o.Func, o.GraphReplay}
+		last, ok := si.started[k]
 		if !ok {
-			last = at{-1, 0}
+			last = collective.Place{Seq: -1, Replay: o.GraphReplay}
 		}
-		si.started[o.Func] = startedNext(last, o.Seq, set.Sampling.On())
+		si.started[k] = startedNext(last, o.Seq, set.Sampling.On())
 	}
 }
 
-// startedNext is the last collective a trace shows started once one more, with seq, is read
-// (the trace's operations come in the order the process started them). A sampled trace keeps
-// 1 in N of a seq's repeats, so it cannot number them: a seq seen there counts as every repeat
-// of it started, which may clear a rank but never blames one wrongly.
-func startedNext(last at, seq int64, sampled bool) at {
+// startedNext is the last collective of a kind a trace shows started once one more of that
+// kind, with seq, is read (the trace's operations come in the order the process started them).
+// A sampled trace keeps 1 in N of a seq's repeats, so it cannot number them: a seq seen there
+// counts as every repeat of it started, which may clear a rank but never blames one wrongly.
+func startedNext(last collective.Place, seq int64, sampled bool) collective.Place {
+	next := last
 	switch {
-	case sampled && seq >= last.seq:
-		return at{seq, math.MaxInt64}
-	case seq == last.seq && last.rep < math.MaxInt64:
-		return at{seq, last.rep + 1}
-	case seq > last.seq:
-		return at{seq, 0}
+	case sampled && seq >= last.Seq:
+		next.Seq, next.Repeat = seq, math.MaxInt64
+	case seq == last.Seq && last.Repeat < math.MaxInt64:
+		next.Repeat++
+	case seq > last.Seq:
+		next.Seq, next.Repeat = seq, 0
 	}
-	return last
+	return next
 }
 
 // maxRank is the highest rank the communicator's entry names (its own, its peers'): the size of
@@ -192,33 +211,48 @@ func (c *Comm) maxRank() int {
 	return m
 }
 
-// at is where a collective stands in its function's order on a communicator: NCCL's seq, then
-// its repeat (Op.Repeat: a CUDA graph's replays share one seq).
-type at struct{ seq, rep int64 }
-
-func (a at) cmp(b at) int { return cmp.Or(cmp.Compare(a.seq, b.seq), cmp.Compare(a.rep, b.rep)) }
-
-// completedAt is the last collective of fn the rank completed (seq -1: none).
-func (c *Comm) completedAt(fn string) at {
+// completedAt is the furthest collective of fn the rank completed (Seq -1: none).
+func (c *Comm) completedAt(fn string) collective.Place {
 	for _, d := range c.Completed {
 		if d.Func == fn {
-			return at{d.LastSeq, d.LastRepeat}
+			return collective.Place{Seq: d.LastSeq, Replay: d.LastReplay, Repeat: d.LastRepeat}
 		}
 	}
-	return at{-1, 0}
+	return collective.Place{Seq: -1}
 }
 
 // completed: the rank completed collective k, or one after it.
-func (c *Comm) completed(k opKey) bool { return c.completedAt(k.fn).cmp(k.at()) >= 0 }
+func (c *Comm) completed(k opKey) bool { return c.completedAt(k.fn).Compare(k.place()) >= 0 }
 
-// completedUpTo: the last collective of k's function the rank completed is the one right before
-// k (the one before a first repeat is any repeat of the seq before).
+// completedUpTo: the furthest collective of k's function the rank completed is the one right
+// before k: the previous repeat of its kind; before a seq's first replay, the eager collective
+// of the seq before; before an eager collective, that too or the replays of its own seq.
 func (c *Comm) completedUpTo(k opKey) bool {
 	d := c.completedAt(k.fn)
-	if k.rep > 0 {
-		return d == at{k.seq, k.rep - 1}
+	switch {
+	case k.rep > 0:
+		return d == collective.Place{Seq: k.seq, Replay: k.replay, Repeat: k.rep - 1}
+	case k.replay:
+		return d.Seq == k.seq-1 && !d.Replay
 	}
-	return d.seq == k.seq-1
+	return d.Seq == k.seq && d.Replay || d.Seq == k.seq-1 && !d.Replay
+}
+
+// seesReplays: the rank shows CUDA graph replays of fn (one completed or open). NCCL starts a
+// replay's events only on ranks whose part of the graph has network work (enqueue.cc
+// ncclLaunchPrepare, hasProxyOps): a rank that shows none cannot be judged on a replay.
+func (c *Comm) seesReplays(fn string) bool {
+	for _, d := range c.Completed {
+		if d.Func == fn && d.Replays > 0 {
+			return true
+		}
+	}
+	for i := range c.Open {
+		if c.Open[i].Func == fn && c.Open[i].GraphReplay {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Comm) completedOps(fn string) uint64 {
@@ -258,13 +292,16 @@ func (c *Comm) find(k opKey) *Op {
 type opKey struct {
 	kind, fn string
 	seq, rep int64
+	replay   bool // a CUDA graph's replay (Op.GraphReplay)
 	peer     int
 }
 
-func (k opKey) at() at { return at{k.seq, k.rep} }
+func (k opKey) place() collective.Place {
+	return collective.Place{Seq: k.seq, Replay: k.replay, Repeat: k.rep}
+}
 
 func keyOf(o *Op) opKey {
-	k := opKey{kind: o.Kind, fn: o.Func, seq: o.Seq, rep: o.Repeat, peer: -1}
+	k := opKey{kind: o.Kind, fn: o.Func, seq: o.Seq, rep: o.Repeat, replay: o.GraphReplay, peer: -1}
 	if o.Peer != nil {
 		k.peer = *o.Peer
 	}
@@ -275,8 +312,11 @@ func (k opKey) String() string {
 	if k.kind == KindP2p {
 		return fmt.Sprintf("%s #%d with rank %d", k.fn, k.seq, k.peer)
 	}
-	return k.fn + " seq " + commops.SeqText(k.seq, k.rep)
+	return k.fn + " seq " + placeText(k.place())
 }
+
+// placeText writes where a collective stands: "20", "20+3", "20 replay 3" (commops.SeqText).
+func placeText(p collective.Place) string { return commops.SeqText(p.Seq, p.Repeat, p.Replay) }
 
 // ranksSorted lists the ranks a communicator has views for.
 func (v *commView) ranksSorted() []int {

@@ -121,7 +121,7 @@ func (h *hangCtx) pointCall(rs *RankState) (Call, bool) {
 }
 
 func sigKey(c *Call) string {
-	return fmt.Sprintf("%s\x00%d\x00%d\x00%d\x00%s\x00%d\x00%d", c.Func, c.Seq, c.Repeat, c.Count, c.Datatype, derefOr(c.Root, -1), derefOr(c.Peer, -1))
+	return fmt.Sprintf("%s\x00%s\x00%d\x00%s\x00%d\x00%d", c.Func, placeText(c.place()), c.Count, c.Datatype, derefOr(c.Root, -1), derefOr(c.Peer, -1))
 }
 
 // startedBy: the rank's dump shows it started the collective (open or completed); a
@@ -131,13 +131,13 @@ func (h *hangCtx) startedBy(rs *RankState, c *Call) bool {
 	if c.Kind == KindP2p {
 		return false
 	}
-	k := opKey{kind: KindColl, fn: c.Func, seq: c.Seq, rep: c.Repeat, peer: -1}
+	k := opKey{kind: KindColl, fn: c.Func, seq: c.Seq, rep: c.Repeat, replay: c.GraphReplay, peer: -1}
 	return rv.comm.find(k) != nil || rv.comm.completed(k)
 }
 
 // differs lists what differs between two calls at the same point.
 func differs(a, b *Call) []string {
-	if a.Func != b.Func || a.Seq != b.Seq || a.Repeat != b.Repeat {
+	if a.Func != b.Func || a.place() != b.place() {
 		return []string{DiffFunction}
 	}
 	var d []string
@@ -186,7 +186,7 @@ func (h *hangCtx) lastAgreed(a, b int) *Call {
 	for i := len(ra.comm.Recent) - 1; i >= 0; i-- {
 		c := ra.comm.Recent[i]
 		for _, d := range rb.comm.Recent {
-			if c.Kind == d.Kind && c.Func == d.Func && c.Seq == d.Seq && c.Repeat == d.Repeat && derefOr(c.Peer, -1) == derefOr(d.Peer, -1) {
+			if c.Kind == d.Kind && c.Func == d.Func && c.place() == d.place() && derefOr(c.Peer, -1) == derefOr(d.Peer, -1) {
 				return &c
 			}
 		}
@@ -209,7 +209,7 @@ func callText(c *Call) string {
 
 // callName names a call without its arguments: "AllReduce seq 20", "Recv #2 with rank 5".
 func callName(c *Call) string {
-	k := opKey{kind: c.Kind, fn: c.Func, seq: c.Seq, rep: c.Repeat, peer: derefOr(c.Peer, -1)}
+	k := opKey{kind: c.Kind, fn: c.Func, seq: c.Seq, rep: c.Repeat, replay: c.GraphReplay, peer: derefOr(c.Peer, -1)}
 	return k.String()
 }
 

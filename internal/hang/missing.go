@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/ncclprof/ncclprof/internal/commops"
+	"github.com/ncclprof/ncclprof/internal/collective"
 )
 
 // A rank with nothing in flight writes no dump, so the rank that never started an operation is
@@ -106,10 +106,10 @@ func (h *hangCtx) judgeMissing() {
 			rs.Host, rs.PID = si.host, si.pid
 		}
 		sg := h.peerSigns(rs.Rank)
-		var traced0 at
+		var traced0 collective.Place
 		inTrace := false
 		if si != nil {
-			traced0, inTrace = si.started[h.key.fn]
+			traced0, inTrace = si.startedAt(h.key.fn)
 		}
 		switch {
 		case si != nil && si.left:
@@ -128,7 +128,7 @@ func (h *hangCtx) judgeMissing() {
 		case sg.tookPart():
 			h.setState(rs, StateTookPart)
 			rs.Text = "no dump; its peers show it took part"
-		case inTrace && traced0.cmp(h.key.at()) >= 0:
+		case inTrace && traced0.Compare(h.key.place()) >= 0:
 			h.setState(rs, StateTookPart)
 			rs.Text = fmt.Sprintf("no dump; its trace shows it started %s", h.key)
 		case inTrace:
@@ -146,9 +146,9 @@ func (h *hangCtx) judgeMissing() {
 			h.who(rs.Rank), h.key, h.commText(), ranksText(sg.gotNone), h.waitText(rs.Rank)))
 	}
 	for _, rs := range traced {
-		t := h.x.side[h.v.hash][rs.Rank].started[h.key.fn]
+		t, _ := h.x.side[h.v.hash][rs.Rank].startedAt(h.key.fn)
 		h.suspect(rs, StateAbsent, BasisTrace, fmt.Sprintf("%s never started %s on %s as far as its trace shows (its last %s there is seq %s; a trace can lag the process by a window) and it wrote no dump; %s",
-			h.who(rs.Rank), h.key, h.commText(), h.key.fn, commops.SeqText(t.seq, t.rep), h.waitText(rs.Rank)))
+			h.who(rs.Rank), h.key, h.commText(), h.key.fn, placeText(t), h.waitText(rs.Rank)))
 	}
 	if len(h.sus) > 0 {
 		return

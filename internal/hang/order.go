@@ -23,8 +23,8 @@ type orderEdge struct {
 }
 
 // refKey names a collective on a communicator: comm, function and seq text (commops.SeqText).
-func refKey(comm, fn string, seq, repeat int64) string {
-	return comm + "\x00" + fn + "\x00" + commops.SeqText(seq, repeat)
+func refKey(comm, fn string, seq, repeat int64, replay bool) string {
+	return comm + "\x00" + fn + "\x00" + commops.SeqText(seq, repeat, replay)
 }
 
 // orderCycles turns the absences that form a cycle across communicators into order mismatches.
@@ -79,7 +79,7 @@ func hungCalls(hangs []Hung) map[string]Call {
 	for _, hg := range hangs {
 		for _, rs := range hg.Ranks {
 			if rs.op != nil && hg.Kind == KindColl {
-				out[refKey(hg.Comm, hg.Func, hg.Seq, hg.Repeat)] = rs.op.Call()
+				out[refKey(hg.Comm, hg.Func, hg.Seq, hg.Repeat, hg.GraphReplay)] = rs.op.Call()
 				break
 			}
 		}
@@ -98,7 +98,7 @@ func orderEdges(sus []Suspect, hung map[string]Call) ([]*orderEdge, map[string][
 		if s.Kind != StateAbsent || b == nil || b.Peer != nil || b.Comm == s.Comm || s.P2pPeer != nil {
 			continue
 		}
-		from, to := refKey(s.Comm, s.Func, s.Seq, s.Repeat), refKey(b.Comm, b.Func, b.Seq, b.Repeat)
+		from, to := refKey(s.Comm, s.Func, s.Seq, s.Repeat, s.GraphReplay), refKey(b.Comm, b.Func, b.Seq, b.Repeat, b.GraphReplay)
 		if _, ok := hung[from]; !ok {
 			continue
 		}

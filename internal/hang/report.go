@@ -5,13 +5,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/ncclprof/ncclprof/internal/commops"
 )
 
 // stateOrder is the order groups are listed in: suspects first, then the evidence.
 var stateOrder = []string{StateMismatch, StateAbsent, StateGPU, StateLinkSend, StateUnknown, StateLinkRecv, StateWaitData,
-	StateWaitBuffers, StateWaitGPU, StateInKernel, StateEnqueued, StateTookPart, StateFinished, StateNoDump}
+	StateWaitBuffers, StateWaitGPU, StateInKernel, StateEnqueued, StateTookPart, StateNoReplays, StateFinished, StateNoDump}
 
 var waitPrefix = map[string]string{
 	StateWaitData:    "waits for data",
@@ -38,7 +36,7 @@ func (h *hangCtx) report() Hung {
 		}
 	}
 	isSus := func(r int) bool { return sus[r] }
-	hg := Hung{Comm: h.v.hash, CommName: h.v.name, NRanks: h.v.nranks, Kind: h.key.kind, Func: h.key.fn, Seq: h.key.seq, Repeat: h.key.rep, Ranks: []RankState{}}
+	hg := Hung{Comm: h.v.hash, CommName: h.v.name, NRanks: h.v.nranks, Kind: h.key.kind, Func: h.key.fn, Seq: h.key.seq, Repeat: h.key.rep, GraphReplay: h.key.replay, Ranks: []RankState{}}
 	if h.key.kind == KindP2p {
 		hg.Func, hg.Seq = "point-to-point", -1
 	}
@@ -70,8 +68,8 @@ func (h *hangCtx) rankText(rs *RankState, isSus func(int) bool, basis string) st
 	case StateAbsent:
 		if rv := h.v.ranks[rs.Rank]; rv != nil {
 			t := "never started it"
-			if d := rv.comm.completedAt(h.key.fn); d.seq >= 0 && h.key.kind == KindColl {
-				t += fmt.Sprintf("; its last %s was seq %s", h.key.fn, commops.SeqText(d.seq, d.rep))
+			if d := rv.comm.completedAt(h.key.fn); d.Seq >= 0 && h.key.kind == KindColl {
+				t += fmt.Sprintf("; its last %s was seq %s", h.key.fn, placeText(d))
 			}
 			if o := oldest(rv.comm); o != nil {
 				t += "; in " + keyOf(o).String() + " instead"
@@ -180,7 +178,7 @@ func (x *index) busyElsewhere(res *Result) {
 		if best == nil {
 			continue
 		}
-		s.BusyIn = &OpRef{Comm: bestComm, Func: best.Func, Seq: best.Seq, Repeat: best.Repeat, Peer: best.Peer}
+		s.BusyIn = &OpRef{Comm: bestComm, Func: best.Func, Seq: best.Seq, Repeat: best.Repeat, GraphReplay: best.GraphReplay, Peer: best.Peer}
 		where := "on comm " + bestComm
 		if v := x.comms[bestComm]; v != nil && v.name != "" {
 			where += " (" + v.name + ")"

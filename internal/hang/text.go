@@ -65,7 +65,7 @@ func (hg *Hung) Title() string {
 	if hg.CommName != "" {
 		name = " (" + hg.CommName + ")"
 	}
-	what := hg.Func + " seq " + commops.SeqText(hg.Seq, hg.Repeat)
+	what := hg.Func + " seq " + commops.SeqText(hg.Seq, hg.Repeat, hg.GraphReplay)
 	if hg.Kind == KindP2p {
 		what = "point-to-point operations"
 	}

@@ -84,8 +84,8 @@ func (o *Call) validate(nranks int) error {
 	default:
 		return fmt.Errorf("kind %q: want %q or %q", o.Kind, KindColl, KindP2p)
 	}
-	if o.Func == "" || o.Seq < 0 || o.Repeat < 0 || o.Repeat != 0 && o.Kind != KindColl {
-		return fmt.Errorf("func %q, seq %d, repeat %d (a collective's only)", o.Func, o.Seq, o.Repeat)
+	if o.Func == "" || o.Seq < 0 || o.Repeat < 0 || (o.Repeat != 0 || o.GraphReplay) && o.Kind != KindColl {
+		return fmt.Errorf("func %q, seq %d, repeat %d, graph replay %v (repeat and replay: a collective's only)", o.Func, o.Seq, o.Repeat, o.GraphReplay)
 	}
 	if o.Root != nil && (!Rooted(o.Func) || !rankIn(*o.Root, nranks)) {
 		return fmt.Errorf("root %d of %s on nranks %d (only Broadcast and Reduce have one)", *o.Root, o.Func, nranks)

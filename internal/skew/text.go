@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/words"
 )
 
@@ -126,7 +127,7 @@ func (r *Result) writeTop(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "comm\tfunc\tseq\tstep\tskew\tlast rank\tlate by\tend spread\tlast to end\twhere (file pid/tid ts µs)")
 	for _, o := range r.Top {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s %d/%d %.3f\n", o.Comm, o.Func, seqText(o.Seq, o.Repeat, o.GraphReplay), dash(o.Step), fmtNs(o.SkewNs), o.Last,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s %d/%d %.3f\n", o.Comm, o.Func, commops.SeqText(o.Seq, int64(o.Repeat), o.GraphReplay), dash(o.Step), fmtNs(o.SkewNs), o.Last,
 			fmtNs(o.LateNs), fmtNs(o.DoneSpreadNs), lastToEnd(o), o.File, o.Pid, o.Tid, o.TsUs)
 	}
 	tw.Flush()

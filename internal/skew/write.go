@@ -98,19 +98,10 @@ func (r *Result) writeEachText(w io.Writer) error {
 		if e.CPUArriveNs != nil {
 			cpu = fmtNs(*e.CPUArriveNs)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s (%s)\t%s\t%s\t%s\t%s\n", e.Comm, e.Func, seqText(e.Seq, e.Repeat, e.GraphReplay), dash(e.Step), e.Rank, e.GlobalRank,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s (%s)\t%s\t%s\t%s\t%s\n", e.Comm, e.Func, commops.SeqText(e.Seq, int64(e.Repeat), e.GraphReplay), dash(e.Step), e.Rank, e.GlobalRank,
 			fmtNs(e.ArriveNs), e.Arrival, yes(e.Late), cpu, done, yes(e.DoneLast))
 	}
 	return tw.Flush()
-}
-
-// seqText is a matched collective's seq as the tables show it: "100", "100+3" for the fourth
-// in a row with seq 100, "100 replay 3" for a CUDA graph's fourth replay with it.
-func seqText(seq int64, repeat int32, replay bool) string {
-	if replay {
-		return strconv.FormatInt(seq, 10) + " replay " + strconv.Itoa(int(repeat))
-	}
-	return commops.SeqText(seq, int64(repeat))
 }
 
 func yes(b bool) string {

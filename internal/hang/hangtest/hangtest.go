@@ -50,6 +50,7 @@ type Suspect struct {
 	Comm    string
 	Seq     int64
 	Repeat  int64
+	Replay  bool
 	Func    string
 	Peer    int    // -1: none
 	Channel int    // -1: none
@@ -57,14 +58,14 @@ type Suspect struct {
 }
 
 func (s Suspect) String() string {
-	return fmt.Sprintf("%s rank %d %s seq %d+%d comm %s peer %d channel %d differs %q", s.Kind, s.Rank, s.Func, s.Seq, s.Repeat, s.Comm, s.Peer, s.Channel, s.Differs)
+	return fmt.Sprintf("%s rank %d %s seq %d+%d replay %v comm %s peer %d channel %d differs %q", s.Kind, s.Rank, s.Func, s.Seq, s.Repeat, s.Replay, s.Comm, s.Peer, s.Channel, s.Differs)
 }
 
 // Want is the planted culprits as suspects.
 func Want(truths []hangtruth.Truth) []Suspect {
 	var out []Suspect
 	for _, p := range truths[0].Planted {
-		s := Suspect{Rank: p.Rank, Kind: p.Kind, Comm: p.Comm, Seq: p.Seq, Repeat: p.Repeat, Func: p.Func, Peer: -1, Channel: -1, Differs: p.Differs}
+		s := Suspect{Rank: p.Rank, Kind: p.Kind, Comm: p.Comm, Seq: p.Seq, Repeat: p.Repeat, Replay: p.GraphReplay, Func: p.Func, Peer: -1, Channel: -1, Differs: p.Differs}
 		if p.Peer != nil {
 			s.Peer, s.Channel = *p.Peer, *p.Channel
 		}
@@ -77,7 +78,7 @@ func Want(truths []hangtruth.Truth) []Suspect {
 func Got(res *hang.Result) []Suspect {
 	var out []Suspect
 	for _, s := range res.Suspects {
-		g := Suspect{Rank: s.Rank, Kind: s.Kind, Comm: s.Comm, Seq: s.Seq, Repeat: s.Repeat, Func: s.Func, Peer: -1, Channel: -1}
+		g := Suspect{Rank: s.Rank, Kind: s.Kind, Comm: s.Comm, Seq: s.Seq, Repeat: s.Repeat, Replay: s.GraphReplay, Func: s.Func, Peer: -1, Channel: -1}
 		if s.Peer != nil {
 			g.Peer = *s.Peer
 		}

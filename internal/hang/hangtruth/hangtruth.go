@@ -17,17 +17,18 @@ import (
 
 // Planted is a culprit the test host planted.
 type Planted struct {
-	Rank     int    `json:"rank"`
-	Kind     string `json:"kind"`
-	Comm     string `json:"comm"`
-	CommName string `json:"comm_name"`
-	Seq      int64  `json:"seq"`
-	Repeat   int64  `json:"repeat"`
-	Func     string `json:"func"`
-	Peer     *int   `json:"peer"`
-	Channel  *int   `json:"channel"`
-	Step     *int   `json:"step"`
-	Differs  string `json:"differs"` // a mismatch: what the culprit called differently
+	Rank        int    `json:"rank"`
+	Kind        string `json:"kind"`
+	Comm        string `json:"comm"`
+	CommName    string `json:"comm_name"`
+	Seq         int64  `json:"seq"`
+	Repeat      int64  `json:"repeat"`
+	GraphReplay bool   `json:"graph_replay"`
+	Func        string `json:"func"`
+	Peer        *int   `json:"peer"`
+	Channel     *int   `json:"channel"`
+	Step        *int   `json:"step"`
+	Differs     string `json:"differs"` // a mismatch: what the culprit called differently
 }
 
 // Truth is what one rank's dump must show (times as the host read them; the header's time
