@@ -118,6 +118,12 @@ type Op struct {
 	// replays the seq of the next eager collective (2.26+) and starts them only on ranks whose
 	// part of the graph has network work, so they are matched apart from eager collectives.
 	GraphReplay bool
+	// Repeat: a collective's place among its rank's collectives of its function and kind
+	// (GraphReplay) that came with its seq back to back (0: the first; NumberRepeats). The same
+	// collective has the same (seq, GraphReplay, Repeat) on every rank that sees it.
+	Repeat int32
+	// Handle is the plugin's handle of its Coll/P2p, unique in its process.
+	Handle uint64
 }
 
 // GPUSource says where an operation's GPU-side arrival comes from, best first.

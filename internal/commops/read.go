@@ -214,7 +214,7 @@ func (r *reader) find(pid int64, handle uint64) int32 {
 	if i, ok := r.keys[k]; ok {
 		return i
 	}
-	r.p.ops = append(r.p.ops, Op{Proc: r.proc(pid), Seq: -1, Peer: -1, Step: -1})
+	r.p.ops = append(r.p.ops, Op{Proc: r.proc(pid), Seq: -1, Peer: -1, Step: -1, Handle: handle})
 	r.arrive = append(r.arrive, false)
 	r.keys[k] = int32(len(r.p.ops) - 1)
 	return r.keys[k]

@@ -135,6 +135,11 @@ type Collective struct {
 	Step        string `json:"step,omitempty"`
 }
 
+// Same says whether c and d name the same collective (their step aside: ranks label steps alone).
+func (c *Collective) Same(d *Collective) bool {
+	return c.Comm == d.Comm && c.Func == d.Func && c.Seq == d.Seq && c.Repeat == d.Repeat && c.GraphReplay == d.GraphReplay
+}
+
 // collective names operation i of the group matched under key k.
 func (a *analysis) collective(i int32, k matchKey) Collective {
 	o := &a.s.Ops[i]
@@ -247,49 +252,15 @@ type Result struct {
 	Sampled string `json:"sampled,omitempty"`
 }
 
-// matchKey names one collective across ranks. nth tells apart the collectives of one seq: NCCL
-// gives every replay of a CUDA-graph-captured collective the seq of the next eager one (from
-// 2.26, unless KernelCh is on: src/plugin/profiler.cc ncclProfilerStartTaskEvents), so a rank's
-// replays and that eager collective come with one seq, back to back; the n-th of them on every
-// rank is the same collective. Where the traces mark replays (graph_replay), they are counted
-// apart: NCCL starts a replay's events only on ranks whose part of the graph has network work
-// (enqueue.cc: the host callback is launched for a plan with hasProxyOps), so a rank without
-// any would number the eager collective 0 where the others number it after their replays.
+// matchKey names one collective across ranks: nth and graph tell apart the collectives of one
+// seq, a CUDA graph's replays and the eager collective that shares their seq (commops.Op's
+// Repeat and GraphReplay).
 type matchKey struct {
 	comm  int32
 	fn    string
 	seq   int64
 	nth   int32
 	graph bool
-}
-
-// repeats numbers each rank's collectives that repeat a seq (repeats.nth).
-type repeats map[repeatKey]repeatRun
-
-type repeatKey struct {
-	comm, rank int32
-	fn         string
-	graph      bool
-}
-
-// repeatRun is the last seq of a (communicator, rank, function) and how many came before it.
-type repeatRun struct {
-	seq int64
-	n   int32
-}
-
-// nth is how many of o's rank's collectives of o's function came with o's seq right before it
-// (0: the first). Operations are in arrival order per process (commops.Set).
-func (r repeats) nth(o *commops.Op, rank int32) int32 {
-	k := repeatKey{o.Comm, rank, o.Func, o.GraphReplay}
-	run, ok := r[k]
-	if ok && run.seq == o.Seq {
-		run.n++
-	} else {
-		run = repeatRun{seq: o.Seq}
-	}
-	r[k] = run
-	return run.n
 }
 
 // Analyze finds the slow ranks of s.
@@ -317,7 +288,6 @@ func match(s *commops.Set) ([]matchKey, [][]int32) {
 	var keys []matchKey
 	var groups [][]int32
 	var seen [][]uint64 // per group, a bit per rank present
-	rep := repeats{}
 	for i := range s.Ops {
 		o := &s.Ops[i]
 		// What the trigger traced around a slow operation is that rank's alone (each rank's
@@ -325,7 +295,7 @@ func match(s *commops.Set) ([]matchKey, [][]int32) {
 		if o.Seq < 0 || o.Rank < 0 || o.Traced == commops.Triggered || o.Traced == commops.Trigger {
 			continue
 		}
-		k := matchKey{o.Comm, o.Func, o.Seq, rep.nth(o, dense[i]), o.GraphReplay}
+		k := matchKey{o.Comm, o.Func, o.Seq, o.Repeat, o.GraphReplay}
 		g, ok := index[k]
 		if !ok {
 			g = int32(len(groups))

@@ -468,6 +468,7 @@ func TestGraphReplaysSharingASeq(t *testing.T) {
 			o.Seq = 100
 		}
 	}
+	s.NumberRepeats()
 	r := Analyze(s, Defaults)
 	if got, want := slowRanks(r), []string{"rank 5 late on 20 of 200"}; !slices.Equal(got, want) {
 		t.Fatalf("slow ranks %v, want %v", got, want)
@@ -503,6 +504,7 @@ func TestGraphReplaysSeenByHalfTheRanks(t *testing.T) {
 			o.Seq = 100 // the eager collective after the replays
 		}
 	}
+	s.NumberRepeats()
 	r := Analyze(s, Defaults)
 	if got, want := slowRanks(r), []string{"rank 5 late on 20 of 200"}; !slices.Equal(got, want) {
 		t.Fatalf("slow ranks %v, want %v", got, want)

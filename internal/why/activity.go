@@ -30,9 +30,7 @@ type span struct {
 
 // sent is what a collective sent to one peer, over all its channels: what is kept of its sends.
 type sent struct {
-	comm      uint64
-	fn        string
-	seq       int64
+	coll      uint64 // the Coll's handle (commops.Op.Handle)
 	peer      int32
 	bytes, ns int64
 }
@@ -40,10 +38,7 @@ type sent struct {
 // send is one send ProxyOp of a collective: its peer, the bytes of its steps, and the span from
 // its first step's start to its last step's end (the transfers, not the wait for peers before).
 type send struct {
-	coll       uint64 // the Coll's handle, until finish names the collective
-	comm       uint64
-	fn         string
-	seq        int64
+	coll       uint64 // the Coll's handle (commops.Op.Handle)
 	peer       int32
 	stepped    bool // a step was added
 	bytes      int64
@@ -88,7 +83,7 @@ type activity struct {
 	sent             []sent
 	// while reading: the sends, and plugin handles → what they stand for
 	sends []send
-	colls map[uint64]send // Coll id → (comm, fn, seq)
+	colls map[uint64]bool // the Colls in the file, by handle
 	proxy map[uint64]int  // ProxyOp id → index in sends; -1: a receive, whose steps are not kept
 	steps []stepOf        // steps read before their ProxyOp
 }
@@ -119,7 +114,7 @@ func (f fileActivity) group(pid int64) *activity {
 	g := pid >> timelineShift
 	a := f[g]
 	if a == nil {
-		a = &activity{nameID: map[string]int32{}, colls: map[uint64]send{}, proxy: map[uint64]int{}}
+		a = &activity{nameID: map[string]int32{}, colls: map[uint64]bool{}, proxy: map[uint64]int{}}
 		f[g] = a
 	}
 	return a
@@ -169,9 +164,7 @@ func launchArgs(e *traceevent.Event) (corr int64, nccl bool) {
 func (a *activity) plugin(e *ptrace.Event) {
 	switch e.Kind {
 	case ptrace.Coll:
-		// The function's name, interned: the event's strings point into the file's buffer, which
-		// a kept substring would keep whole.
-		a.colls[e.ID] = send{comm: e.Comm, fn: a.names[a.name(e.Func)], seq: e.Seq}
+		a.colls[e.ID] = true
 	case ptrace.ProxyOp:
 		a.proxy[e.ID] = -1
 		if e.IsSend {
@@ -233,11 +226,10 @@ func (a *activity) finish(base int64) {
 func (a *activity) keepSent() {
 	at := map[sent]int{} // by collective and peer
 	for _, s := range a.sends {
-		c, ok := a.colls[s.coll]
-		if !ok || !s.stepped || s.bytes <= 0 {
+		if !a.colls[s.coll] || !s.stepped || s.bytes <= 0 {
 			continue
 		}
-		k := sent{comm: c.comm, fn: c.fn, seq: c.seq, peer: s.peer}
+		k := sent{coll: s.coll, peer: s.peer}
 		i, ok := at[k]
 		if !ok {
 			i, at[k] = len(a.sent), len(a.sent)

@@ -1,10 +1,12 @@
 package why
 
 import (
+	"cmp"
 	"fmt"
 	"sort"
 
 	"github.com/ncclprof/ncclprof/internal/collective"
+	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/quantile"
 )
 
@@ -15,11 +17,19 @@ type link struct {
 	bytes, ns  int64
 }
 
-// collKey names a collective across ranks by what the plugin records of it.
+// collKey names a collective across ranks by what the plugin records of it (repeat and replay
+// tell apart the collectives that share a seq: commops.Op).
 type collKey struct {
-	comm uint64
-	fn   string
-	seq  int64
+	comm   uint64
+	fn     string
+	seq    int64
+	repeat int32
+	replay bool
+}
+
+// collOf is operation o's collective.
+func (a *analyzer) collOf(o *commops.Op) collKey {
+	return collKey{a.s.Comms[o.Comm].Hash, o.Func, o.Seq, o.Repeat, o.GraphReplay}
 }
 
 // linkKey names a link of a communicator for the usual bandwidth of its collectives of one kind.
@@ -66,7 +76,9 @@ func (a *analyzer) slowCollectives() {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool {
-		return keys[i].seq < keys[j].seq || keys[i].seq == keys[j].seq && keys[i].comm < keys[j].comm
+		a, b := keys[i], keys[j]
+		return cmp.Or(cmp.Compare(a.seq, b.seq), cmp.Compare(a.comm, b.comm), cmp.Compare(a.fn, b.fn),
+			collective.Place{Seq: a.seq, Replay: a.replay, Repeat: int64(a.repeat)}.Compare(collective.Place{Seq: b.seq, Replay: b.replay, Repeat: int64(b.repeat)})) < 0
 	})
 	for _, k := range keys {
 		ls := colls[k]
@@ -147,16 +159,22 @@ func fmtBytes(b int64) string {
 func (a *analyzer) links() (map[collKey][]link, map[collKey]map[int32]int32) {
 	ops := map[collKey]map[int32]int32{}
 	procOf := map[ranksKey]int32{}
+	type handleKey struct {
+		proc   int32
+		handle uint64
+	}
+	byHandle := map[handleKey]int32{}
 	for i := range a.s.Ops {
 		o := &a.s.Ops[i]
 		if o.Seq < 0 {
 			continue
 		}
-		k := collKey{a.s.Comms[o.Comm].Hash, o.Func, o.Seq}
+		k := a.collOf(o)
 		if ops[k] == nil {
 			ops[k] = map[int32]int32{}
 		}
 		ops[k][o.Proc] = int32(i)
+		byHandle[handleKey{o.Proc, o.Handle}] = int32(i)
 		procOf[ranksKey{o.Ref.File, o.Ref.Pid >> timelineShift}] = o.Proc
 	}
 	colls := map[collKey][]link{}
@@ -168,8 +186,7 @@ func (a *analyzer) links() (map[collKey][]link, map[collKey]map[int32]int32) {
 		merged := map[[2]int64]*link{}
 		var order [][2]int64
 		for _, s := range act.sent {
-			k := collKey{s.comm, collective.NormFunc(s.fn), s.seq}
-			i, ok := ops[k][proc]
+			i, ok := byHandle[handleKey{proc, s.coll}] // by handle: a graph's replays share a seq
 			if !ok {
 				continue
 			}
@@ -184,8 +201,7 @@ func (a *analyzer) links() (map[collKey][]link, map[collKey]map[int32]int32) {
 			l.ns = max(l.ns, s.ns) // channels run side by side
 		}
 		for _, mk := range order {
-			o := &a.s.Ops[mk[0]]
-			k := collKey{a.s.Comms[o.Comm].Hash, o.Func, o.Seq}
+			k := a.collOf(&a.s.Ops[mk[0]])
 			colls[k] = append(colls[k], *merged[mk])
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/words"
 )
 
@@ -77,8 +78,11 @@ func (r *Result) WriteTable(w io.Writer) {
 	tw.Flush()
 }
 
-// Collective names the collective: "world AllReduce #12".
-func (x *Row) Collective() string { return fmt.Sprintf("%s %s #%d", x.Comm, x.Func, x.Seq) }
+// Collective names the collective: "world AllReduce #12" ("#12+1", "#12 replay 3" where
+// collectives share the seq: commops.SeqText).
+func (x *Row) Collective() string {
+	return fmt.Sprintf("%s %s #%s", x.Comm, x.Func, commops.SeqText(x.Seq, int64(x.Repeat), x.GraphReplay))
+}
 
 // Lateness says how late and on which arrival: "3.00 ms (gpu)", or for a slow collective
 // "+2.10 ms (transfer)".

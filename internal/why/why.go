@@ -59,7 +59,11 @@ type Row struct {
 	Comm       string `json:"comm"`
 	Func       string `json:"func"`
 	Seq        int64  `json:"seq"`
-	Step       string `json:"step,omitempty"`
+	// Repeat and GraphReplay tell apart collectives that share a seq (a CUDA graph's replays:
+	// commops.Op).
+	Repeat      int32  `json:"repeat,omitempty"`
+	GraphReplay bool   `json:"graph_replay,omitempty"`
+	Step        string `json:"step,omitempty"`
 	// LateNs: how late it arrived after the collective's median arrival (Arrival "gpu" or
 	// "cpu"), or for a slow collective (Arrival "") how much longer its slowest transfer took
 	// than usual.
@@ -173,7 +177,7 @@ func (a *analyzer) lateArrivals() {
 	a.lateBy = map[int32]int64{}
 	for lo := 0; lo < len(each); {
 		hi := lo + 1
-		for hi < len(each) && each[hi].Seq == each[lo].Seq && each[hi].Comm == each[lo].Comm && each[hi].Func == each[lo].Func {
+		for hi < len(each) && each[hi].Same(&each[lo].Collective) {
 			hi++
 		}
 		for i := lo; i < hi; i++ {
@@ -189,7 +193,7 @@ func (a *analyzer) lateArrivals() {
 	a.hadLate = map[collKey]bool{}
 	for _, t := range todo {
 		o := &a.s.Ops[t.e.Op()]
-		a.hadLate[collKey{a.s.Comms[o.Comm].Hash, o.Func, o.Seq}] = true
+		a.hadLate[a.collOf(o)] = true
 		a.res.LateArrivals++
 		a.rowOf[t.e.Op()] = len(a.res.Rows)
 		a.res.Rows = append(a.res.Rows, a.explain(t.e, t.all))
@@ -229,7 +233,7 @@ func (a *analyzer) carried(r *Row, e *skew.EachRow) bool {
 func (a *analyzer) row(i int32, late int64, arrival string) Row {
 	o := &a.s.Ops[i]
 	r := Row{Rank: int(o.Rank), GlobalRank: a.s.Procs[o.Proc].Rank, Comm: a.s.Comms[o.Comm].Label(), Func: o.Func, Seq: o.Seq,
-		LateNs: late, Arrival: arrival, File: a.s.Files[o.Ref.File], Pid: o.Ref.Pid, Tid: o.Ref.Tid, TsUs: float64(o.Ref.TsNs) / 1e3}
+		Repeat: o.Repeat, GraphReplay: o.GraphReplay, LateNs: late, Arrival: arrival, File: a.s.Files[o.Ref.File], Pid: o.Ref.Pid, Tid: o.Ref.Tid, TsUs: float64(o.Ref.TsNs) / 1e3}
 	if o.Step >= 0 {
 		r.Step = a.s.Steps[o.Step]
 	}
