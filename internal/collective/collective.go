@@ -4,6 +4,7 @@
 package collective
 
 import (
+	"cmp"
 	"strings"
 )
 
@@ -281,7 +282,7 @@ type Place struct {
 // collective, then by repeat.
 func (p Place) Compare(q Place) int {
 	if p.Seq != q.Seq {
-		return cmpInt(p.Seq, q.Seq)
+		return cmp.Compare(p.Seq, q.Seq)
 	}
 	if p.Replay != q.Replay {
 		if p.Replay {
@@ -289,15 +290,5 @@ func (p Place) Compare(q Place) int {
 		}
 		return 1
 	}
-	return cmpInt(p.Repeat, q.Repeat)
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return cmp.Compare(p.Repeat, q.Repeat)
 }

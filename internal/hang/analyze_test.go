@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ncclprof/ncclprof/internal/collective"
+	"github.com/ncclprof/ncclprof/internal/commops"
 )
 
 const t0 = 1_800_000_000_000_000_000
@@ -449,18 +450,16 @@ func TestRankWithoutReplaysNotBlamed(t *testing.T) {
 	}
 }
 
-// A trace of a rank without a dump numbers its replays as the dump would: the n-th collective in
-// a row with one seq is repeat n; a sampled trace keeps 1 in N of them, so a seq seen there
-// counts as every repeat of it started (it may clear a rank, never blame one wrongly).
-func TestStartedFromTraceCountsRepeats(t *testing.T) {
-	last := collective.Place{Seq: -1}
-	for _, seq := range []int64{3, 4, 5, 5, 5, 2} { // 2: an older one, out of order
-		last = startedNext(last, seq, false)
+// A trace of a rank without a dump places its collectives as a dump would (commops numbers the
+// repeats); a sampled trace keeps 1 in N of them, so a collective seen there stands past every
+// repeat of its seq and kind (it may clear a rank, never blame one wrongly).
+func TestTracedPlace(t *testing.T) {
+	o := &commops.Op{Seq: 5, Repeat: 2, GraphReplay: true}
+	if p := tracedPlace(o, false); p != (collective.Place{Seq: 5, Replay: true, Repeat: 2}) {
+		t.Errorf("full trace: %+v, want seq 5 replay 2", p)
 	}
-	if last != (collective.Place{Seq: 5, Repeat: 2}) {
-		t.Errorf("full trace: %+v, want seq 5 repeat 2", last)
-	}
-	if s := startedNext(collective.Place{Seq: 5}, 5, true); s.Seq != 5 || s.Compare(collective.Place{Seq: 5, Repeat: 1 << 40}) <= 0 {
-		t.Errorf("sampled trace: %+v, want seq 5 past any repeat", s)
+	p := tracedPlace(o, true)
+	if p.Compare(collective.Place{Seq: 5, Replay: true, Repeat: 1 << 40}) <= 0 || p.Compare(collective.Place{Seq: 5}) >= 0 {
+		t.Errorf("sampled trace: %+v, want past every replay of seq 5, before its eager collective", p)
 	}
 }

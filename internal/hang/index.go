@@ -35,25 +35,9 @@ type sideInfo struct {
 	// left: the rank destroyed the communicator (its summary exists) after these operations.
 	left    bool
 	leftOps map[string]uint64
-	// started: per function and kind (graph replays, eager), the last collective its trace
-	// shows it starting.
-	started map[startKey]collective.Place
+	// started: per function, the furthest collective its trace shows it starting.
+	started map[string]collective.Place
 	source  string // the file that says so
-}
-
-type startKey struct {
-	fn     string
-	replay bool
-}
-
-// startedAt is the furthest collective of fn the rank's trace shows it starting (ok false: none).
-func (si *sideInfo) startedAt(fn string) (collective.Place, bool) {
-	e, eager := si.started[startKey{fn, false}]
-	r, replay := si.started[startKey{fn, true}]
-	if !replay || eager && e.Compare(r) > 0 {
-		return e, eager
-	}
-	return r, true
 }
 
 type index struct {
@@ -150,7 +134,8 @@ func (x *index) readTraces() {
 		x.notes = append(x.notes, fmt.Sprintf("the traces of processes without a dump were not used: %v", err))
 		return
 	}
-	for _, o := range set.Ops {
+	for i := range set.Ops {
+		o := &set.Ops[i]
 		if o.Seq < 0 {
 			continue
 		}
@@ -160,37 +145,30 @@ func (x *index) readTraces() {
 		}
 		si := x.sideOf(hash, int(o.Rank))
 		if si.started == nil {
-			si.started = map[startKey]collective.Place{}
+			si.started = map[string]collective.Place{}
 		}
-		p := set.Procs[o.Proc]
-		si.host, si.pid = p.Host, int(p.Pid)
-		if si.source == "" && len(p.Files) > 0 {
-			si.source = p.Files[0]
+		proc := set.Procs[o.Proc]
+		si.host, si.pid = proc.Host, int(proc.Pid)
+		if si.source == "" && len(proc.Files) > 0 {
+			si.source = proc.Files[0]
 		}
-		k := startKey{o.Func, o.GraphReplay}
-		last, ok := si.started[k]
-		if !ok {
-			last = collective.Place{Seq: -1, Replay: o.GraphReplay}
+		p := tracedPlace(o, set.Sampling.On())
+		if last, ok := si.started[o.Func]; !ok || p.Compare(last) > 0 {
+			si.started[o.Func] = p
 		}
-		si.started[k] = startedNext(last, o.Seq, set.Sampling.On())
 	}
 }
 
-// startedNext is the last collective of a kind a trace shows started once one more of that
-// kind, with seq, is read (the trace's operations come in the order the process started them).
-// A sampled trace keeps 1 in N of a seq's repeats, so it cannot number them: a seq seen there
-// counts as every repeat of it started, which may clear a rank but never blames one wrongly.
-func startedNext(last collective.Place, seq int64, sampled bool) collective.Place {
-	next := last
-	switch {
-	case sampled && seq >= last.Seq:
-		next.Seq, next.Repeat = seq, math.MaxInt64
-	case seq == last.Seq && last.Repeat < math.MaxInt64:
-		next.Repeat++
-	case seq > last.Seq:
-		next.Seq, next.Repeat = seq, 0
+// tracedPlace is where a collective a trace shows started stands (commops numbers repeats as a
+// dump does). A sampled trace keeps 1 in N of a seq's repeats, so it cannot number them: a
+// collective seen there stands past every repeat of its seq and kind, which may clear a rank
+// but never blames one wrongly.
+func tracedPlace(o *commops.Op, sampled bool) collective.Place {
+	p := collective.Place{Seq: o.Seq, Replay: o.GraphReplay, Repeat: int64(o.Repeat)}
+	if sampled {
+		p.Repeat = math.MaxInt64
 	}
-	return next
+	return p
 }
 
 // maxRank is the highest rank the communicator's entry names (its own, its peers'): the size of

@@ -109,7 +109,7 @@ func (h *hangCtx) judgeMissing() {
 		var traced0 collective.Place
 		inTrace := false
 		if si != nil {
-			traced0, inTrace = si.startedAt(h.key.fn)
+			traced0, inTrace = si.started[h.key.fn]
 		}
 		switch {
 		case si != nil && si.left:
@@ -146,7 +146,7 @@ func (h *hangCtx) judgeMissing() {
 			h.who(rs.Rank), h.key, h.commText(), ranksText(sg.gotNone), h.waitText(rs.Rank)))
 	}
 	for _, rs := range traced {
-		t, _ := h.x.side[h.v.hash][rs.Rank].startedAt(h.key.fn)
+		t := h.x.side[h.v.hash][rs.Rank].started[h.key.fn]
 		h.suspect(rs, StateAbsent, BasisTrace, fmt.Sprintf("%s never started %s on %s as far as its trace shows (its last %s there is seq %s; a trace can lag the process by a window) and it wrote no dump; %s",
 			h.who(rs.Rank), h.key, h.commText(), h.key.fn, placeText(t), h.waitText(rs.Rank)))
 	}
