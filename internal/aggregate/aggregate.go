@@ -85,7 +85,7 @@ type Op struct {
 	Slow bool
 	// GraphReplay: its API call was captured in a CUDA graph (graph_captured): it is one of the
 	// graph's replays. NCCL starts a replay's Coll only on ranks whose part of the graph has
-	// network work (enqueue.cc, plan->hasProxyOps), and gives it the seq of the next eager
+	// proxy work (enqueue.cc, plan->hasProxyOps), and gives it the seq of the next eager
 	// collective (2.26+), so the analyses match replays apart from eager collectives.
 	GraphReplay bool
 }

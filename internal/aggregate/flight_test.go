@@ -102,7 +102,7 @@ func TestRepeatsNumberedInStartOrder(t *testing.T) {
 }
 
 // Replays (their Coll's parent an API call seen captured) are numbered apart from eager
-// collectives: NCCL starts replays only on ranks with network work in the graph, so the eager
+// collectives: NCCL starts replays only on ranks with proxy work in the graph, so the eager
 // AllReduce that shares their seq must be repeat 0 on every rank, whether it saw them or not.
 // Three replays of seq 5 and the eager seq 5 complete; the progress counts the replays and
 // ends at the eager one (a seq's replays come before it).

@@ -81,7 +81,7 @@ type seqRun struct{ seq, n int64 }
 // (2.26-2.30, unless KernelCh is on: src/plugin/profiler.cc ncclProfilerStartTaskEvents, the
 // persistent test), so replays share a seq back to back; (seq, repeat) tells them apart, the
 // same way on every rank that sees them. Replays are counted apart from eager collectives:
-// NCCL starts a replay's events only on ranks whose part of the graph has network work
+// NCCL starts a replay's events only on ranks whose part of the graph has proxy work
 // (enqueue.cc ncclLaunchPrepare, hasProxyOps), and the eager collective after the replays is
 // repeat 0 on every rank, whether it saw them or not (skew matches them alike: matchKey).
 func (p *progress) repeatOf(fn string, seq int64, replay bool) int64 {

@@ -116,7 +116,7 @@ type Op struct {
 	GPUFrom   GPUSource
 	// GraphReplay: one of a CUDA graph's replays (its completion says graph_replay). NCCL gives
 	// replays the seq of the next eager collective (2.26+) and starts them only on ranks whose
-	// part of the graph has network work, so they are matched apart from eager collectives.
+	// part of the graph has proxy work, so they are matched apart from eager collectives.
 	GraphReplay bool
 	// Repeat: a collective's place among its rank's collectives of its function and kind
 	// (GraphReplay) that came with its seq back to back (0: the first; NumberRepeats). The same

@@ -300,7 +300,7 @@ func (s *Set) finish() {
 // (from 2.26, unless KernelCh is on: src/plugin/profiler.cc ncclProfilerStartTaskEvents), so a
 // rank's replays come with one seq, back to back, and the n-th of them on every rank is the same
 // collective. Replays are counted apart from eager collectives: NCCL starts a replay's events
-// only on ranks whose part of the graph has network work (enqueue.cc ncclLaunchPrepare,
+// only on ranks whose part of the graph has proxy work (enqueue.cc ncclLaunchPrepare,
 // hasProxyOps), so a rank without any has only the eager collective that shares their seq. What
 // a trigger traced around a slow operation is that rank's alone and is not counted (nor
 // matched): only collectives every rank traced line up. Read numbers them; a caller that

@@ -303,7 +303,7 @@ func (h *hangCtx) evalRank(r int) *RankState {
 		rs.State = StateFinished
 		return rs
 	case h.key.replay && !rv.comm.seesReplays(h.key.fn):
-		rs.State, rs.Text = StateNoReplays, "shows no CUDA graph replay of "+h.key.fn+" (NCCL starts a replay's events only on ranks with network work in the graph), so its part in one cannot be seen"
+		rs.State, rs.Text = StateNoReplays, "shows no CUDA graph replay of "+h.key.fn+" (NCCL starts a replay's events only on ranks with proxy work in the graph), so its part in one cannot be seen"
 		return rs
 	default:
 		rs.State = StateAbsent

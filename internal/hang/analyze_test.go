@@ -438,7 +438,7 @@ func replayDumps(numbered bool, rank3Replays uint64) []*Dump {
 }
 
 // A rank that shows no replay of the graph (NCCL starts a replay's events only on ranks with
-// network work in it) is not blamed for a hung replay: its part cannot be seen, and it says so.
+// proxy work in it) is not blamed for a hung replay: its part cannot be seen, and it says so.
 // Counted with the eager collectives, it had looked absent from the replay.
 func TestRankWithoutReplaysNotBlamed(t *testing.T) {
 	res := run(t, replayDumps(true, 0), nil)

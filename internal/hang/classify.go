@@ -22,7 +22,7 @@ const (
 	StateFinished    = "finished"          // completed the operation
 	StateNoDump      = "no_dump"           // no dump, and nothing else says where it is
 	StateTookPart    = "took_part"         // no dump, but its peers show it took part
-	StateNoReplays   = "no_replays"        // shows no CUDA graph replay: NCCL starts none where the graph has no network work
+	StateNoReplays   = "no_replays"        // shows no CUDA graph replay: NCCL starts none where the graph has no proxy work
 )
 
 // kernelChBit is NCCL's activation bit of KernelCh events.

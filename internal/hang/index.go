@@ -217,7 +217,7 @@ func (c *Comm) completedUpTo(k opKey) bool {
 }
 
 // seesReplays: the rank shows CUDA graph replays of fn (one completed or open). NCCL starts a
-// replay's events only on ranks whose part of the graph has network work (enqueue.cc
+// replay's events only on ranks whose part of the graph has proxy work (enqueue.cc
 // ncclLaunchPrepare, hasProxyOps): a rank that shows none cannot be judged on a replay.
 func (c *Comm) seesReplays(fn string) bool {
 	for _, d := range c.Completed {

@@ -97,7 +97,7 @@ func TestGraphReplaysEachOneOperation(t *testing.T) {
 
 // Traced, each replay's operation says it is one (graph_replay on its nccl_op slice: its API
 // call was captured), so that the analyses match replays apart from eager collectives (NCCL
-// starts replays only on ranks with network work in the graph); eager ones say nothing
+// starts replays only on ranks with proxy work in the graph); eager ones say nothing
 // (TestAPIOnlyInTheTrace).
 func TestGraphReplaysMarkedInTheTrace(t *testing.T) {
 	r := Start(t, Options{Args: args(6, "--iters", "600", "--nranks", "4", "graphreplay"), Env: []string{"NCCLPROF_TRACE=1", "NCCLPROF_HANG_TIMEOUT_S=2"}})

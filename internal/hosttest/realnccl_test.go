@@ -185,6 +185,9 @@ func TestRealNCCLReplay(t *testing.T) {
 					}
 				}
 				got := opTotals(r.Summaries)
+				if strings.HasSuffix(rec, "-net") {
+					checkReplaysMarked(t, tr, traces)
+				}
 				checkAgainstTruth(t, tr, got, strings.HasSuffix(rec, "-net"))
 				checkAgainstReal(t, filepath.Join(dir, "real"), tr.PID, r.Summaries)
 				sendSteps, proxyOps := logFacts(t, log)
@@ -194,6 +197,29 @@ func TestRealNCCLReplay(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// checkReplaysMarked: every replay of the recording's CUDA graph that completed is marked in the
+// trace (graph_replay on its nccl_op slice, from the captured CollApi), and no eager collective
+// is: the graph's AllReduces as issued, none more.
+func checkReplaysMarked(t *testing.T, tr recTruth, traces []*Trace) {
+	t.Helper()
+	var want, marked uint64
+	for _, c := range tr.Calls {
+		if c.Pattern == "graph" && c.Func == "AllReduce" {
+			want += c.Times
+		}
+	}
+	for _, x := range traces {
+		for _, e := range x.Events {
+			if e.Cat == "nccl_op" && e.Name == "AllReduce" && e.Args["graph_replay"] == true {
+				marked++
+			}
+		}
+	}
+	if marked != want || want == 0 {
+		t.Errorf("%d AllReduce marked graph replays, the rank replayed %d", marked, want)
 	}
 }
 

@@ -482,7 +482,7 @@ func TestGraphReplaysSharingASeq(t *testing.T) {
 }
 
 // The same graph replayed where only half the ranks see its replays: NCCL starts a replay's
-// events only on ranks whose part of the graph has network work (enqueue.cc, hasProxyOps), so
+// events only on ranks whose part of the graph has proxy work (enqueue.cc, hasProxyOps), so
 // ranks 8-15 have only the eager collective that shares the replays' seq (the job's 150th).
 // The traces mark replays (graph_replay) and they are matched apart: the eager collective with
 // the eager one, each replay among the ranks that saw it. Counted together, ranks 8-15's eager
