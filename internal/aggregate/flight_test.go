@@ -42,8 +42,9 @@ func TestFlightRecordKeepsTheLast(t *testing.T) {
 
 // A CUDA graph's replays share one seq (NCCL 2.26+): the aggregator numbers them by repeat, in
 // flight and in the progress a hang dump shows, so a rank at one replay and a rank at the next
-// differ. Three replays of seq 5 complete, then the eager AllReduce that shares it and two
-// replays of the next graph (seq 6) stay open.
+// differ. Here without their captured API call (ABI v4 and earlier have none), so replays and
+// eager collectives are numbered in one run: three collectives of seq 5 complete, a fourth
+// and two of seq 6 stay open.
 func TestGraphReplaysNumberedByRepeat(t *testing.T) {
 	a := newAgg()
 	var b builder
@@ -81,8 +82,8 @@ func TestGraphReplaysNumberedByRepeat(t *testing.T) {
 
 // In a window the eager collective (the application's thread) can come before the replays that
 // share its seq (CUDA's callback thread), each thread filling its own block of slots: they are
-// numbered in the order they started, as every rank numbers them. Three replays of seq 5 then
-// the eager one, in the window eager first: the eager one is repeat 3, still open.
+// numbered in the order they started, as every rank numbers them. Three collectives of seq 5,
+// then a fourth listed first in the window (unmarked, as below ABI v5): the fourth is repeat 3.
 func TestRepeatsNumberedInStartOrder(t *testing.T) {
 	a := newAgg()
 	var b builder
