@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/words"
 )
 
@@ -58,6 +59,13 @@ type Suspect struct {
 	Mismatch *Mismatch `json:"mismatch,omitempty"`
 	Why      string    `json:"why"`
 }
+
+// SeqText is the seq of the operation it is blamed for as the text writes it: "12", "12 replay
+// 3" (commops.SeqText).
+func (s Suspect) SeqText() string { return commops.SeqText(s.Seq, s.Repeat, s.GraphReplay) }
+
+// SeqText is the hung operation's seq as the text writes it (Suspect.SeqText).
+func (hg Hung) SeqText() string { return commops.SeqText(hg.Seq, hg.Repeat, hg.GraphReplay) }
 
 // OpRef names an operation on a communicator.
 type OpRef struct {

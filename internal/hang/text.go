@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ncclprof/ncclprof/internal/commops"
 	"github.com/ncclprof/ncclprof/internal/words"
 )
 
@@ -65,7 +64,7 @@ func (hg *Hung) Title() string {
 	if hg.CommName != "" {
 		name = " (" + hg.CommName + ")"
 	}
-	what := hg.Func + " seq " + commops.SeqText(hg.Seq, hg.Repeat, hg.GraphReplay)
+	what := hg.Func + " seq " + hg.SeqText()
 	if hg.Kind == KindP2p {
 		what = "point-to-point operations"
 	}

@@ -82,6 +82,7 @@ type SlowOp struct {
 	Comm     string
 	Func     string
 	Seq      int64
+	Place    string // its seq as the analyses write it: "12", "12 replay 3" (commops.SeqText)
 	Bytes    uint64
 	TimeNs   int64
 	BusBW    float64
@@ -153,7 +154,8 @@ func slowest(s *commops.Set, n int) []SlowOp {
 		o := &s.Ops[i]
 		c := s.Comms[o.Comm]
 		_, bus := stats.Bandwidth(o.Func, o.Bytes, o.Time, c.NRanks)
-		r := SlowOp{Rank: s.Procs[o.Proc].Rank, Comm: c.Label(), Func: o.Func, Seq: o.Seq, Bytes: o.Bytes, TimeNs: o.Time,
+		r := SlowOp{Rank: s.Procs[o.Proc].Rank, Comm: c.Label(), Func: o.Func, Seq: o.Seq,
+			Place: commops.SeqText(o.Seq, int64(o.Repeat), o.GraphReplay), Bytes: o.Bytes, TimeNs: o.Time,
 			BusBW: bus, TimeFrom: o.Source.String(), File: s.Files[o.Ref.File], Pid: o.Ref.Pid, Tid: o.Ref.Tid,
 			TsUs: fmt.Sprintf("%.3f", float64(o.Ref.TsNs)/1e3), PerfettoTs: o.Ref.TsNs}
 		if o.Step >= 0 {

@@ -130,3 +130,34 @@ func TestAxesReadable(t *testing.T) {
 		}
 	}
 }
+
+// A CUDA graph's replays share a seq: the slowest operations and the skew table name each by its
+// replay ("7 replay 2"), as the text outputs do, not by a seq several rows share.
+func TestReplaysNamedInThePage(t *testing.T) {
+	const ms = int64(1e6)
+	base := int64(1_700_000_000) * 1e9
+	var ops []commops.Op
+	for proc := range int32(2) {
+		for n := range 3 {
+			start := int64(n) * 20 * ms
+			if proc == 1 {
+				start += ms // rank 1 arrives 1 ms late on every replay
+			}
+			ops = append(ops, commops.Op{Proc: proc, Rank: proc, Func: "AllReduce", Seq: 7, GraphReplay: true, Peer: -1, Step: -1,
+				Bytes: 1 << 20, Source: commops.Completion, Arrive: base + start, Done: base + start + int64(n+1)*ms, Time: int64(n+1) * ms})
+		}
+	}
+	s := &commops.Set{Files: []string{"a.json", "b.json"}, Procs: []commops.Proc{{Rank: 0, Host: "h", Pid: 1}, {Rank: 1, Host: "h", Pid: 2}},
+		Comms: []commops.Comm{{Hash: 1, Name: "dp", NRanks: 2}}, Ops: ops}
+	s.NumberRepeats()
+	var b bytes.Buffer
+	if err := Build(s, stats.Compute(s), skew.Analyze(s, skew.Defaults), "replays").Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	h := b.String()
+	for _, want := range []string{"<td>7 replay 2</td>", "<td>7 replay 0</td>"} {
+		if !strings.Contains(h, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+}

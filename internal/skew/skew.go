@@ -135,6 +135,9 @@ type Collective struct {
 	Step        string `json:"step,omitempty"`
 }
 
+// SeqText is its seq as the tables write it: "12", "12+1", "12 replay 3" (commops.SeqText).
+func (c Collective) SeqText() string { return commops.SeqText(c.Seq, int64(c.Repeat), c.GraphReplay) }
+
 // Same says whether c and d name the same collective (their step aside: ranks label steps alone).
 func (c *Collective) Same(d *Collective) bool {
 	return c.Comm == d.Comm && c.Func == d.Func && c.Seq == d.Seq && c.Repeat == d.Repeat && c.GraphReplay == d.GraphReplay
