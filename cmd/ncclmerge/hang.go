@@ -31,7 +31,8 @@ rank's plugin writes ncclprof-hang-<host>-<pid>.json: every operation still open
 kernel, per ProxyOp how far it got and the state of its open steps. ncclprof_dump_inflight()
 (ncclprof.dump_inflight() in Python) writes one on demand. This command reads every rank's dump
 (and, beside them, the plugin's communicator summaries and traces), matches the operations across
-ranks by (communicator, function, seq), and names who to blame:
+ranks by (communicator, function, seq; a CUDA graph's replays by their order, "seq replay n"),
+and names who to blame:
 
   mismatch ranks that disagree about the operation they are in: at the same point (after the
           last operation they agree on) a rank called another collective, or the same one with

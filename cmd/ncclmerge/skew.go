@@ -21,8 +21,9 @@ func skewCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "skew TRACE...",
 		Short: "Find the ranks that arrive late at collectives and make the others wait",
-		Long: fmt.Sprintf(`Match each collective across ranks by NCCL's (communicator, function, seq), measure how late
-each rank arrived after the collective's median arrival, and flag:
+		Long: fmt.Sprintf(`Match each collective across ranks by NCCL's (communicator, function, seq; a CUDA graph's
+replays, which share a seq from NCCL 2.26, by their order, written "seq replay n"), measure how
+late each rank arrived after the collective's median arrival, and flag:
 
   late arrival  lateness > median + k·MAD of all lateness in the communicator (k = --k, %g),
                 and at least --min-late (%s) after the median;
