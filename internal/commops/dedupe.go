@@ -2,14 +2,14 @@ package commops
 
 import "fmt"
 
-// keepHandles records, for the operations finish kept (moved: old index → new, -1 dropped),
-// the plugin handle of each and the handles each kernel group took in, for dedupe.
-func (r *reader) keepHandles(moved []int32) {
-	r.p.handles = make([]uint64, len(r.p.ops))
+// keepMembers records, for the kernel groups finish kept (moved: old index → new, -1 dropped),
+// the handles of the operations each took in, for dedupe.
+func (r *reader) keepMembers(moved []int32) {
 	for k, i := range r.keys {
-		if m := moved[i]; m >= 0 {
-			r.p.handles[m] = k.handle
-		} else if g, ok := r.groupOf[i]; ok && moved[g] >= 0 {
+		if moved[i] >= 0 {
+			continue
+		}
+		if g, ok := r.groupOf[i]; ok && moved[g] >= 0 {
 			if r.p.members == nil {
 				r.p.members = map[int32][]uint64{}
 			}
@@ -65,7 +65,7 @@ func dedupe(parts []*part) int {
 				continue
 			}
 			ids := p.members[int32(i)]
-			if h := p.handles[i]; h != 0 {
+			if h := p.ops[i].Handle; h != 0 {
 				ids = append([]uint64{h}, ids...)
 			}
 			dup := false

@@ -36,7 +36,7 @@ func (r *reader) finish(t *ptrace.Trace) error {
 		ops = append(ops, o)
 	}
 	r.p.ops = ops
-	r.keepHandles(moved)
+	r.keepMembers(moved)
 	r.sampling(t)
 	for i := range r.p.steps {
 		r.p.steps[i].at += base

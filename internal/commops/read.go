@@ -40,9 +40,8 @@ type part struct {
 	ops    []Op
 	notes  []string
 	others Others
-	// handles[i] is the plugin handle of ops[i] (0 for an operation standing for a kernel's
-	// group), members[i] the handles such a group took in: what dedupe matches across files.
-	handles []uint64
+	// members[i] is the handles the operation standing for a kernel's group took in (its own
+	// Handle is 0): with each operation's Handle, what dedupe matches across files.
 	members map[int32][]uint64
 }
 
