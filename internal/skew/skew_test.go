@@ -458,21 +458,11 @@ func TestGPULateWhileCPUOnTime(t *testing.T) {
 // n-th repeat with the n-th), so the planted lateness on 5 of them is found: matched by seq
 // alone, the 49 repeats after the first fell out of the analysis and with them those 5.
 func TestGraphReplaysSharingASeq(t *testing.T) {
-	_, paths := job(t, 5)
-	s, err := commops.Read(paths, commops.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range s.Ops {
-		if o := &s.Ops[i]; o.Seq >= 100 && o.Seq < 150 {
+	r := replayed(t, func(o *commops.Op) {
+		if o.Seq >= 100 && o.Seq < 150 {
 			o.Seq = 100
 		}
-	}
-	s.NumberRepeats()
-	r := Analyze(s, Defaults)
-	if got, want := slowRanks(r), []string{"rank 5 late on 20 of 200"}; !slices.Equal(got, want) {
-		t.Fatalf("slow ranks %v, want %v", got, want)
-	}
+	})
 	// The tables tell the repeats apart: the late 110th collective is seq 100's repeat 9.
 	var text bytes.Buffer
 	r.WriteText(&text)
@@ -488,13 +478,7 @@ func TestGraphReplaysSharingASeq(t *testing.T) {
 // the eager one, each replay among the ranks that saw it. Counted together, ranks 8-15's eager
 // collective was matched with the others' first replay, 49 collectives earlier.
 func TestGraphReplaysSeenByHalfTheRanks(t *testing.T) {
-	_, paths := job(t, 5)
-	s, err := commops.Read(paths, commops.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range s.Ops {
-		o := &s.Ops[i]
+	r := replayed(t, func(o *commops.Op) {
 		switch {
 		case o.Seq >= 100 && o.Seq < 149 && o.Rank >= 8:
 			o.Seq = -1 // not seen: no collective for the analysis
@@ -503,17 +487,33 @@ func TestGraphReplaysSeenByHalfTheRanks(t *testing.T) {
 		case o.Seq == 149:
 			o.Seq = 100 // the eager collective after the replays
 		}
+	})
+	var text bytes.Buffer
+	r.WriteText(&text)
+	if !strings.Contains(text.String(), "100 replay 9") {
+		t.Errorf("no row names seq 100's replay 9:\n%s", text.String())
+	}
+}
+
+// replayed analyzes a job of 16 ranks × 200 collectives, rank 5 planted late on 20, its
+// operations changed by replay first (a graph's replays planted), and checks the planted rank is
+// found, late on 20 of 200.
+func replayed(t *testing.T, replay func(o *commops.Op)) *Result {
+	t.Helper()
+	_, paths := job(t, 5)
+	s, err := commops.Read(paths, commops.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range s.Ops {
+		replay(&s.Ops[i])
 	}
 	s.NumberRepeats()
 	r := Analyze(s, Defaults)
 	if got, want := slowRanks(r), []string{"rank 5 late on 20 of 200"}; !slices.Equal(got, want) {
 		t.Fatalf("slow ranks %v, want %v", got, want)
 	}
-	var text bytes.Buffer
-	r.WriteText(&text)
-	if !strings.Contains(text.String(), "100 replay 9") {
-		t.Errorf("no row names seq 100's replay 9:\n%s", text.String())
-	}
+	return r
 }
 
 // slowRanks says which ranks r found slow, on how many of the collectives matched.
