@@ -463,3 +463,33 @@ func TestTracedPlace(t *testing.T) {
 		t.Errorf("sampled trace: %+v, want past every replay of seq 5, before its eager collective", p)
 	}
 }
+
+// The same for a rank without a dump whose trace shows no replay of the function: it is not
+// judged on the hung replay by its trace (before, "never started it as far as its trace shows").
+// Ranks 0-2 wait in the replay on a ring of their own (rank 3 has no proxy work in the graph).
+func TestRankWithoutDumpOrReplaysNotBlamed(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range replayDumps(true, 3)[:3] { // rank 3 wrote none
+		c := &d.Comms[0]
+		c.Open[0].Proxy = []ProxyOp{pop(Send, (c.Rank+1)%3, 0, SendGPUWait), pop(Recv, (c.Rank+2)%3, 0, RecvWait)}
+		if _, err := Write(dir, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in, err := Load([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := buildIndex(in)
+	x.tracesRead = true // its trace, read: eager AllReduces up to seq 4, no replay
+	x.sideOf("0x00000000000000a1", 3).started = map[string]collective.Place{"AllReduce": {Seq: 4}}
+	v := x.comms["0x00000000000000a1"]
+	k, ok := primary(v)
+	if !ok || !k.replay {
+		t.Fatalf("primary %+v %v, want the replay", k, ok)
+	}
+	hg, sus := x.analyzeOp(v, k)
+	if len(sus) != 0 || hg.Ranks[3].State != StateNoReplays {
+		t.Errorf("suspects %+v, rank 3 %s %q; want none and %s", sus, hg.Ranks[3].State, hg.Ranks[3].Text, StateNoReplays)
+	}
+}

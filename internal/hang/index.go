@@ -35,8 +35,10 @@ type sideInfo struct {
 	// left: the rank destroyed the communicator (its summary exists) after these operations.
 	left    bool
 	leftOps map[string]uint64
-	// started: per function, the furthest collective its trace shows it starting.
+	// started: per function, the furthest collective its trace shows it starting; replays:
+	// the functions its trace shows a CUDA graph replay of.
 	started map[string]collective.Place
+	replays map[string]bool
 	source  string // the file that says so
 }
 
@@ -155,6 +157,12 @@ func (x *index) readTraces() {
 		p := tracedPlace(o, set.Sampling.On())
 		if last, ok := si.started[o.Func]; !ok || p.Compare(last) > 0 {
 			si.started[o.Func] = p
+		}
+		if o.GraphReplay {
+			if si.replays == nil {
+				si.replays = map[string]bool{}
+			}
+			si.replays[o.Func] = true
 		}
 	}
 }

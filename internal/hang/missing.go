@@ -131,6 +131,9 @@ func (h *hangCtx) judgeMissing() {
 		case inTrace && traced0.Compare(h.key.place()) >= 0:
 			h.setState(rs, StateTookPart)
 			rs.Text = fmt.Sprintf("no dump; its trace shows it started %s", h.key)
+		case inTrace && h.key.replay && !si.replays[h.key.fn]:
+			h.setState(rs, StateNoReplays)
+			rs.Text = "no dump; its trace shows no CUDA graph replay of " + h.key.fn + " (NCCL starts a replay's events only on ranks with proxy work in the graph), so its part in one cannot be seen"
 		case inTrace:
 			traced = append(traced, rs)
 		default:
