@@ -62,9 +62,9 @@ type progress struct {
 	// recent is a ring of the last FlightRecord operations completed; next is where the next goes.
 	recent [FlightRecord]Called
 	next   uint64
-	// runs is, per collective function and kind (graph replays apart), the last seq started
-	// and how many came with it before.
-	runs map[runKey]seqRun
+	// runs numbers, per collective function and kind (graph replays apart), the collectives
+	// that repeat a seq.
+	runs collective.Repeats[runKey]
 }
 
 type runKey struct {
@@ -72,31 +72,17 @@ type runKey struct {
 	replay bool
 }
 
-// seqRun is the last seq of a function and its repeat.
-type seqRun struct{ seq, n int64 }
-
 // repeatOf numbers a collective of fn just started with seq (replay: one of a CUDA graph's
 // replays): how many of fn's collectives of its kind came with that seq right before it (0: the
-// first). NCCL gives every replay of a CUDA graph's collective the seq of the next eager one
-// (2.26-2.30, unless KernelCh is on: src/plugin/profiler.cc ncclProfilerStartTaskEvents, the
-// persistent test), so replays share a seq back to back; (seq, repeat) tells them apart, the
-// same way on every rank that sees them. Replays are counted apart from eager collectives:
-// NCCL starts a replay's events only on ranks whose part of the graph has proxy work
-// (enqueue.cc ncclLaunchPrepare, hasProxyOps), and the eager collective after the replays is
-// repeat 0 on every rank, whether it saw them or not (skew matches them alike: matchKey).
+// first; collective.Repeats). NCCL gives every replay of a CUDA graph's collective the seq of
+// the next eager one (2.26-2.30, unless KernelCh is on: src/plugin/profiler.cc
+// ncclProfilerStartTaskEvents, the persistent test); commops numbers traces alike
+// (NumberRepeats), so the dumps and the traces' analyses name the same collective.
 func (p *progress) repeatOf(fn string, seq int64, replay bool) int64 {
 	if p.runs == nil {
-		p.runs = map[runKey]seqRun{}
+		p.runs = collective.Repeats[runKey]{}
 	}
-	k := runKey{fn, replay}
-	run, ok := p.runs[k]
-	if ok && run.seq == seq {
-		run.n++
-	} else {
-		run = seqRun{seq: seq}
-	}
-	p.runs[k] = run
-	return run.n
+	return p.runs.Next(runKey{fn, replay}, seq)
 }
 
 // flight lists the ring's operations, oldest first.

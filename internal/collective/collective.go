@@ -292,3 +292,25 @@ func (p Place) Compare(q Place) int {
 	}
 	return cmp.Compare(p.Repeat, q.Repeat)
 }
+
+// Repeats numbers collectives that repeat a seq back to back, per key (a rank's function and
+// kind: a CUDA graph's replays are counted apart from eager collectives, since NCCL starts a
+// replay's events only on ranks whose part of the graph has proxy work, enqueue.cc
+// ncclLaunchPrepare, hasProxyOps). The n-th of a run on every rank that sees it is the same
+// collective: Place.Repeat.
+type Repeats[K comparable] map[K]repeatRun
+
+type repeatRun struct{ seq, n int64 }
+
+// Next numbers the collective of key k just met with seq: how many of k's came with that seq
+// right before it (0: the first).
+func (r Repeats[K]) Next(k K, seq int64) int64 {
+	run, ok := r[k]
+	if ok && run.seq == seq {
+		run.n++
+	} else {
+		run = repeatRun{seq: seq}
+	}
+	r[k] = run
+	return run.n
+}

@@ -295,41 +295,26 @@ func (s *Set) finish() {
 	}
 }
 
-// NumberRepeats numbers each rank's collectives that repeat a seq (Op.Repeat), in arrival order.
-// NCCL gives every replay of a CUDA-graph-captured collective the seq of the next eager one
-// (from 2.26, unless KernelCh is on: src/plugin/profiler.cc ncclProfilerStartTaskEvents), so a
-// rank's replays come with one seq, back to back, and the n-th of them on every rank is the same
-// collective. Replays are counted apart from eager collectives: NCCL starts a replay's events
-// only on ranks whose part of the graph has proxy work (enqueue.cc ncclLaunchPrepare,
-// hasProxyOps), so a rank without any has only the eager collective that shares their seq. What
-// a trigger traced around a slow operation is that rank's alone and is not counted (nor
-// matched): only collectives every rank traced line up. Read numbers them; a caller that
-// changes operations' seqs or marks numbers them again.
+// NumberRepeats numbers each rank's collectives that repeat a seq (Op.Repeat), in arrival order,
+// replays apart from eager collectives (collective.Repeats): NCCL gives every replay of a
+// CUDA-graph-captured collective the seq of the next eager one (from 2.26, unless KernelCh is on:
+// src/plugin/profiler.cc ncclProfilerStartTaskEvents), and the n-th of a run on every rank is
+// the same collective. What a trigger traced around a slow operation is that rank's alone and is
+// not counted (nor matched): only collectives every rank traced line up. Read numbers them; a
+// caller that changes operations' seqs or marks numbers them again.
 func (s *Set) NumberRepeats() {
 	type runKey struct {
 		comm, rank int32
 		fn         string
 		replay     bool
 	}
-	type run struct {
-		seq int64
-		n   int32
-	}
-	runs := map[runKey]run{}
+	runs := collective.Repeats[runKey]{}
 	for i := range s.Ops {
 		o := &s.Ops[i]
 		if o.Seq < 0 || o.Rank < 0 || o.Traced == Triggered || o.Traced == Trigger {
 			continue
 		}
-		k := runKey{o.Comm, o.Rank, o.Func, o.GraphReplay}
-		r, ok := runs[k]
-		if ok && r.seq == o.Seq {
-			r.n++
-		} else {
-			r = run{seq: o.Seq}
-		}
-		runs[k] = r
-		o.Repeat = r.n
+		o.Repeat = int32(runs.Next(runKey{o.Comm, o.Rank, o.Func, o.GraphReplay}, o.Seq))
 	}
 }
 
