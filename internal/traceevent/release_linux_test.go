@@ -10,20 +10,13 @@ import (
 	"github.com/ncclprof/ncclprof/internal/tracefile"
 )
 
-// residentKB is this process's resident memory by its page tables (/proc/self/smaps_rollup).
+// residentKB is this process's resident memory (tracefile.ResidentKB).
 func residentKB(t *testing.T) int64 {
-	b, err := os.ReadFile("/proc/self/smaps_rollup")
+	kb, err := tracefile.ResidentKB()
 	if err != nil {
-		t.Skip("no /proc/self/smaps_rollup")
+		t.Skip(err)
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "Rss:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb
-		}
-	}
-	t.Skip("no Rss in /proc/self/smaps_rollup")
-	return 0
+	return kb
 }
 
 // A one-pass read of a mapped file (tracefile.ReadPass) with Release never holds much of the

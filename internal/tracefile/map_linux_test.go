@@ -5,7 +5,6 @@ import (
 	"compress/gzip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -67,24 +66,13 @@ func TestMapFileRefusesFIFO(t *testing.T) {
 	}
 }
 
-// rssKB is this process's resident memory as its page tables say (/proc/self/smaps_rollup: exact,
-// where /proc/self/status's counters lag).
+// rssKB is this process's resident memory (ResidentKB).
 func rssKB(t *testing.T) int64 {
-	b, err := os.ReadFile("/proc/self/smaps_rollup")
+	kb, err := ResidentKB()
 	if err != nil {
-		t.Skip("no /proc/self/smaps_rollup")
+		t.Skip(err)
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "Rss:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb
-		}
-	}
-	t.Skip("no Rss in /proc/self/smaps_rollup")
-	return 0
+	return kb
 }
 
 // ReadPass maps a large file; the pages Release gives back leave the process (its resident file
