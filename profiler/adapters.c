@@ -194,7 +194,7 @@ NP_HOT void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t parent, in
    * is the only one that reports isSend): they wait for evidence that they are over. Its
    * record in the operation windows waits for its first sign of life (np_op_record). */
   if (!is_send && !(flags & NP_F_FOREIGN)) {
-    np_conn_started(c, cell, channel, (int32_t)peer);
+    np_conn_started(c, cell);
     np_retire_push(c, t, ch);
   }
   *eh = (void*)ch;

@@ -140,7 +140,22 @@ static void np_op_finish(np_comm* c, np_thread* t, np_cell* op, uint64_t h, uint
   __atomic_store_n(&ev->done, 1, __ATOMIC_RELEASE);
 }
 
-/* The receive connection of a ProxyOp (channel, peer) in the communicator's table; with
+/* The queue a receive ProxyOp waits in, by the peer it is keyed on: NCCL's proxy appends a
+ * ProxyOp behind what its connection's `proxyAppendPtr` names (proxy.cc ProxyAppend). A P2P
+ * receive over the network shares one queue per channel with every peer's (net.cc
+ * recvConnect: `localPeers[tpLocalRank]->recv.proxyAppend + channelId` when the connection uses
+ * shared buffers, which P2P connections do unless NCCL_NET_SHARED_BUFFERS is 0; recvSetup,
+ * v2.23.4-1 to v2.30.7-1); a collective's has its own (channel, peer) connection. A P2P receive
+ * is keyed on its channel alone even where its connection is its own (shared buffers off, or a
+ * transport other than the network): waiting for other peers' receives only delays a
+ * retirement, never makes a wrong one. */
+#define NP_QUEUE_SHARED ((int32_t)0xfffffe) /* a key no peer has, never 0 (np_conn_of) */
+static int32_t np_queue_peer(const np_cell* op) {
+  return np_h_p2p(__atomic_load_n(&op->parent, __ATOMIC_RELAXED))
+             ? NP_QUEUE_SHARED : __atomic_load_n(&op->peer, __ATOMIC_RELAXED);
+}
+
+/* The receive queue of a ProxyOp (channel, peer) in the communicator's table; with
  * `take`, an entry another connection held is taken over (its counts start again). NULL when
  * the connection is not there. Only NCCL's proxy thread of the communicator comes here; the
  * relaxed atomics keep other callers (the fuzzer's threads) defined, not right. */
@@ -156,9 +171,9 @@ static np_conn* np_conn_of(np_comm* c, uint8_t channel, int32_t peer, int take) 
   return e;
 }
 
-/* A receive ProxyOp started on (channel, peer): its place in its connection's order. */
-void np_conn_started(np_comm* c, np_cell* op, uint8_t channel, int32_t peer) {
-  np_conn* e = np_conn_of(c, channel, peer, 1);
+/* A receive ProxyOp started: its place in its queue's order. */
+void np_conn_started(np_comm* c, np_cell* op) {
+  np_conn* e = np_conn_of(c, op->channel, np_queue_peer(op), 1);
   __atomic_store_n(&op->conn_seq, __atomic_fetch_add(&e->started, 1, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
 }
 
@@ -203,7 +218,7 @@ static int np_op_retire(np_comm* c, np_thread* t, np_cell* op, uint64_t h, int c
       __atomic_load_n(&op->u.op.record, __ATOMIC_RELAXED) != 0)
     return NP_RETIRE_NO;
   uint8_t channel = __atomic_load_n(&op->channel, __ATOMIC_RELAXED);
-  int32_t peer = __atomic_load_n(&op->peer, __ATOMIC_RELAXED);
+  int32_t peer = np_queue_peer(op);
   if (np_conn_queued(c, op, channel, peer, evidence)) return NP_RETIRE_QUEUED;
   if (!__atomic_compare_exchange_n(&op->gs, &gs, gs + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
     return NP_RETIRE_NO;
@@ -265,8 +280,7 @@ void np_cell_stop(np_comm* c, np_thread* t, np_cell* cell, uint64_t h, uint64_t 
   uint64_t started = cell->t_start;
   np_op_finish(c, t, cell, h, now);
   if (!cell->is_send && !(cell->sflags & NP_F_FOREIGN))
-    np_conn_ended(c, __atomic_load_n(&cell->channel, __ATOMIC_RELAXED),
-                  __atomic_load_n(&cell->peer, __ATOMIC_RELAXED), 1, now);
+    np_conn_ended(c, __atomic_load_n(&cell->channel, __ATOMIC_RELAXED), np_queue_peer(cell), 1, now);
   np_cell_free(cell);
   if (__atomic_load_n(&c->rq_head, __ATOMIC_RELAXED) != __atomic_load_n(&c->rq_tail, __ATOMIC_RELAXED))
     np_retire_due(c, t, started);

@@ -46,13 +46,14 @@
  *
  * Handles: what startEvent returns is not a pointer but an encoded value, checked against the
  * current epoch (window) or generation (arena cell) without dereferencing anything:
- *   window record: bit 0 = 1 | bit 1 = 0 | epoch (29) | sample (2) | slot (17) | set (1) | window (3) | comm (10)
+ *   window record: bit 0 = 1 | bit 1 = 0 | epoch (28) | P2P (1) | sample (2) | slot (17) | set (1) | window (3) | comm (10)
  *   arena cell:    bit 0 = 1 | bit 1 = 1 | generation (30) | cell (22)               | comm (10)
  * A stale handle (its window recycled or its cell freed: CUDA-graph replay, stop after
  * finalize) is detected rather than corrupting another event. `sample` carries a record's
  * NP_F_SAMPLED / NP_F_TRIGGERED bits, so a ProxyOp reads its operation's choice from the
- * parent handle NCCL passes, however long after its operation's window was recycled. Handles
- * with bit 0 clear are sentinels (dropped, not recorded) that every callback accepts.
+ * parent handle NCCL passes, however long after its operation's window was recycled; `P2P`
+ * says the record is a P2p, so a ProxyOp knows from its parent handle which queue NCCL's proxy
+ * puts it in (np_queue_peer in arena.c). Handles with bit 0 clear are sentinels (dropped, not recorded) that every callback accepts.
  *
  * Window life cycle (one 64-bit word holds epoch and state, so both are read at once):
  *   FREE → FILLING → CLOSING → SEALED → FREE (epoch + 1)
@@ -477,13 +478,14 @@ int np_drain_owner(void);
 void np_mask_off(void);
 #endif /* !NP_GO_SIDE */
 
-/* Encoded handle fields (layout at the top of this file). Epochs are 29 bits, never 0. */
-#define NP_EPOCH_MASK 0x1fffffffu
+/* Encoded handle fields (layout at the top of this file). Epochs are 28 bits, never 0. */
+#define NP_EPOCH_MASK 0x0fffffffu
 #define NP_GEN_MASK 0x3fffffffu
 /* flags: the record's flags; its sample bits (NP_F_SAMPLE_BITS, bits 8-9) go into the handle. */
 static inline uint64_t np_handle(uint32_t comm, uint32_t set, uint32_t win, uint32_t slot,
-                                 uint32_t epoch, uint16_t flags) {
-  return 1ull | ((uint64_t)(epoch & NP_EPOCH_MASK) << 2) | ((uint64_t)((flags >> 8) & 3u) << 31) |
+                                 uint32_t epoch, uint16_t flags, int type) {
+  return 1ull | ((uint64_t)(epoch & NP_EPOCH_MASK) << 2) | ((uint64_t)(type == NP_T_P2P) << 30) |
+         ((uint64_t)((flags >> 8) & 3u) << 31) |
          ((uint64_t)slot << 33) | ((uint64_t)set << 50) | ((uint64_t)win << 51) |
          ((uint64_t)comm << 54);
 }
@@ -495,6 +497,8 @@ static inline int np_h_is_cell(uint64_t h) { return (int)((h >> 1) & 1); }
 static inline uint32_t np_h_epoch(uint64_t h) { return (uint32_t)(h >> 2) & NP_EPOCH_MASK; }
 /* The record's sample bits, as NP_F_SAMPLED / NP_F_TRIGGERED (window records only). */
 static inline uint16_t np_h_sample(uint64_t h) { return (uint16_t)(((h >> 31) & 3u) << 8); }
+/* Whether the handle names a P2p record (window records only). */
+static inline int np_h_p2p(uint64_t h) { return (h & 3u) == 1u && ((h >> 30) & 1u); }
 static inline uint32_t np_h_slot(uint64_t h) { return (uint32_t)(h >> 33) & (NP_MAX_SLOTS - 1); }
 static inline uint32_t np_h_set(uint64_t h) { return (uint32_t)(h >> 50) & 1u; }
 static inline uint32_t np_h_win(uint64_t h) { return (uint32_t)(h >> 51) & 7u; }

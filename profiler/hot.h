@@ -293,7 +293,7 @@ NP_HOT np_event* np_slot_new(np_comm* c, np_thread* t, int type, int abi, uint64
     ev = np_claim_routed(c, parent, &wi, &s, &ep, &flags);
   if (ev == NULL) ev = np_claim(c, t, set, &wi, &s, &ep);
   if (NP_UNLIKELY(ev == NULL)) return NULL;
-  *handle = np_handle(c->idx, set, wi, s, ep, flags);
+  *handle = np_handle(c->idx, set, wi, s, ep, flags, type);
   ev->parent = parent;
   ev->t_start = np_event_clock(type);
   ev->t_stop = 0;
@@ -589,7 +589,7 @@ NP_HOT uint64_t np_step_restarted(np_comm* c, np_cell* op, uint64_t parent, int3
 }
 
 void np_retire_oldest(np_comm* c, np_thread* t);
-void np_conn_started(np_comm* c, np_cell* op, uint8_t channel, int32_t peer);
+void np_conn_started(np_comm* c, np_cell* op);
 
 /* Queues a ProxyOp that NCCL may never stop (np_retire_due decides). When the ring is full
  * its oldest entry is decided first: NP_RETIRE_RING ProxyOps started after it. */

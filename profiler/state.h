@@ -21,7 +21,7 @@ enum { NP_W_FREE = 0, NP_W_FILLING = 1, NP_W_CLOSING = 2, NP_W_SEALED = 3 };
 #define NP_SE(epoch, state) (((uint64_t)(epoch) << 8) | (uint64_t)(state))
 #define NP_SE_STATE(se) ((uint32_t)((se) & 0xff))
 #define NP_SE_EPOCH(se) ((uint32_t)((se) >> 8) & NP_EPOCH_MASK)
-/* The epoch after e: 29 bits (NP_EPOCH_MASK), never 0 (a thread's block cache uses 0 for "no
+/* The epoch after e: 28 bits (NP_EPOCH_MASK), never 0 (a thread's block cache uses 0 for "no
  * block"). */
 static inline uint32_t np_next_epoch(uint32_t e) {
   uint32_t n = (e + 1) & NP_EPOCH_MASK;

@@ -54,6 +54,8 @@ static void usage(void) {
           "             20 times, as net.cc's recvProxyProgress does while it waits\n"
           "  queued     --iters ring AllReduces at --rate/s on 4 channels whose receive ProxyOps\n"
           "             wait 300 operations behind on their channel, as proxy.cc queues them\n"
+          "  queuedp2p  --iters P2P plans at --rate/s whose receives wait behind other peers' in\n"
+          "             their channel's queue, as net.cc shares it for P2P\n"
           "  proxychurn --iters ring AllReduces, a new proxy thread for every two, each ended\n"
           "  stalefin   a finalize of a context whose table entry another communicator took over\n"
           "  finwhile   finalize while another thread keeps calling into the communicator\n"
@@ -211,6 +213,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(o.scenario, "nostop")) scenario_nostop(&o);
   else if (!strcmp(o.scenario, "restart")) scenario_restart(&o);
   else if (!strcmp(o.scenario, "queued")) scenario_queued(&o);
+  else if (!strcmp(o.scenario, "queuedp2p")) scenario_queuedp2p(&o);
   else if (!strcmp(o.scenario, "proxychurn")) scenario_proxychurn(&o);
   else if (!strcmp(o.scenario, "job")) scenario_job(&o);
   else if (!strcmp(o.scenario, "stalefin")) scenario_stalefin(&o);

@@ -22,6 +22,13 @@
  *            behind on their channel (1,200 at once, more than the plugin's retirement ring)
  *            while every send runs and stops: as real NCCL 2.30.7 did under a burst
  *            (testdata/nccl/2.30.7-net-burst).
+ *   queuedp2p  P2P receives over the network share one queue per channel whatever their peer
+ *            (net.cc recvConnect: `recv.proxyAppend + channelId` for shared buffers): plans of
+ *            a Send and a Recv at a distance that turns (1, 2, ... nranks-1, as an all-to-all
+ *            done peer by peer), one in four an all-to-all whose receives are subs of one
+ *            args, queued nranks-2 receives deep on each of 2 channels, so a receive waits
+ *            behind other peers' while later sends stop: as real NCCL 2.28.9 did on rank 2
+ *            (testdata/nccl/2.28.9-net-shared).
  *
  * --iters operations at --rate operations per second (0: as fast as the threads can), each
  * with --channels channels; 4 steps per channel and direction.
@@ -90,6 +97,36 @@ void scenario_queued(const opts* op) {
     pace(t0, i, op->rate);
     op_spec o = pattern_op("AllReduce", "RING", 4);
     launch_group(c, &o, 1, 1);
+  }
+  proxy_stop();
+  W.queue_depth = 0;
+}
+
+/* One plan of P2P on 2 channels: a Send to rank + d and a Recv from rank - d, or with d = 0 an
+ * all-to-all (every other rank, both ways), 4 KiB per peer. */
+static void p2p_plan(hcomm* c, int d) {
+  op_spec ops[2 * MAX_PEERS];
+  int n = 0;
+  for (int k = 1; k < c->nranks; k++) {
+    if (d != 0 && k != d) continue;
+    for (int send = 1; send >= 0; send--) {
+      int peer = send ? (c->rank + k) % c->nranks : (c->rank + c->nranks - k) % c->nranks;
+      op_spec o = {.func = send ? "Send" : "Recv", .count = 1024, .dtype = "ncclFloat32",
+                   .nchannels = 2, .is_p2p = 1, .peer = peer, .chunk = 32 * 1024};
+      ops[n++] = o;
+    }
+  }
+  launch_group(c, ops, n, 2); /* the user's own ncclGroupStart/End */
+}
+
+void scenario_queuedp2p(const opts* op) {
+  hcomm* c = world_comm("queuedp2p", 0x0E0E0ED000000002ull + (uint64_t)op->seed, op->nranks, op->rank, 2);
+  W.queue_depth = c->nranks > 2 ? c->nranks - 2 : 1;
+  proxy_start();
+  double t0 = now_ns();
+  for (int i = 0; i < op->iters; i++) {
+    pace(t0, i, op->rate);
+    p2p_plan(c, i % 4 == 3 ? 0 : 1 + i % (c->nranks - 1));
   }
   proxy_stop();
   W.queue_depth = 0;

@@ -178,6 +178,8 @@ void plan_tasks(hcomm* c, op_spec* ops, int n, void** api) {
   void* grp = start_event(c->ctx, &ge, 0);
   job jobs[128];
   int nj = 0;
+  static uint64_t plans;
+  uint64_t plan = ++plans;
   for (int i = 0; i < n; i++) {
     op_spec* o = &ops[i];
     if (o->api_only) continue;
@@ -202,6 +204,7 @@ void plan_tasks(hcomm* c, op_spec* ops, int n, void** api) {
       jobs[k].t_op_start = t0;
       jobs[k].t_op_started = t0_after;
       jobs[k].last_of_op = k == nj - 1;
+      jobs[k].plan = plan;
       /* A planted slow send: its steps share the delay (ProxyOps run one after another). */
       jobs[k].slow_ns = o->slow_ns + (jobs[k].is_send && jobs[k].nsteps > 0 ? o->send_slow_ns / jobs[k].nsteps : 0);
       jobs[k].gpu_delay_ns = o->gpu_delay_ns;

@@ -151,6 +151,7 @@ int scenario_skew(int argc, char** argv); /* parses its own options (skew.c) */
 int scenario_hang(int argc, char** argv); /* parses its own options (hang.c) */
 int scenario_replay(int argc, char** argv); /* a recorded call log of real NCCL (replay.c) */
 void scenario_queued(const opts* op);       /* proxy_patterns.c: ProxyOps queued behind */
+void scenario_queuedp2p(const opts* op);    /* proxy_patterns.c: P2P receives share a queue */
 void scenario_proxychurn(const opts* op);   /* proxy_patterns.c: a proxy thread per two ops */
 
 #endif

@@ -335,24 +335,40 @@ void run_job(const job* j) {
 
 /* NCCL's queue of ProxyOps behind their connection (proxy.cc ProxyAppend, `nextPeer`;
  * docs/nccl-patterns.md section 3): a receive ProxyOp is started when the proxy thread appends
- * it and progressed only when the ones before it on its connection (here: its channel) are
- * done, W.queue_depth operations later; sends run at once, so later operations' ProxyOps stop
- * while earlier receives wait with no state and no step. The head of a connection's queue is in
- * NCCL's active list, so its first pass (InProgress) comes as soon as it is the head: when its
- * predecessor is removed, or at its append onto an idle connection. */
+ * it and progressed only when the ones before it in its queue are done, W.queue_depth entries
+ * later; sends run at once, so later operations' ProxyOps stop while earlier receives wait with
+ * no state and no step. The queue is the channel's: a ring collective's receive connection is
+ * its channel's one, and P2P receives over the network share one queue per channel whatever
+ * their peer (net.cc recvConnect, `recv.proxyAppend + channelId`). The head's args is in NCCL's
+ * active list, so its first pass (InProgress, for every sub of it: the receives of one plan,
+ * appended to one args as subs) comes as soon as it is the head: when its predecessor is
+ * removed, or at its append onto an idle queue. */
 typedef struct queued {
   job j;
   void *op, *kch;
+  int passed; /* its first pass came */
 } queued;
 static queued* conn_q[MAX_CHANNELS];
 static int conn_head[MAX_CHANNELS], conn_n[MAX_CHANNELS];
 
+static queued* queue_at(int ch, int k) { return &conn_q[ch][(conn_head[ch] + k) % (W.queue_depth + 1)]; }
+
+/* The head args' first pass: the head and whatever follows it from the same plan. */
+static void queue_first_pass(int ch) {
+  uint64_t plan = queue_at(ch, 0)->j.plan;
+  for (int k = 0; k < conn_n[ch] && queue_at(ch, k)->j.plan == plan; k++) {
+    queued* q = queue_at(ch, k);
+    if (!q->passed) host_op_in_progress(&W.plugin, q->op);
+    q->passed = 1;
+  }
+}
+
 static void queue_pop(int ch) {
-  queued* q = &conn_q[ch][conn_head[ch]];
+  queued* q = queue_at(ch, 0);
   conn_head[ch] = (conn_head[ch] + 1) % (W.queue_depth + 1);
   conn_n[ch]--;
   run_started(&q->j, q->op, q->kch, 1);
-  if (conn_n[ch] > 0) host_op_in_progress(&W.plugin, conn_q[ch][conn_head[ch]].op);
+  if (conn_n[ch] > 0) queue_first_pass(ch);
 }
 
 static void run_queued(const job* j) {
@@ -362,11 +378,12 @@ static void run_queued(const job* j) {
   }
   int ch = j->channel % MAX_CHANNELS;
   if (!conn_q[ch]) conn_q[ch] = calloc((size_t)W.queue_depth + 1, sizeof(queued));
-  queued* q = &conn_q[ch][(conn_head[ch] + conn_n[ch]) % (W.queue_depth + 1)];
+  queued* q = queue_at(ch, conn_n[ch]++);
   q->j = *j;
   q->kch = job_kernel_begin(j);
   q->op = job_op_begin(j, j->nsteps, (int)j->sizes[0]);
-  if (conn_n[ch]++ == 0) host_op_in_progress(&W.plugin, q->op);
+  q->passed = 0;
+  queue_first_pass(ch); /* it is the head, or one of the head's plan */
   if (conn_n[ch] > W.queue_depth) queue_pop(ch);
 }
 

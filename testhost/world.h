@@ -59,6 +59,8 @@ typedef struct job {
   size_t sizes[64]; /* per step */
   int kernel;       /* also emit KernelCh for this channel */
   int truth_op;     /* index into comm->ops for completion truth, or -1 */
+  uint64_t plan;    /* the plan it came from (NCCL's opCount): ProxyOps of one plan queued on one
+                       channel are subs of one args, progressed together (world.c run_queued) */
   double t_op_start; /* host CLOCK_MONOTONIC ns when the Coll started */
   double t_op_started; /* … and when its start callback had returned: the plugin stamped between */
   int last_of_op;    /* the op completes when this job finishes */

@@ -171,6 +171,11 @@ func (r *Result) Partial() []string {
 			out = append(out, fmt.Sprintf("%d %s events were not tracked: %s", n, t, untrackedEffect(t)))
 		}
 	}
+	if h.OrphanSteps > 0 {
+		out = append(out, fmt.Sprintf("%d ProxySteps came without a tracked ProxyOp (not in the "+
+			"event mask, dropped, or retired before NCCL progressed it): their transfers are "+
+			"missing from rank-pair and channel figures and fits", h.OrphanSteps))
+	}
 	if h.TransfersUnkeyed > 0 {
 		out = append(out, fmt.Sprintf("%d transfers are in no rank pair or channel (the sum table "+
 			"was full)", h.TransfersUnkeyed))

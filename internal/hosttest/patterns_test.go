@@ -117,6 +117,35 @@ func TestQueuedProxyOpsAreKept(t *testing.T) {
 	}
 }
 
+// P2P receives over the network wait in one queue per channel whatever their peer (net.cc
+// recvConnect, shared buffers): a receive from one peer waits, with no state and no step, behind
+// another peer's while later sends stop. Keyed on (channel, peer), the plugin took such a
+// receive for one NCCL never stops and retired it (21,998 of 24,000 at 94ff611, their steps
+// orphaned: real NCCL 2.28.9 did this to rank 2 of a recording, testdata/nccl/2.28.9-net-shared).
+func TestQueuedP2PReceivesAreKept(t *testing.T) {
+	for _, run := range patternRuns {
+		t.Run(run.name, func(t *testing.T) {
+			r := runProxyPattern(t, "queuedp2p", run.rate, run.env)
+			tr := r.Truth[0]
+			for _, c := range []string{"OPS_RETIRED", "OPS_RETIRED_OLD", "ORPHAN_STEPS", "STALE_HANDLE"} {
+				if n := tr.Counter(t, c); n != 0 {
+					t.Errorf("%s = %d, want 0 (NCCL stops every one of these ProxyOps)", c, n)
+				}
+			}
+			tc := tr.Comms[0]
+			s := r.Summary(tc.Hash, tc.Rank)
+			if len(s.Ops) == 0 {
+				t.Fatal("no operations in the summary")
+			}
+			for _, op := range s.Ops { // counts and bytes: checked against the truth above
+				if op.NoCompletion != 0 || op.Incomplete != 0 {
+					t.Errorf("%s: %d without completion, %d incomplete; want every one complete", op.Func, op.NoCompletion, op.Incomplete)
+				}
+			}
+		})
+	}
+}
+
 // Proxy threads that end, one after another (NCCL runs one per communicator and ends it with
 // the communicator; the PXN communicator outlives them all): 400 of them, two ring AllReduces
 // each, on an arena of 256 cells (16 blocks). Each thread ends owning the block of cells it

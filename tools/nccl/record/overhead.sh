@@ -33,5 +33,17 @@ for k in got["empty"][0]:
     e = statistics.median(s[k] for s in got["empty"] if k in s) / 1e6
     n = statistics.median(s[k] for s in got["ncclprof"] if k in s) / 1e6
     print(f"  {k:15s} empty {e:9.2f}  ncclprof {n:9.2f}  ratio {n / e:5.2f}")
+# Four ranks time-slicing one GPU run a whole run in one of a few paces far apart (2.5, 4.5 or
+# 6.5 s of collectives on an H100), whatever the plugin: medians over 3 runs can compare two
+# paces. So runs are also compared within a pace: each ncclprof run against the empty runs
+# whose total is within 10 % of its own.
+total = lambda s: sum(s.values())
+pairs = [(n, e) for n in got["ncclprof"] for e in got["empty"]
+         if n and e and abs(total(n) - total(e)) <= 0.1 * total(e)]
+print(f"within a pace ({len(pairs)} ncclprof/empty run pairs of totals within 10 %): "
+      "median ratio per step")
+for k in got["empty"][0]:
+    r = [n[k] / e[k] for n, e in pairs if k in n and k in e and e[k] > 0]
+    print(f"  {k:15s} " + (f"ratio {statistics.median(r):5.3f} over {len(r)} pairs" if r else "no pair"))
 print(json.dumps(got))
 PY
