@@ -96,7 +96,8 @@ void open_lib(bench_lib* L, const char* path, const char* name);
 uint64_t user_part(bench_lib* L, void** coll, int tsc);
 /* Where a callback's time goes within an operation (bench-nccl, NCCLPROF_BENCH_POSITIONS=1):
  * each callback of the timed operations is timed alone, by its position in the operation's
- * sequence, for ncclprof (side 0) and the floor's plugin (side 1). bench_pos_side < 0: off. */
+ * sequence, for ncclprof (side 0) and the floor's plugin (side 1), and the medians printed.
+ * bench_pos_side < 0: off. */
 #define BENCH_POSITIONS 256
 extern int bench_pos_side, bench_pos_next;
 uint64_t bench_tsc(void); /* the TSC (ns where there is none): bench-nccl's and the positions' clock */
