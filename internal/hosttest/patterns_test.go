@@ -94,55 +94,39 @@ func TestRestartedReceiveStepsReuseTheirCell(t *testing.T) {
 }
 
 // Receive ProxyOps queued behind their connection (proxy.cc ProxyAppend `nextPeer`, section 3
-// of docs/nccl-patterns.md), as real NCCL 2.30.7 did under a burst: 300 operations' receives
-// wait on each of 4 channels (1,200 at once, more than the retirement ring) with no state and
-// no step while every send runs and stops. None is taken for a ProxyOp NCCL never stops: the
-// plugin before the fix retired 47,995 of 48,000 and lost their 95,990 steps.
+// of docs/nccl-patterns.md), as real NCCL did: none is taken for a ProxyOp NCCL never stops.
+//   - queued: as 2.30.7 did under a burst, 300 operations' receives wait on each of 4
+//     channels (1,200 at once, more than the retirement ring) with no state and no step while
+//     every send runs and stops. The plugin before the fix retired 47,995 of 48,000 and lost
+//     their 95,990 steps.
+//   - queuedp2p: P2P receives over the network wait in one queue per channel whatever their
+//     peer (net.cc recvConnect, shared buffers), so a receive from one peer waits behind
+//     another peer's while later sends stop. Keyed on (channel, peer), the plugin retired
+//     21,998 of 24,000 at 94ff611, their steps orphaned (real NCCL 2.28.9 did this to rank 2
+//     of a recording, testdata/nccl/2.28.9-net-shared).
 func TestQueuedProxyOpsAreKept(t *testing.T) {
-	for _, run := range patternRuns {
-		t.Run(run.name, func(t *testing.T) {
-			r := runProxyPattern(t, "queued", run.rate, run.env)
-			tr := r.Truth[0]
-			for _, c := range []string{"OPS_RETIRED", "OPS_RETIRED_OLD", "ORPHAN_STEPS", "STALE_HANDLE"} {
-				if n := tr.Counter(t, c); n != 0 {
-					t.Errorf("%s = %d, want 0 (NCCL stops every one of these ProxyOps)", c, n)
+	for _, scenario := range []string{"queued", "queuedp2p"} {
+		for _, run := range patternRuns {
+			t.Run(scenario+"/"+run.name, func(t *testing.T) {
+				r := runProxyPattern(t, scenario, run.rate, run.env)
+				tr := r.Truth[0]
+				for _, c := range []string{"OPS_RETIRED", "OPS_RETIRED_OLD", "ORPHAN_STEPS", "STALE_HANDLE"} {
+					if n := tr.Counter(t, c); n != 0 {
+						t.Errorf("%s = %d, want 0 (NCCL stops every one of these ProxyOps)", c, n)
+					}
 				}
-			}
-			tc := tr.Comms[0]
-			s := r.Summary(tc.Hash, tc.Rank)
-			if op := s.Op("AllReduce", "RING", "SIMPLE", 4); op == nil || op.Count != 12000 || op.NoCompletion != 0 || op.Incomplete != 0 {
-				t.Errorf("AllReduce: %+v, want 12,000, every one complete with its completion time", op)
-			}
-		})
-	}
-}
-
-// P2P receives over the network wait in one queue per channel whatever their peer (net.cc
-// recvConnect, shared buffers): a receive from one peer waits, with no state and no step, behind
-// another peer's while later sends stop. Keyed on (channel, peer), the plugin took such a
-// receive for one NCCL never stops and retired it (21,998 of 24,000 at 94ff611, their steps
-// orphaned: real NCCL 2.28.9 did this to rank 2 of a recording, testdata/nccl/2.28.9-net-shared).
-func TestQueuedP2PReceivesAreKept(t *testing.T) {
-	for _, run := range patternRuns {
-		t.Run(run.name, func(t *testing.T) {
-			r := runProxyPattern(t, "queuedp2p", run.rate, run.env)
-			tr := r.Truth[0]
-			for _, c := range []string{"OPS_RETIRED", "OPS_RETIRED_OLD", "ORPHAN_STEPS", "STALE_HANDLE"} {
-				if n := tr.Counter(t, c); n != 0 {
-					t.Errorf("%s = %d, want 0 (NCCL stops every one of these ProxyOps)", c, n)
+				tc := tr.Comms[0]
+				s := r.Summary(tc.Hash, tc.Rank)
+				if len(s.Ops) == 0 {
+					t.Fatal("no operations in the summary")
 				}
-			}
-			tc := tr.Comms[0]
-			s := r.Summary(tc.Hash, tc.Rank)
-			if len(s.Ops) == 0 {
-				t.Fatal("no operations in the summary")
-			}
-			for _, op := range s.Ops { // counts and bytes: checked against the truth above
-				if op.NoCompletion != 0 || op.Incomplete != 0 {
-					t.Errorf("%s: %d without completion, %d incomplete; want every one complete", op.Func, op.NoCompletion, op.Incomplete)
+				for _, op := range s.Ops { // counts and bytes: checked against the truth above
+					if op.NoCompletion != 0 || op.Incomplete != 0 {
+						t.Errorf("%s: %d without completion, %d incomplete; want every one complete", op.Func, op.NoCompletion, op.Incomplete)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 
