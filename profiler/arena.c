@@ -148,11 +148,13 @@ static void np_op_finish(np_comm* c, np_thread* t, np_cell* op, uint64_t h, uint
  * v2.23.4-1 to v2.30.7-1); a collective's has its own (channel, peer) connection. A P2P receive
  * is keyed on its channel alone even where its connection is its own (shared buffers off, or a
  * transport other than the network): waiting for other peers' receives only delays a
- * retirement, never makes a wrong one. */
+ * retirement, never makes a wrong one. So is one whose parent is not a record of ours (its
+ * Coll or P2p found no slot: a sentinel handle), which could be either. */
 #define NP_QUEUE_SHARED ((int32_t)0xfffffe) /* a key no peer has, never 0 (np_conn_of) */
 static int32_t np_queue_peer(const np_cell* op) {
-  return np_h_p2p(__atomic_load_n(&op->parent, __ATOMIC_RELAXED))
-             ? NP_QUEUE_SHARED : __atomic_load_n(&op->peer, __ATOMIC_RELAXED);
+  uint64_t parent = __atomic_load_n(&op->parent, __ATOMIC_RELAXED);
+  int coll = (parent & 3u) == 1u && !np_h_p2p(parent); /* a window record, not a P2p */
+  return coll ? __atomic_load_n(&op->peer, __ATOMIC_RELAXED) : NP_QUEUE_SHARED;
 }
 
 /* The receive queue of a ProxyOp (channel, peer) in the communicator's table; with
