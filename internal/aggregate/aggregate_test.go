@@ -384,3 +384,33 @@ func TestSlowReportedBeforeCompletion(t *testing.T) {
 		}
 	}
 }
+
+// A ProxyOp and a KernelCh whose operation was never tracked (their Coll found no slot: a
+// sentinel parent), beside a whole operation: the summary says its figures are partial, naming
+// both (before, it called itself complete while their transfers and GPU time were in no
+// operation's figures).
+func TestChildrenWithoutTheirOperationMakeItPartial(t *testing.T) {
+	a := newAgg()
+	ops := collect(a)
+	var b builder
+	c, p, lostP, lostK := b.id(), b.id(), b.id(), b.id()
+	const dropped = 0x2 // the plugin's NP_H_DROPPED
+	recs := []event.Record{
+		coll(c, "AllReduce", 1024, 1000, 1100),
+		withTransfers(proxyOp(p, c, 1, true, 1200, 2500), 2, 12288, 1200),
+		withTransfers(proxyOp(lostP, dropped, 1, true, 1300, 2600), 1, 4096, 600),
+		{Handle: lostK, Parent: dropped, Type: event.KernelCh, Start: 1250, Stop: 2400},
+	}
+	a.Window(comm1, recs)
+	a.Advance(comm1, 10000)
+	if len(*ops) != 1 {
+		t.Fatalf("%d operations, want the one whose Coll was recorded", len(*ops))
+	}
+	res := a.Finalize(comm1)
+	if res.Health.OrphanProxy != 1 || res.Health.OrphanKernel != 1 {
+		t.Errorf("health %+v, want one orphan ProxyOp and one orphan KernelCh", res.Health)
+	}
+	if p := res.Partial(); len(p) != 2 {
+		t.Errorf("partial %q, want the ProxyOp and the KernelCh named", p)
+	}
+}

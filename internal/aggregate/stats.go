@@ -176,6 +176,14 @@ func (r *Result) Partial() []string {
 			"event mask, dropped, or retired before NCCL progressed it): their transfers are "+
 			"missing from rank-pair and channel figures and fits", h.OrphanSteps))
 	}
+	if h.OrphanProxy > 0 {
+		out = append(out, fmt.Sprintf("%d ProxyOps came for an operation that was not tracked (its "+
+			"Coll or P2p not recorded, or given up): no operation has their completion or transfers", h.OrphanProxy))
+	}
+	if h.OrphanKernel > 0 {
+		out = append(out, fmt.Sprintf("%d KernelCh events came for an operation that was not "+
+			"tracked: no operation has their GPU times", h.OrphanKernel))
+	}
 	if h.TransfersUnkeyed > 0 {
 		out = append(out, fmt.Sprintf("%d transfers are in no rank pair or channel (the sum table "+
 			"was full)", h.TransfersUnkeyed))
