@@ -97,7 +97,7 @@ NP_HOT void np_start_coll(void* ctx, int abi, void** eh, uint64_t parent, int ra
   np_comm* c = np_target(ctx, NP_T_COLL, parent);
   np_pending p;
   if (!c) return;
-  if (!np_begin(c, NP_T_COLL, abi, parent, rank, np_sample_flags(c, func, seq), eh, &p)) {
+  if (!np_begin(c, NP_T_COLL, abi, parent, rank, np_sample_flags(c, func, seq, np_replay_of(abi, parent)), eh, &p)) {
     if (*eh == (void*)NP_H_DROPPED) np_lost_add(c, NP_T_COLL | np_lost_api(abi, parent), func, dtype,
                                                 algo, proto, nch, count);
     return;
@@ -126,7 +126,7 @@ NP_HOT void np_start_p2p(void* ctx, int abi, void** eh, uint64_t parent, int ran
   /* The ordinal is counted inside the active section: a recycled communicator's table is reset
    * only once no callback is inside. */
   uint64_t ord = np_p2p_next(c, peer, func != NULL && func[0] == 'S'); /* "Send" / "Recv" */
-  if (!np_begin_in(c, t, NP_T_P2P, abi, parent, rank, np_sample_flags(c, NULL, ord), eh, &p)) {
+  if (!np_begin_in(c, t, NP_T_P2P, abi, parent, rank, np_sample_flags(c, NULL, ord, 0) | NP_F_MARK, eh, &p)) {
     if (*eh == (void*)NP_H_DROPPED) np_lost_add(c, NP_T_P2P, func, dtype, NULL, NULL, nch, count);
     return;
   }
@@ -502,7 +502,7 @@ NP_HOT void np_start_v5_members(void* ctx, void** eh, int abi, int type,
   case NP_T_COLL_API:
     c = np_target(ctx, type, parent);
     if (!c) return;
-    if (!np_begin(c, type, abi, parent, np_comm_rank(c), 0, eh, &p)) {
+    if (!np_begin(c, type, abi, parent, np_comm_rank(c), d->collApi.graphCaptured ? NP_F_MARK : 0, eh, &p)) {
       /* An API-only operation must stay counted (a captured call never counts on its own). */
       if (*eh == (void*)NP_H_DROPPED && !d->collApi.graphCaptured)
         np_lost_add(c, NP_T_COLL_API, d->collApi.func, d->collApi.datatype, "", "", 0,
@@ -519,7 +519,8 @@ NP_HOT void np_start_v5_members(void* ctx, void** eh, int abi, int type,
     return;
   case NP_T_P2P_API:
     c = np_target(ctx, type, parent);
-    if (!c || !np_begin(c, type, abi, parent, np_comm_rank(c), 0, eh, &p)) return;
+    if (!c || !np_begin(c, type, abi, parent, np_comm_rank(c), d->p2pApi.graphCaptured ? NP_F_MARK : 0, eh, &p))
+      return;
     p.ev->u.api.func = d->p2pApi.func;
     p.ev->u.api.count = d->p2pApi.count;
     p.ev->u.api.dtype = d->p2pApi.datatype;

@@ -153,7 +153,7 @@ static void np_op_finish(np_comm* c, np_thread* t, np_cell* op, uint64_t h, uint
 #define NP_QUEUE_SHARED ((int32_t)0xfffffe) /* a key no peer has, never 0 (np_conn_of) */
 static int32_t np_queue_peer(const np_cell* op) {
   uint64_t parent = __atomic_load_n(&op->parent, __ATOMIC_RELAXED);
-  int coll = (parent & 3u) == 1u && !np_h_p2p(parent); /* a window record, not a P2p */
+  int coll = (parent & 3u) == 1u && !np_h_mark(parent); /* a window record, not a P2p */
   return coll ? __atomic_load_n(&op->peer, __ATOMIC_RELAXED) : NP_QUEUE_SHARED;
 }
 

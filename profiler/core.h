@@ -28,8 +28,8 @@
  *     only while a trace window is open (np_detail_on), into the communicator's DETAIL windows.
  *     Those may overflow under a flood: dropped, counted per type, and the trace says so.
  *   - Sampled tracing (NCCLPROF_TRACE_SAMPLE=N): the Coll/P2p start decides whether the operation
- *     is traced in full (np_sample_flags: its seq % N == 0, or the count of a seq's repeats for a
- *     replayed CUDA graph; for a P2P the ordinal the plugin counts per peer and direction % N;
+ *     is traced in full (np_sample_flags: its seq % N == 0, or for a CUDA graph's replay its
+ *     count among its seq's replays; for a P2P the ordinal the plugin counts per peer and direction % N;
  *     or the communicator's trigger countdown) and marks its record
  *     NP_F_SAMPLED / NP_F_TRIGGERED, in the record and in its handle. A ProxyOp copies the
  *     mark from its parent's handle into its own record and cell, a step from its ProxyOp's
@@ -46,14 +46,14 @@
  *
  * Handles: what startEvent returns is not a pointer but an encoded value, checked against the
  * current epoch (window) or generation (arena cell) without dereferencing anything:
- *   window record: bit 0 = 1 | bit 1 = 0 | epoch (28) | P2P (1) | sample (2) | slot (17) | set (1) | window (3) | comm (10)
+ *   window record: bit 0 = 1 | bit 1 = 0 | epoch (28) | mark (1) | sample (2) | slot (17) | set (1) | window (3) | comm (10)
  *   arena cell:    bit 0 = 1 | bit 1 = 1 | generation (30) | cell (22)               | comm (10)
  * A stale handle (its window recycled or its cell freed: CUDA-graph replay, stop after
  * finalize) is detected rather than corrupting another event. `sample` carries a record's
  * NP_F_SAMPLED / NP_F_TRIGGERED bits, so a ProxyOp reads its operation's choice from the
- * parent handle NCCL passes, however long after its operation's window was recycled; `P2P`
- * says the record is a P2p, so a ProxyOp knows from its parent handle which queue NCCL's proxy
- * puts it in (np_queue_peer in arena.c). Handles with bit 0 clear are sentinels (dropped, not recorded) that every callback accepts.
+ * parent handle NCCL passes, however long after its operation's window was recycled; `mark`
+ * carries NP_F_MARK the same way (a P2p; an API call captured in a CUDA graph). Handles with
+ * bit 0 clear are sentinels (dropped, not recorded) that every callback accepts.
  *
  * Window life cycle (one 64-bit word holds epoch and state, so both are read at once):
  *   FREE → FILLING → CLOSING → SEALED → FREE (epoch + 1)
@@ -117,6 +117,11 @@ enum {
    * Coll/P2p start and copied to its ProxyOps and their steps (see np_sample_flags in hot.h). */
   NP_F_SAMPLED = 1 << 8,        /* chosen by its seq (P2P: ordinal) % N == 0, alike on every rank */
   NP_F_TRIGGERED = 1 << 9,      /* one of the K operations after a slow one (the trigger) */
+  /* The record's mark, also bit 30 of its handle, so that the events naming it as parent read
+   * it without a lookup: a P2p (its receive ProxyOps wait in their channel's queue: np_queue_peer
+   * in arena.c); a CollApi or P2pApi captured in a CUDA graph (its Colls are replays:
+   * np_sample_pick). */
+  NP_F_MARK = 1 << 10,
 };
 #define NP_F_SAMPLE_BITS (NP_F_SAMPLED | NP_F_TRIGGERED)
 
@@ -483,8 +488,8 @@ void np_mask_off(void);
 #define NP_GEN_MASK 0x3fffffffu
 /* flags: the record's flags; its sample bits (NP_F_SAMPLE_BITS, bits 8-9) go into the handle. */
 static inline uint64_t np_handle(uint32_t comm, uint32_t set, uint32_t win, uint32_t slot,
-                                 uint32_t epoch, uint16_t flags, int type) {
-  return 1ull | ((uint64_t)(epoch & NP_EPOCH_MASK) << 2) | ((uint64_t)(type == NP_T_P2P) << 30) |
+                                 uint32_t epoch, uint16_t flags) {
+  return 1ull | ((uint64_t)(epoch & NP_EPOCH_MASK) << 2) | ((uint64_t)((flags >> 10) & 1u) << 30) |
          ((uint64_t)((flags >> 8) & 3u) << 31) |
          ((uint64_t)slot << 33) | ((uint64_t)set << 50) | ((uint64_t)win << 51) |
          ((uint64_t)comm << 54);
@@ -497,8 +502,8 @@ static inline int np_h_is_cell(uint64_t h) { return (int)((h >> 1) & 1); }
 static inline uint32_t np_h_epoch(uint64_t h) { return (uint32_t)(h >> 2) & NP_EPOCH_MASK; }
 /* The record's sample bits, as NP_F_SAMPLED / NP_F_TRIGGERED (window records only). */
 static inline uint16_t np_h_sample(uint64_t h) { return (uint16_t)(((h >> 31) & 3u) << 8); }
-/* Whether the handle names a P2p record (window records only). */
-static inline int np_h_p2p(uint64_t h) { return (h & 3u) == 1u && ((h >> 30) & 1u); }
+/* Whether the handle names a window record marked NP_F_MARK. */
+static inline int np_h_mark(uint64_t h) { return (h & 3u) == 1u && ((h >> 30) & 1u); }
 static inline uint32_t np_h_slot(uint64_t h) { return (uint32_t)(h >> 33) & (NP_MAX_SLOTS - 1); }
 static inline uint32_t np_h_set(uint64_t h) { return (uint32_t)(h >> 50) & 1u; }
 static inline uint32_t np_h_win(uint64_t h) { return (uint32_t)(h >> 51) & 7u; }

@@ -293,7 +293,7 @@ NP_HOT np_event* np_slot_new(np_comm* c, np_thread* t, int type, int abi, uint64
     ev = np_claim_routed(c, parent, &wi, &s, &ep, &flags);
   if (ev == NULL) ev = np_claim(c, t, set, &wi, &s, &ep);
   if (NP_UNLIKELY(ev == NULL)) return NULL;
-  *handle = np_handle(c->idx, set, wi, s, ep, flags, type);
+  *handle = np_handle(c->idx, set, wi, s, ep, flags);
   ev->parent = parent;
   ev->t_start = np_event_clock(type);
   ev->t_stop = 0;
@@ -381,13 +381,25 @@ NP_HOT int np_ev_type(const np_event* ev) { return (int)((ev->hdr >> 32) & 0xff)
 
 /* ------------------------------------------------------------------- sampled tracing */
 
-/* Whether a collective of `func` with this seq is 1 in n: seq % n == 0 at its first
- * occurrence; a seq repeated back to back (a CUDA graph's collective replayed: np_repeat) is
- * chosen by its count of repeats instead, k % n == 0, so 1 in n of the replays is traced. Every
- * rank that sees the same collectives decides alike. func NULL (a P2P's ordinal, which never
- * repeats): seq % n. */
-NP_HOT int np_sample_pick(np_comm* c, const char* func, uint64_t seq, uint32_t n) {
-  if (func == NULL) return seq % n == 0;
+/* Whether a Coll is a CUDA graph's replay: 1 when its parent, the CollApi NCCL started at
+ * capture, was captured (its handle's mark), 0 when its CollApi was not; -1 when that is not
+ * known (below ABI v5 there is no CollApi; or the CollApi was not recorded). */
+NP_HOT int np_replay_of(int abi, uint64_t parent) {
+  if (abi < 5 || (parent & 3u) != 1u) return -1;
+  return np_h_mark(parent);
+}
+
+/* Whether a collective of `func` with this seq is 1 in n, alike on every rank. NCCL gives a CUDA
+ * graph's replays the seq of the next eager collective (from 2.26, unless KernelCh is on), and
+ * only ranks whose plan has proxy work see them (enqueue.cc ncclLaunchPrepare, hasProxyOps):
+ *   - an eager collective (replay 0): seq % n, whatever replays came before it;
+ *   - a replay (replay 1): its count among the replays of that seq, k % n, so 1 in n of the
+ *     replays is traced, on every rank that sees them;
+ *   - unknown (replay -1, below v5): seq % n at a seq's first occurrence, then the count of its
+ *     repeats back to back (replays and the eager one together, which cannot be told apart).
+ * func NULL (a P2P's ordinal, which never repeats): seq % n. */
+NP_HOT int np_sample_pick(np_comm* c, const char* func, uint64_t seq, uint32_t n, int replay) {
+  if (func == NULL || replay == 0) return seq % n == 0;
   np_repeat* e = &c->rep[(((uintptr_t)func * 0x9E3779B97F4A7C15ull) >> 40) % NP_REPEATS];
   uint64_t k = 0;
   if (__atomic_load_n(&e->func, __ATOMIC_RELAXED) == func &&
@@ -398,18 +410,19 @@ NP_HOT int np_sample_pick(np_comm* c, const char* func, uint64_t seq, uint32_t n
     __atomic_store_n(&e->seq, seq, __ATOMIC_RELAXED);
   }
   __atomic_store_n(&e->k, k, __ATOMIC_RELAXED);
+  if (replay == 1) return k % n == 0;
   return k == 0 ? seq % n == 0 : k % n == 0;
 }
 
-/* Whether the Coll/P2p with this seq (a collective's NCCL seq, with its function; a P2P's
- * ordinal, func NULL) is traced in full: 1 in N (np_sample_pick), which every rank decides
- * alike, so sampled operations line up across ranks; or the communicator is counting down the
- * operations after a slow one. Returns NP_F_SAMPLED / NP_F_TRIGGERED bits; 0 and one load when
- * sampling is off. */
-NP_HOT uint16_t np_sample_flags(np_comm* c, const char* func, uint64_t seq) {
+/* Whether the Coll/P2p with this seq (a collective's NCCL seq, with its function and whether it
+ * is a replay: np_replay_of; a P2P's ordinal, func NULL) is traced in full: 1 in N
+ * (np_sample_pick), which every rank decides alike, so sampled operations line up across ranks;
+ * or the communicator is counting down the operations after a slow one. Returns NP_F_SAMPLED /
+ * NP_F_TRIGGERED bits; 0 and one load when sampling is off. */
+NP_HOT uint16_t np_sample_flags(np_comm* c, const char* func, uint64_t seq, int replay) {
   uint32_t n = __atomic_load_n(&np_sample_n, __ATOMIC_RELAXED);
   if (NP_LIKELY(n == 0)) return 0;
-  uint16_t f = np_sample_pick(c, func, seq, n) ? NP_F_SAMPLED : 0;
+  uint16_t f = np_sample_pick(c, func, seq, n, replay) ? NP_F_SAMPLED : 0;
   uint32_t left = __atomic_load_n(&c->trig_left, __ATOMIC_RELAXED);
   while (NP_UNLIKELY(left > 0)) {
     if (__atomic_compare_exchange_n(&c->trig_left, &left, left - 1, 1, __ATOMIC_RELAXED,

@@ -202,7 +202,7 @@ int np_export(const np_ready* r, np_record* out, int max) {
     o->type = (uint8_t)(hdr >> 32);
     o->abi = (uint8_t)(hdr >> 40);
     o->flags = (uint16_t)((hdr >> 48) | ev->sflags | (ev->done ? 0 : NP_F_OPEN));
-    o->handle = np_handle(r->comm, r->set, r->win, i, r->epoch, (uint16_t)(hdr >> 48), o->type);
+    o->handle = np_handle(r->comm, r->set, r->win, i, r->epoch, (uint16_t)(hdr >> 48));
     o->parent = ev->parent;
     o->t_start = ev->t_start;
     o->t_stop = ev->t_stop;

@@ -77,6 +77,7 @@ static void usage(void) {
           "  --nccl 2.23|2.24|2.25|2.26|2.27|2.28|2.29|2.30 (call as that NCCL release does: its\n"
           "             ABI, the proxy thread's order of records and fields; docs/nccl-call-sites.md)\n"
           "  --channels N (2)  --kernel (emit KernelCh)  --comms N  --cycles N (3)\n"
+          "  --replays N (mixed: CUDA graph replays, 20)\n"
           "  --control (allreduce: open a trace window for the middle third of the iterations\n"
           "             with ncclprof_trace_start/stop, label each iteration ncclprof_set_step)\n"
           "  --labels (allreduce: label each iteration with ncclprof_set_step, no window)\n"
@@ -101,7 +102,7 @@ int main(int argc, char** argv) {
   opts o = {.abi = 6, .rank = 0, .nranks = 4, .iters = 50, .channels = 2, .cycles = 3,
             .realtime = 1, .seconds = 5, .threads = 3, .reps = 7, .seed = 1,
             .mask_api = -1, .slow_rank = -1, .slow_us = 3000, .slow_op = -1,
-            .gpu_late_op = -1, .net_slow_op = -1};
+            .gpu_late_op = -1, .net_slow_op = -1, .replays = 20};
   int nccl = 0, nccl_arg = 0, abi_given = 0; /* --nccl: the release replayed (era.h) */
   for (int i = 1; i < argc; i++) {
     const char* a = argv[i];
@@ -120,6 +121,7 @@ int main(int argc, char** argv) {
     else if (ARG("--iters")) o.iters = atoi(v);
     else if (ARG("--channels")) o.channels = atoi(v);
     else if (ARG("--comms")) o.comms = atoi(v);
+    else if (ARG("--replays")) o.replays = atoi(v);
     else if (ARG("--cycles")) o.cycles = atoi(v);
     else if (ARG("--seconds")) o.seconds = atof(v);
     else if (ARG("--threads")) o.threads = atoi(v);

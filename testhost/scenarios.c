@@ -485,9 +485,15 @@ void scenario_mixed(const opts* op) {
   }
   proxy_drain();
   pthread_t replay;
-  replay_arg ra = {.c = cs[0], .stale_api = captured, .n = 20, .kernel = op->kernel};
+  replay_arg ra = {.c = cs[0], .stale_api = captured, .n = op->replays, .kernel = op->kernel};
   pthread_create(&replay, NULL, replay_main, &ra);
   pthread_join(replay, NULL);
+  /* The eager AllReduce whose seq the replays carried (a rank whose plan has no proxy work
+   * sees no replay: enqueue.cc ncclLaunchPrepare, hasProxyOps): said on stderr for the tests. */
+  fprintf(stderr, "mixed: eager AllReduce after %d replays: seq %llu\n", op->replays,
+          (unsigned long long)cs[0]->seq[func_idx("AllReduce")]);
+  op_spec after = coll_spec("AllReduce", 1, op->kernel);
+  launch_group(cs[0], &after, 1, 1);
   proxy_stop();
 }
 

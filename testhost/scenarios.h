@@ -36,6 +36,7 @@ typedef struct opts {
   /* job: this rank's GPU starts operation gpu_late_op slow_us late while its CPU calls on time;
    * its sends of operation net_slow_op take slow_us longer in all (-1: none). */
   int gpu_late_op, net_slow_op;
+  int replays; /* mixed: replays of its CUDA graph (20); 0 as a rank whose plan had no proxy work */
 } opts;
 
 /* One API call: a collective or a point-to-point operation. */

@@ -78,6 +78,9 @@ const (
 	Sampled
 	// Triggered: one of the operations traced in full after a slow one (the trigger).
 	Triggered
+	// Mark: a P2p record, or a CollApi/P2pApi captured in a CUDA graph (also bit 30 of its
+	// handle, for the plugin's own use: profiler/core.h NP_F_MARK).
+	Mark
 )
 
 // Step state cells (Record.States for ProxyStep), in NCCL's order of occurrence.

@@ -238,14 +238,39 @@ func TestSampledGraphReplaysOneInN(t *testing.T) {
 	if len(seqs) != 1 {
 		t.Fatalf("traced replays with seqs %v, want one seq (NCCL does not advance it)", seqs)
 	}
-	want := (replays - 1) / n // the repeats k = n, 2n, … of 1 … replays-1
-	for s := range seqs {
-		if s%n == 0 {
-			want++ // and the first replay
-		}
-	}
-	if traced != want {
+	if want := (replays + n - 1) / n; traced != want { // the replays k = 0, n, 2n, … of 0 … replays-1
 		t.Errorf("%d of the %d graph replays traced, want %d (1 in %d)", traced, replays, want, n)
+	}
+}
+
+// The eager collective whose seq a CUDA graph's replays carried is sampled by its seq alone,
+// so alike on a rank that saw the replays and on one that did not (a plan without proxy work
+// on that rank: NCCL starts no replay events there). Before, a seq's repeats were counted
+// together, replays and eager: after 20 replays the eager AllReduce was chosen by 20 % N, on a
+// rank without them by seq % N.
+func TestSampledEagerAfterReplaysAlikeOnEveryRank(t *testing.T) {
+	const n = 3
+	seqLine := regexp.MustCompile(`mixed: eager AllReduce after \d+ replays: seq (\d+)`)
+	for _, replays := range []int{0, 20, 21} {
+		t.Run(fmt.Sprintf("%d replays", replays), func(t *testing.T) {
+			r := Start(t, Options{Args: args(6, "--iters", "12", "--replays", strconv.Itoa(replays), "mixed"),
+				Env: sampleEnv(n, "NCCLPROF_TRACE_TRIGGER=off", "NCCLPROF_WINDOW_MS=20")})
+			m := seqLine.FindSubmatch(r.Stderr)
+			if m == nil {
+				t.Fatalf("the host did not say the eager AllReduce's seq:\n%s", r.Stderr)
+			}
+			seq, _ := strconv.ParseInt(string(m[1]), 10, 64)
+			traced := false
+			for _, o := range readSampled(t, r.Dir).ops {
+				if o.ev != nil && o.ev.Name == "AllReduce" && o.ev.Args["proto"] != "LL" &&
+					o.ev.Args["comm"] == "0x3170000000000001" && o.seqOf() == seq {
+					traced = true
+				}
+			}
+			if want := seq%n == 0; traced != want {
+				t.Errorf("the eager AllReduce of seq %d after %d replays: traced %v, want %v (seq %% %d == 0)", seq, replays, traced, want, n)
+			}
+		})
 	}
 }
 
