@@ -162,50 +162,40 @@ type Health struct {
 func (r *Result) Partial() []string {
 	h := &r.Health
 	var out []string
-	if h.UntimedOps > 0 {
-		out = append(out, fmt.Sprintf("%d operations have no times (their records found no room): "+
-			"counts and bytes include them, time figures do not", h.UntimedOps))
-	}
-	for _, t := range sortedKeys(h.Untracked) {
-		if n := h.Untracked[t]; n > 0 {
-			out = append(out, fmt.Sprintf("%d %s events were not tracked: %s", n, t, untrackedEffect(t)))
+	say := func(n uint64, format string) {
+		if n > 0 {
+			out = append(out, fmt.Sprintf(format, n))
 		}
 	}
-	if h.OrphanSteps > 0 {
-		out = append(out, fmt.Sprintf("%d ProxySteps came without a tracked ProxyOp (not in the "+
-			"event mask, dropped, or retired before NCCL progressed it): their transfers are "+
-			"missing from rank-pair and channel figures and fits", h.OrphanSteps))
+	say(h.UntimedOps, "%d operations have no times (their records found no room): "+
+		"counts and bytes include them, time figures do not")
+	for _, t := range sortedKeys(h.Untracked) {
+		say(h.Untracked[t], "%d "+t+" events were not tracked: "+untrackedEffect(t))
 	}
-	if h.OrphanProxy > 0 {
-		out = append(out, fmt.Sprintf("%d ProxyOps came for an operation that was not tracked (its "+
-			"Coll or P2p not recorded, or given up): no operation has their completion or transfers", h.OrphanProxy))
-	}
-	if h.OrphanKernel > 0 {
-		out = append(out, fmt.Sprintf("%d KernelCh events came for an operation that was not "+
-			"tracked: no operation has their GPU times", h.OrphanKernel))
-	}
-	if h.TransfersUnkeyed > 0 {
-		out = append(out, fmt.Sprintf("%d transfers are in no rank pair or channel (the sum table "+
-			"was full)", h.TransfersUnkeyed))
-	}
-	if n := r.sizelessSends(); n > 0 {
-		out = append(out, fmt.Sprintf("%d send transfers have no size: NCCL 2.23 (ABI v1) records "+
-			"a send's size only after its step, so rank-pair and channel bytes and fits miss them "+
-			"(NCCL 2.24 and later pass it)", n))
-	}
-	if h.APIOnlyRecounted > 0 {
-		out = append(out, fmt.Sprintf("%d operations first counted from their API events alone "+
-			"got their Coll later: the summary counts them once, the metrics exported before "+
-			"count them twice", h.APIOnlyRecounted))
-	}
-	if h.Expired > 0 {
-		out = append(out, fmt.Sprintf("%d events were given up waiting for their stop: their "+
-			"operations are marked incomplete", h.Expired))
-	}
-	if h.LateChildren > 0 {
-		out = append(out, fmt.Sprintf("%d ProxyOp or KernelCh events came after their operation "+
-			"was closed (NCCL started them that late): their transfers are in the rank-pair and "+
-			"channel figures, not in their operations' transfers and completion times", h.LateChildren))
+	for _, c := range []struct {
+		n    uint64
+		what string
+	}{
+		{h.OrphanSteps, "%d ProxySteps came without a tracked ProxyOp (not in the event mask, " +
+			"dropped, or retired before NCCL progressed it): their transfers are missing from " +
+			"rank-pair and channel figures and fits"},
+		{h.OrphanProxy, "%d ProxyOps came for an operation that was not tracked (its Coll or P2p " +
+			"not recorded, or given up): no operation has their completion or transfers"},
+		{h.OrphanKernel, "%d KernelCh events came for an operation that was not tracked: no " +
+			"operation has their GPU times"},
+		{h.TransfersUnkeyed, "%d transfers are in no rank pair or channel (the sum table was full)"},
+		{r.sizelessSends(), "%d send transfers have no size: NCCL 2.23 (ABI v1) records a send's " +
+			"size only after its step, so rank-pair and channel bytes and fits miss them (NCCL " +
+			"2.24 and later pass it)"},
+		{h.APIOnlyRecounted, "%d operations first counted from their API events alone got their " +
+			"Coll later: the summary counts them once, the metrics exported before count them twice"},
+		{h.Expired, "%d events were given up waiting for their stop: their operations are marked " +
+			"incomplete"},
+		{h.LateChildren, "%d ProxyOp or KernelCh events came after their operation was closed " +
+			"(NCCL started them that late): their transfers are in the rank-pair and channel " +
+			"figures, not in their operations' transfers and completion times"},
+	} {
+		say(c.n, c.what)
 	}
 	return out
 }
