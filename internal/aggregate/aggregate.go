@@ -332,10 +332,12 @@ func (a *Aggregator) numberRepeats(cs *commState, recs []event.Record) {
 	}
 }
 
-// replayOf: Coll or P2p r is a CUDA graph's replay, its parent an API call seen captured (in
-// this window, or kept from an earlier one while its replays come).
+// replayOf: Coll or P2p r is a CUDA graph's replay, its parent an API call captured: its
+// handle says so (the plugin marks a captured call's handle), which holds however long ago the
+// capture was; else one seen captured (in this window, or kept from an earlier one while its
+// replays come).
 func (a *Aggregator) replayOf(cs *commState, r *event.Record) bool {
-	if a.captured[r.Parent] {
+	if event.HandleMarked(r.Parent) || a.captured[r.Parent] {
 		return true
 	}
 	api := cs.apis[r.Parent]

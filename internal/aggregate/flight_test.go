@@ -113,15 +113,7 @@ func TestReplaysNumberedApartFromEager(t *testing.T) {
 	capture := b.id()
 	api := event.Record{Handle: capture, Type: event.CollAPI, Func: "AllReduce", Count: 1024, Dtype: "ncclFloat32",
 		Start: 10, Stop: 20, Graph: true}
-	recs := []event.Record{api}
-	for i := range 4 {
-		r := coll(b.id(), "AllReduce", 1024, event.Ticks(100*(i+1)), event.Ticks(100*(i+1)+10))
-		r.Seq = 5
-		if i < 3 {
-			r.Parent = capture
-		}
-		recs = append(recs, r)
-	}
+	recs := append([]event.Record{api}, seqColls(&b, 5, 4, 3, capture)...)
 	eagerNext := coll(b.id(), "AllReduce", 1024, 600, 0)
 	eagerNext.Seq, eagerNext.Flags = 6, event.Open
 	replayOpen := coll(b.id(), "AllReduce", 1024, 700, 0)
@@ -133,14 +125,50 @@ func TestReplaysNumberedApartFromEager(t *testing.T) {
 	if d.Ops != 4 || d.Replays != 3 || d.Last != (collective.Place{Seq: 5}) {
 		t.Errorf("completed %+v, want 4 (3 replays), the last the eager seq 5", d)
 	}
-	var reps []string
-	for _, c := range prog.Recent {
-		reps = append(reps, fmt.Sprintf("%d/%v/%d", c.Seq, c.Replay, c.Repeat))
-	}
-	if want := "5/true/0 5/true/1 5/true/2 5/false/0"; strings.Join(reps, " ") != want {
-		t.Errorf("flight record %v, want %s", reps, want)
+	if got, want := recentPlaces(prog), "5/true/0 5/true/1 5/true/2 5/false/0"; got != want {
+		t.Errorf("flight record %s, want %s", got, want)
 	}
 	if len(open) != 2 || open[0].Replay || open[1].Seq != 7 || !open[1].Replay || open[1].Repeat != 0 {
 		t.Errorf("open %+v, want the eager seq 6, then the replay seq 7 (repeat 0)", open)
 	}
+}
+
+// A replay whose captured API call is long gone (the graph was captured at start, its CollApi
+// forgotten MaxAgeNs after its last replay, then replayed again after a pause) is still a replay:
+// the plugin marks a captured call's handle (bit 30), which its replays name as parent.
+func TestReplayKnownFromItsParentHandle(t *testing.T) {
+	a := newAgg()
+	var b builder
+	// A window record's handle (bit 1 clear), marked; its record is not in any window.
+	captured := uint64(1) | 7<<33 | 1<<30 | uint64(comm1.Index)<<54
+	a.Window(comm1, seqColls(&b, 5, 3, 2, captured))
+	a.Advance(comm1, 1e5)
+	prog, _, _ := a.InFlight(comm1, 0)
+	if got, want := recentPlaces(prog), "5/true/0 5/true/1 5/false/0"; got != want {
+		t.Errorf("flight record %s, want %s (two replays, then the eager collective)", got, want)
+	}
+}
+
+// seqColls: n completed AllReduces of one seq, 100 ticks apart, the first `replays` of them
+// with the captured API call `parent` as parent.
+func seqColls(b *builder, seq uint64, n, replays int, parent uint64) []event.Record {
+	var recs []event.Record
+	for i := range n {
+		r := coll(b.id(), "AllReduce", 1024, event.Ticks(100*(i+1)), event.Ticks(100*(i+1)+10))
+		r.Seq = seq
+		if i < replays {
+			r.Parent = parent
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+// recentPlaces: the flight record's collectives as seq/replay/repeat.
+func recentPlaces(p Progress) string {
+	var out []string
+	for _, c := range p.Recent {
+		out = append(out, fmt.Sprintf("%d/%v/%d", c.Seq, c.Replay, c.Repeat))
+	}
+	return strings.Join(out, " ")
 }

@@ -183,6 +183,10 @@ type Record struct {
 // sentinel or a foreign pointer.
 func IsHandle(v uint64) bool { return v&1 == 1 }
 
+// HandleMarked reports whether h is a window record's handle carrying the plugin's mark (bit
+// 30, NP_F_MARK in profiler/core.h): a P2p; a CollApi or P2pApi captured in a CUDA graph.
+func HandleMarked(h uint64) bool { return h&3 == 1 && h>>30&1 == 1 }
+
 // HandleComm is the communicator index encoded in a handle.
 func HandleComm(h uint64) uint32 { return uint32(h >> 54) }
 
