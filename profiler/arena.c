@@ -183,21 +183,23 @@ void np_conn_started(np_comm* c, np_cell* op) {
   __atomic_store_n(&op->conn_seq, seq, __ATOMIC_RELAXED);
 }
 
-/* A receive ProxyOp ended: stopped by NCCL (`stopped`, at `now`) or retired. */
-static void np_conn_ended(np_comm* c, uint8_t channel, int32_t peer, int stopped, uint64_t now) {
-  np_conn* e = np_conn_of(c, channel, peer, 0);
+/* The queue a receive ProxyOp started in, or NULL when its entry went to another queue. */
+static np_conn* np_queue_of(np_comm* c, const np_cell* op) {
+  return np_conn_of(c, __atomic_load_n(&op->channel, __ATOMIC_RELAXED), np_queue_peer(op), 0);
+}
+
+/* A receive ProxyOp of queue e ended: stopped by NCCL (`stopped`, at `now`) or retired. */
+static void np_conn_ended(np_conn* e, int stopped, uint64_t now) {
   if (e == NULL) return;
   __atomic_store_n(&e->ended, __atomic_load_n(&e->ended, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
   if (stopped) __atomic_store_n(&e->t_stop, now, __ATOMIC_RELAXED);
 }
 
-/* Whether a silent receive ProxyOp on (channel, peer) may only be queued behind its
- * connection's earlier ones: one of them has not ended, or the last ended after the evidence (a
- * ProxyOp that started at `evidence`) began, so its first pass may still be to come. */
-static int np_conn_queued(np_comm* c, const np_cell* op, uint8_t channel, int32_t peer,
-                          uint64_t evidence) {
-  np_conn* e = np_conn_of(c, channel, peer, 0);
-  if (e == NULL) return 0; /* its entry went to another connection: nothing known */
+/* Whether a silent receive ProxyOp of queue e may only be waiting behind the queue's earlier
+ * ones: one of them has not ended, or the last ended after the evidence (a ProxyOp that started
+ * at `evidence`) began, so its first pass may still be to come. */
+static int np_conn_queued(const np_conn* e, const np_cell* op, uint64_t evidence) {
+  if (e == NULL) return 0; /* its entry went to another queue: nothing known */
   uint32_t ended = __atomic_load_n(&e->ended, __ATOMIC_RELAXED);
   uint32_t seq = __atomic_load_n(&op->conn_seq, __ATOMIC_RELAXED);
   return (int32_t)(ended - seq) < 0 || __atomic_load_n(&e->t_stop, __ATOMIC_RELAXED) > evidence;
@@ -223,12 +225,11 @@ static int np_op_retire(np_comm* c, np_thread* t, np_cell* op, uint64_t h, int c
       __atomic_load_n(&op->nstates, __ATOMIC_RELAXED) != 0 ||
       __atomic_load_n(&op->u.op.record, __ATOMIC_RELAXED) != 0)
     return NP_RETIRE_NO;
-  uint8_t channel = __atomic_load_n(&op->channel, __ATOMIC_RELAXED);
-  int32_t peer = np_queue_peer(op);
-  if (np_conn_queued(c, op, channel, peer, evidence)) return NP_RETIRE_QUEUED;
+  np_conn* e = np_queue_of(c, op);
+  if (np_conn_queued(e, op, evidence)) return NP_RETIRE_QUEUED;
   if (!__atomic_compare_exchange_n(&op->gs, &gs, gs + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
     return NP_RETIRE_NO;
-  np_conn_ended(c, channel, peer, 0, 0);
+  np_conn_ended(e, 0, 0);
   np_count(counter);
   return NP_RETIRE_DONE;
 }
@@ -286,7 +287,7 @@ void np_cell_stop(np_comm* c, np_thread* t, np_cell* cell, uint64_t h, uint64_t 
   uint64_t started = cell->t_start;
   np_op_finish(c, t, cell, h, now);
   if (!cell->is_send && !(cell->sflags & NP_F_FOREIGN))
-    np_conn_ended(c, __atomic_load_n(&cell->channel, __ATOMIC_RELAXED), np_queue_peer(cell), 1, now);
+    np_conn_ended(np_queue_of(c, cell), 1, now);
   np_cell_free(cell);
   if (__atomic_load_n(&c->rq_head, __ATOMIC_RELAXED) != __atomic_load_n(&c->rq_tail, __ATOMIC_RELAXED))
     np_retire_due(c, t, started);
