@@ -147,11 +147,10 @@ type Aggregator struct {
 	OnSlow func(*Op)
 	comms  map[uint32]*commState
 	free   []*opEntry // completed operation entries, for reuse
-	// The window being read: its collectives in start order, the repeat of those that repeat a
-	// seq, and its captured API calls (numberRepeats).
-	colls    []int32
-	repeats  map[uint64]int64
-	captured map[uint64]bool
+	// The window being read: its collectives in start order, and the repeat of those that repeat
+	// a seq (numberRepeats).
+	colls   []int32
+	repeats map[uint64]int64
 }
 
 // maxFree bounds the entries kept for reuse (a few windows' worth of operations).
@@ -161,7 +160,7 @@ const maxFree = 4096
 func New(ticksPerNs float64) *Aggregator {
 	return &Aggregator{TicksPerNs: ticksPerNs, QuietNs: DefaultQuietNs, MaxAgeNs: DefaultMaxAgeNs,
 		WindowDelayNs: DefaultWindowDelayNs, ProxyWaitNs: DefaultProxyWaitNs, comms: map[uint32]*commState{},
-		repeats: map[uint64]int64{}, captured: map[uint64]bool{}}
+		repeats: map[uint64]int64{}}
 }
 
 type opEntry struct {
@@ -307,16 +306,12 @@ func (a *Aggregator) Window(c Comm, recs []event.Record) {
 // its own, so a CUDA graph's replays (started on CUDA's host-callback thread) and the eager
 // collective that shares their seq (on the application's thread) can come in either order; by
 // start time they come as NCCL started them, the order every rank numbers them in. Replays
-// (their API call captured: replayOf) are numbered apart from eager collectives.
+// (replayOf) are numbered apart from eager collectives.
 func (a *Aggregator) numberRepeats(cs *commState, recs []event.Record) {
 	a.colls = a.colls[:0]
-	clear(a.captured)
 	for i := range recs {
-		switch r := &recs[i]; {
-		case r.Type == event.Coll:
+		if recs[i].Type == event.Coll {
 			a.colls = append(a.colls, int32(i))
-		case (r.Type == event.CollAPI || r.Type == event.P2pAPI) && r.Graph:
-			a.captured[r.Handle] = true
 		}
 	}
 	byStart := func(x, y int32) int { return cmpTicks(recs[x].Start, recs[y].Start) }
@@ -326,23 +321,16 @@ func (a *Aggregator) numberRepeats(cs *commState, recs []event.Record) {
 	clear(a.repeats)
 	for _, i := range a.colls {
 		r := &recs[i]
-		if n := cs.progress.repeatOf(r.Func, int64(r.Seq), a.replayOf(cs, r)); n > 0 {
+		if n := cs.progress.repeatOf(r.Func, int64(r.Seq), replayOf(r)); n > 0 {
 			a.repeats[r.Handle] = n
 		}
 	}
 }
 
-// replayOf: Coll or P2p r is a CUDA graph's replay, its parent an API call captured: its
-// handle says so (the plugin marks a captured call's handle), which holds however long ago the
-// capture was; else one seen captured (in this window, or kept from an earlier one while its
-// replays come).
-func (a *Aggregator) replayOf(cs *commState, r *event.Record) bool {
-	if event.HandleMarked(r.Parent) || a.captured[r.Parent] {
-		return true
-	}
-	api := cs.apis[r.Parent]
-	return api != nil && api.graph
-}
+// replayOf: Coll or P2p r is a CUDA graph's replay: its parent, the API call NCCL started at
+// capture, is captured, which the call's handle says (the plugin marks it: NP_F_MARK), however
+// long ago the capture was and whether or not that call's record was read.
+func replayOf(r *event.Record) bool { return event.HandleMarked(r.Parent) }
 
 // Advance tells the aggregator that every event of communicator c that started before `read`
 // has been read (the plugin knows: its oldest window not yet handed over opened then), so
@@ -475,7 +463,7 @@ func (a *Aggregator) track(cs *commState, r *event.Record) {
 		// direction) from 0, the same way on every rank (np_p2p_next in profiler/hot.h).
 		e.p2pSeq = int64(r.Seq)
 	}
-	e.replay = a.replayOf(cs, r)
+	e.replay = replayOf(r)
 	if r.Type == event.Coll {
 		e.repeat = a.repeats[r.Handle] // numberRepeats
 	}

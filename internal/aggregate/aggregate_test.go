@@ -17,6 +17,13 @@ type builder struct{ next uint64 }
 
 func (b *builder) id() uint64 { b.next++; return h(comm1.Index, b.next) }
 
+// capturedID is the handle of an API call captured in a CUDA graph, as the plugin gives it: a
+// window record's (bit 1 clear) with the mark (bit 30, NP_F_MARK) its replays show.
+func (b *builder) capturedID() uint64 {
+	b.next++
+	return 1 | b.next<<33 | 1<<30 | uint64(comm1.Index)<<54
+}
+
 func coll(id uint64, fn string, count uint64, start, stop event.Ticks) event.Record {
 	return event.Record{Handle: id, Type: event.Coll, Func: fn, Algo: "RING", Proto: "SIMPLE",
 		NChannels: 1, Count: count, Dtype: "ncclFloat32", Start: start, Stop: stop}

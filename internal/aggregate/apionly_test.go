@@ -88,7 +88,7 @@ func TestGraphReplayEachOneOperation(t *testing.T) {
 	var apis []uint64
 	for peer := int32(0); peer < 4; peer++ {
 		for _, fn := range []string{"Send", "Recv"} {
-			api := b.id()
+			api := b.capturedID()
 			apis = append(apis, api)
 			capture = append(capture, event.Record{Handle: api, Parent: g, Type: event.P2pAPI, Func: fn,
 				Count: 100, Dtype: "ncclFloat32", Peer: peer, Graph: true, Start: 10, Stop: 20})

@@ -102,7 +102,7 @@ func TestRepeatsNumberedInStartOrder(t *testing.T) {
 	}
 }
 
-// Replays (their Coll's parent an API call seen captured) are numbered apart from eager
+// Replays (their Coll's parent a captured API call, its handle marked) are numbered apart from eager
 // collectives: NCCL starts replays only on ranks with proxy work in the graph, so the eager
 // AllReduce that shares their seq must be repeat 0 on every rank, whether it saw them or not.
 // Three replays of seq 5 and the eager seq 5 complete; the progress counts the replays and
@@ -110,7 +110,7 @@ func TestRepeatsNumberedInStartOrder(t *testing.T) {
 func TestReplaysNumberedApartFromEager(t *testing.T) {
 	a := newAgg()
 	var b builder
-	capture := b.id()
+	capture := b.capturedID()
 	api := event.Record{Handle: capture, Type: event.CollAPI, Func: "AllReduce", Count: 1024, Dtype: "ncclFloat32",
 		Start: 10, Stop: 20, Graph: true}
 	recs := append([]event.Record{api}, seqColls(&b, 5, 4, 3, capture)...)
@@ -139,8 +139,7 @@ func TestReplaysNumberedApartFromEager(t *testing.T) {
 func TestReplayKnownFromItsParentHandle(t *testing.T) {
 	a := newAgg()
 	var b builder
-	// A window record's handle (bit 1 clear), marked; its record is not in any window.
-	captured := uint64(1) | 7<<33 | 1<<30 | uint64(comm1.Index)<<54
+	captured := b.capturedID() // its record is in no window
 	a.Window(comm1, seqColls(&b, 5, 3, 2, captured))
 	a.Advance(comm1, 1e5)
 	prog, _, _ := a.InFlight(comm1, 0)
