@@ -67,11 +67,11 @@ void bench_descriptors(void) {
 }
 
 int bench_pos_side = -1, bench_pos_next;
-/* Each position's times, the first BENCH_POS_SAMPLES of them: the median is printed, which a
- * preempted AllReduce does not move (a mean moved by 2x on a shared machine). */
-#define BENCH_POS_SAMPLES 8192
-static uint32_t bench_pos_t[2][BENCH_POSITIONS][BENCH_POS_SAMPLES];
-static uint32_t bench_pos_n[2][BENCH_POSITIONS];
+/* Each position's times (ticks), the first BENCH_POS_SAMPLES of them: the median is printed,
+ * which a preempted AllReduce does not move (a mean moved by 2x on a shared machine). */
+#define BENCH_POS_SAMPLES 4096
+static double bench_pos_t[2][BENCH_POSITIONS][BENCH_POS_SAMPLES];
+static int bench_pos_n[2][BENCH_POSITIONS];
 
 uint64_t bench_tsc(void) {
 #if defined(__x86_64__)
@@ -85,21 +85,13 @@ uint64_t bench_tsc(void) {
 void bench_pos_add(uint64_t since) {
   int k = bench_pos_next++;
   if (bench_pos_side < 0 || k >= BENCH_POSITIONS) return;
-  uint64_t dt = bench_tsc() - since;
-  uint32_t* n = &bench_pos_n[bench_pos_side][k];
-  if (*n < BENCH_POS_SAMPLES) bench_pos_t[bench_pos_side][k][(*n)++] = dt > UINT32_MAX ? UINT32_MAX : (uint32_t)dt;
-}
-
-static int bench_u32_cmp(const void* a, const void* b) {
-  uint32_t x = *(const uint32_t*)a, y = *(const uint32_t*)b;
-  return x < y ? -1 : x > y;
+  int* n = &bench_pos_n[bench_pos_side][k];
+  if (*n < BENCH_POS_SAMPLES) bench_pos_t[bench_pos_side][k][(*n)++] = (double)(bench_tsc() - since);
 }
 
 static double bench_pos_median(int side, int k) {
-  uint32_t n = bench_pos_n[side][k];
-  if (n == 0) return 0;
-  qsort(bench_pos_t[side][k], n, sizeof(uint32_t), bench_u32_cmp);
-  return (double)bench_pos_t[side][k][n / 2];
+  int n = bench_pos_n[side][k];
+  return n ? median(bench_pos_t[side][k], n) : 0.0;
 }
 
 /* Prints the median ns of each position (ncclprof, floor's plugin) and starts again. */
