@@ -1,6 +1,7 @@
 package traceevent
 
 import (
+	"math"
 	"strings"
 
 	"github.com/ncclprof/ncclprof/internal/jsonscan"
@@ -48,27 +49,9 @@ func parseFast(e *Event, s string, start int, valid bool, argsEnd int) (end int,
 		if i >= len(s) {
 			return 0, false
 		}
-		v := i
-		plain := false // a string value without escapes
-		var err error
-		switch c := s[i]; {
-		case argsEnd >= 0 && c == '{' && key == "args":
-			i = argsEnd
-		case valid && c == '"':
-			i, plain = jsonscan.StringEnd(s, i)
-		case valid:
-			i = jsonscan.SkipValid(s, i)
-		case c == '"':
-			i, plain, err = jsonscan.ScanString(s, i)
-		case c == '-' || c-'0' <= 9:
-			i, err = jsonscan.SkipNumber(s, i)
-		default:
-			i, err = jsonscan.Skip(s, i)
-		}
-		if err != nil {
-			return 0, false
-		}
-		if e.member(key, s, v, i, start, plain) != "" {
+		if end, ok := e.number(key, s, i, start); ok {
+			i = end // ts, dur, pid and tid are read as they are delimited: once, not twice
+		} else if i, ok = e.value(key, s, i, start, valid, argsEnd); !ok {
 			return 0, false
 		}
 		if i < len(s) && s[i] != ',' && s[i] != '}' {
@@ -133,6 +116,91 @@ func (e *Event) member(key, s string, v, ve, start int, plain bool) (problem str
 		}
 	}
 	return ""
+}
+
+// value delimits (and unless valid, validates) the value of key at s[v] and reads it into e.
+func (e *Event) value(key, s string, v, start int, valid bool, argsEnd int) (end int, ok bool) {
+	i := v
+	plain := false // a string value without escapes
+	var err error
+	switch c := s[i]; {
+	case argsEnd >= 0 && c == '{' && key == "args":
+		i = argsEnd
+	case valid && c == '"':
+		i, plain = jsonscan.StringEnd(s, i)
+	case valid:
+		i = jsonscan.SkipValid(s, i)
+	case c == '"':
+		i, plain, err = jsonscan.ScanString(s, i)
+	case c == '-' || c-'0' <= 9:
+		i, err = jsonscan.SkipNumber(s, i)
+	default:
+		i, err = jsonscan.Skip(s, i)
+	}
+	if err != nil || e.member(key, s, v, i, start, plain) != "" {
+		return 0, false
+	}
+	return i, true
+}
+
+// number reads the value of ts, dur, pid or tid at s[v] where it is a plain non-negative number
+// (JSON's grammar: no leading zero; a time with up to 3 decimals, ns exact), as it finds its
+// end: what member would take from it after a separate validating scan. ok == false: another
+// key, or a number for the general path (a sign, an exponent, more decimals, too many digits),
+// which reads it the same way it always did.
+func (e *Event) number(key, s string, v, start int) (end int, ok bool) {
+	isTime := key == "ts" || key == "dur"
+	if s[v]-'0' > 9 || !isTime && key != "pid" && key != "tid" {
+		return 0, false
+	}
+	var n uint64 // 19 digits at most: no wrap
+	i := v
+	for ; i < len(s) && s[i]-'0' <= 9; i++ {
+		n = n*10 + uint64(s[i]-'0')
+	}
+	digits := i - v
+	if digits > 1 && s[v] == '0' || i >= len(s) || s[i] == 'e' || s[i] == 'E' {
+		return 0, false
+	}
+	if !isTime {
+		if s[i] == '.' || digits > 18 { // as smallUint
+			return 0, false
+		}
+	} else {
+		frac := 0
+		if s[i] == '.' {
+			j := i + 1
+			for ; j < len(s) && s[j]-'0' <= 9 && j-i <= 3; j++ {
+				n = n*10 + uint64(s[j]-'0')
+			}
+			frac = j - i - 1
+			if frac == 0 || j >= len(s) || s[j]-'0' <= 9 || s[j] == 'e' || s[j] == 'E' {
+				return 0, false // "1.", more than 3 decimals, an exponent
+			}
+			i = j
+		}
+		if digits+3 > 19 {
+			return 0, false
+		}
+		for ; frac < 3; frac++ {
+			n *= 10
+		}
+		if n > math.MaxInt64 {
+			return 0, false
+		}
+	}
+	sp := Span{int32(v - start), int32(i - start)}
+	switch key {
+	case "ts":
+		e.Ts, e.HasTs, e.TsSpan = int64(n), true, sp
+	case "dur":
+		e.Dur, e.HasDur, e.DurSpan = int64(n), true, sp
+	case "pid":
+		e.Pid, e.PidSpan = ID{Num: int64(n)}, sp
+	default:
+		e.Tid, e.TidSpan = ID{Num: int64(n)}, sp
+	}
+	return i, true
 }
 
 // skipWS is jsonscan.SkipWS, inlined here: most calls find no whitespace.
