@@ -191,9 +191,13 @@ NP_HOT void np_start_proxy_op(void* ctx, int abi, void** eh, uint64_t parent, in
   cell->u.op.pid = pid;
   cell->chunk = chunk;
   /* Receive-side ProxyOps may be ones NCCL never stops (only net.cc stops ProxyOps, and it
-   * is the only one that reports isSend): they wait for evidence that they are over. Its
-   * record in the operation windows waits for its first sign of life (np_op_record). */
-  if (!is_send && !(flags & NP_F_FOREIGN)) {
+   * is the only one that reports isSend): they wait for evidence that they are over. Not
+   * below ABI v4: NCCL before 2.27 (which calls v1-v3) starts ProxyOps only in net.cc's
+   * progress functions, which stop each one (v2.23.4-1 to v2.26.6-1), and starts one at its
+   * first pass, which may post no step yet (a receive waiting for shared buffers): such a one
+   * has no state and no step for a while, and was retired as none of net.cc's. Its record in
+   * the operation windows waits for its first sign of life (np_op_record). */
+  if (!is_send && !(flags & NP_F_FOREIGN) && abi >= 4) {
     np_conn_started(c, cell);
     np_retire_push(c, t, ch);
   }

@@ -147,19 +147,20 @@ static void wait_for(const job* j, const xfer* x) {
   if (W.realtime || j->slow_ns > 0) spin_until(x->deadline);
 }
 
-void era_run_job(const job* j) {
-  host_plugin* p = &W.plugin;
-  era_op o = {.j = j, .p = p, .per = 1, .op_states = p->abi < 4};
-  if (p->nccl == 223 && j->slice_steps > 1) o.per = j->slice_steps;
-  void* kch = job_kernel_begin(j);
+/* Step events per network transfer: 2.23 starts one per raw step (sliceSteps of them). */
+static int era_per(const job* j) { return W.plugin.nccl == 223 && j->slice_steps > 1 ? j->slice_steps : 1; }
+
+void* era_op_begin(const job* j) {
   /* 2.23 counts raw steps and their size (args->chunkSize); later releases whole transfers
    * (DIVUP(nsteps, sliceSteps), chunkSize * sliceSteps). */
-  o.op = job_op_begin(j, j->nsteps * o.per, (int)j->sizes[0] / o.per);
-  if (j->no_stop) { /* 2.27+ proxy.cc starts ProxyOps that no transport progress reports on */
-    job_kernel_end(kch);
-    return;
-  }
-  host_op_in_progress(p, o.op); /* v4+: the first progress pass */
+  int per = era_per(j);
+  return job_op_begin(j, j->nsteps * per, (int)j->sizes[0] / per);
+}
+
+void era_progress(const job* j, void* op, void* kch, int first_pass_done) {
+  host_plugin* p = &W.plugin;
+  era_op o = {.j = j, .p = p, .op = op, .per = era_per(j), .op_states = p->abi < 4};
+  if (!first_pass_done) host_op_in_progress(p, o.op); /* v4+: the first progress pass */
   if (j->arrived) job_barrier_wait(j->arrived, j->comm->nranks);
   int depth = 8 / o.per; /* NCCL_STEPS raw steps in flight */
   int posted = 0, sent = 0, done = 0, n = j->nsteps;
@@ -178,4 +179,18 @@ void era_run_job(const job* j) {
     }
   }
   job_finish(j, o.op, kch);
+}
+
+int era_starts_at_append(void) { return W.plugin.nccl >= 227; }
+
+void era_run_job(const job* j) {
+  void* kch = job_kernel_begin(j);
+  if (j->no_stop) {
+    /* A ProxyOp no transport progress reports on (CollNet's): 2.27+ proxy.cc starts it and
+     * nothing stops it; before, only net.cc's progress started ProxyOps, so it had none. */
+    if (era_starts_at_append()) era_op_begin(j);
+    job_kernel_end(kch);
+    return;
+  }
+  era_progress(j, era_op_begin(j), kch, 0);
 }

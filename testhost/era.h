@@ -22,5 +22,15 @@ int nccl_mask_wants(int release, int m, uint64_t t);
 /* One network operation (a ProxyOp and its steps) as net.cc's send/recvProxyProgress of the
  * release records it. */
 void era_run_job(const job* j);
+/* Whether the release starts a ProxyOp when the proxy thread appends it (proxy.cc ProxyAppend →
+ * ncclProfilerStartProxyOpEvent, 2.27+: v2.27.3-1 line 419) rather than at net.cc's first
+ * progress pass of it (send/recvProxyProgress in the ncclProxyOpReady state: v2.26.6-1 lines
+ * 1104 and 1285, v2.23.4-1 1047 and 1236). */
+int era_starts_at_append(void);
+/* The ProxyOp of j as the release starts it (its nSteps and chunkSize as the release counts). */
+void* era_op_begin(const job* j);
+/* A started ProxyOp's progress as the release's net.cc records it, to its stop and the kernel's
+ * end; first_pass_done: its first pass (InProgress) was recorded already. */
+void era_progress(const job* j, void* op, void* kch, int first_pass_done);
 
 #endif

@@ -31,7 +31,10 @@
  *            (testdata/nccl/2.28.9-net-shared).
  *
  * --iters operations at --rate operations per second (0: as fast as the threads can), each
- * with --channels channels; 4 steps per channel and direction.
+ * with --channels channels; 4 steps per channel and direction. With --nccl R each is played as
+ * release R does it (era.c): before 2.27 net.cc started ProxyOps at their first pass, so
+ * nostop's CollNet operations have none, and a queued receive has no record until it is its
+ * queue's head.
  */
 #define _GNU_SOURCE
 #include <string.h>

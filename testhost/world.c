@@ -353,12 +353,22 @@ static int conn_head[MAX_CHANNELS], conn_n[MAX_CHANNELS];
 
 static queued* queue_at(int ch, int k) { return &conn_q[ch][(conn_head[ch] + k) % (W.queue_depth + 1)]; }
 
+/* Under --nccl the release decides when a ProxyOp starts (era_starts_at_append): NCCL before
+ * 2.27 started it at net.cc's first pass of it, so a receive waiting in the queue has no record
+ * at all until it is the head. */
+static int queue_starts_at_append(void) { return !W.plugin.nccl || era_starts_at_append(); }
+
+static void* queue_op_begin(const job* j) {
+  return W.plugin.nccl ? era_op_begin(j) : job_op_begin(j, j->nsteps, (int)j->sizes[0]);
+}
+
 /* The head args' first pass: the head and whatever follows it from the same plan. */
 static void queue_first_pass(int ch) {
   uint64_t plan = queue_at(ch, 0)->j.plan;
   for (int k = 0; k < conn_n[ch] && queue_at(ch, k)->j.plan == plan; k++) {
     queued* q = queue_at(ch, k);
-    if (!q->passed) host_op_in_progress(&W.plugin, q->op);
+    if (!q->passed && queue_starts_at_append()) host_op_in_progress(&W.plugin, q->op);
+    else if (!q->passed) q->op = queue_op_begin(&q->j);
     q->passed = 1;
   }
 }
@@ -367,7 +377,8 @@ static void queue_pop(int ch) {
   queued* q = queue_at(ch, 0);
   conn_head[ch] = (conn_head[ch] + 1) % (W.queue_depth + 1);
   conn_n[ch]--;
-  run_started(&q->j, q->op, q->kch, 1);
+  if (W.plugin.nccl) era_progress(&q->j, q->op, q->kch, 1);
+  else run_started(&q->j, q->op, q->kch, 1);
   if (conn_n[ch] > 0) queue_first_pass(ch);
 }
 
@@ -381,7 +392,7 @@ static void run_queued(const job* j) {
   queued* q = queue_at(ch, conn_n[ch]++);
   q->j = *j;
   q->kch = job_kernel_begin(j);
-  q->op = job_op_begin(j, j->nsteps, (int)j->sizes[0]);
+  q->op = queue_starts_at_append() ? queue_op_begin(j) : NULL;
   q->passed = 0;
   queue_first_pass(ch); /* it is the head, or one of the head's plan */
   if (conn_n[ch] > W.queue_depth) queue_pop(ch);

@@ -1,6 +1,8 @@
 package hosttest
 
 import (
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -150,4 +152,78 @@ func TestProxyThreadChurn(t *testing.T) {
 	if op := s.Op("AllReduce", "RING", "SIMPLE", 2); op == nil || op.Count != 800 || op.NoCompletion != 0 || op.Incomplete != 0 {
 		t.Errorf("AllReduce: %+v, want 800, every one complete", op)
 	}
+}
+
+// The proxy patterns as each NCCL release plays them (testhost --nccl): before 2.27 only
+// net.cc's progress functions start ProxyOps, at their first pass (v2.23.4-1 to v2.26.6-1), so
+// a CollNet ProxyOp is never started and a receive queued behind its connection has no record
+// until it is its queue's head; from 2.27 proxy.cc starts every one when it is appended. Every
+// release's figures are exact (2.23's send sizes aside), and no ProxyOp is retired but the
+// never-stopped CollNet ones of 2.27+. Before ABI v4 a receive head started with no step yet (its
+// shared buffers not free) was retired as none of net.cc's: 6,804 of the queued run's 2,000
+// operations at 2.24 and 2.26 and 5,998 of queuedp2p's, their steps orphaned.
+func TestProxyPatternsPerRelease(t *testing.T) {
+	const iters, channels = 2000, 2
+	for _, rel := range ncclReleases {
+		for _, scenario := range []string{"nostop", "queued", "queuedp2p"} {
+			t.Run(rel.name+"/"+scenario, func(t *testing.T) {
+				log := filepath.Join(t.TempDir(), "calls.log")
+				r := Start(t, Options{Args: []string{"--nccl", rel.name, "--iters", strconv.Itoa(iters), "--rate", "0", scenario},
+					Env: []string{"NCCLPROF_METRICS=none", "NCCLPROF_HANG_TIMEOUT_S=2", "NCCLPROF_HOST_CALLLOG=" + log}})
+				tr := r.Truth[0]
+				if rel.name == "2.23" {
+					check223(t, r, tr)
+				} else {
+					checkWhole(t, r)
+				}
+				appends := rel.abi >= 4
+				retired := uint64(0)
+				if scenario == "nostop" && appends {
+					retired = iters / 2 * channels * 2 // every CollNet ProxyOp but the last operation's
+				}
+				if got := tr.Counter(t, "OPS_RETIRED"); got > retired || got+4 < retired {
+					t.Errorf("%d ProxyOps retired, want %d", got, retired)
+				}
+				for _, c := range []string{"OPS_RETIRED_OLD", "ORPHAN_STEPS", "STALE_HANDLE", "ARENA_FULL"} {
+					if n := tr.Counter(t, c); n != 0 {
+						t.Errorf("%s = %d, want 0", c, n)
+					}
+				}
+				wantOps := uint64(iters / 2 * channels * 2) // nostop: the AllGathers' ProxyOps
+				if appends {
+					wantOps *= 2 // and the CollNet AllReduces'
+				}
+				open := maxOpenProxyOps(readCallLog(t, log))
+				switch {
+				case scenario == "nostop" && tr.TypeCounts[3] != wantOps:
+					t.Errorf("%d ProxyOps started, want %d (CollNet's are started from 2.27 on)", tr.TypeCounts[3], wantOps)
+				case scenario == "queued" && appends && open < 1200:
+					t.Errorf("at most %d ProxyOps open at once: from 2.27 receives queued 300 deep on 4 channels are started when appended", open)
+				case scenario == "queued" && !appends && open > 8:
+					t.Errorf("%d ProxyOps open at once: before 2.27 a queued receive is started only as its queue's head", open)
+				}
+			})
+		}
+	}
+}
+
+// maxOpenProxyOps is the most ProxyOps that NCCL stops later open at once in a call log.
+func maxOpenProxyOps(log []callLine) int {
+	stopped := map[string]bool{}
+	for _, l := range log {
+		if l.kind == "stop" {
+			stopped[l.ref] = true
+		}
+	}
+	open, most := map[string]bool{}, 0
+	for _, l := range log {
+		switch h := l.get("h"); {
+		case l.kind == "start" && l.get("type") == "8" && stopped[h]:
+			open[h] = true
+			most = max(most, len(open))
+		case l.kind == "stop":
+			delete(open, l.ref)
+		}
+	}
+	return most
 }
