@@ -582,7 +582,28 @@ NP_HOT void np_cell_init(np_cell* cell, np_thread* t, int type, int abi, uint64_
 
 /* ------------------------------------------------------------------- NCCL's patterns */
 
-/* A ProxyStep start for the step its ProxyOp started last, which has had no state since:
+/* NCCL 2.23 (v1) starts a pass's sliceSteps raw steps in one call, in order
+ * (ncclProfilerStartRecvProxyStepEvents, misc/profiler.cc at v2.23.4-1), and a restart pass
+ * starts them again from the first. The cells of one pass were claimed one after another from
+ * the thread's block, so the one of `step` is `back` cells before the last one's (handle
+ * `last`), unless a block boundary fell between them: then it is not found, and the restart
+ * takes a new cell (once per crossing; the next pass finds them all). Returns its handle if it
+ * is that step of the same ProxyOp, still without a state, else 0. */
+static uint64_t np_run_step(np_comm* c, uint64_t last, uint64_t parent, int32_t step, uint32_t back) {
+  uint32_t idx = np_h_cell(last);
+  if (back >= 8 || idx < back) return 0; /* NCCL_STEPS raw steps at most in one pass */
+  idx -= back;
+  np_cell* s = &c->cells[idx];
+  uint64_t gs = __atomic_load_n(&s->gs, __ATOMIC_ACQUIRE);
+  if (!(gs & 1) || __atomic_load_n(&s->type, __ATOMIC_RELAXED) != NP_T_PROXY_STEP ||
+      __atomic_load_n(&s->parent, __ATOMIC_RELAXED) != parent ||
+      __atomic_load_n(&s->u.step.step, __ATOMIC_RELAXED) != step ||
+      __atomic_load_n(&s->nstates, __ATOMIC_RELAXED) != 0)
+    return 0;
+  return np_ahandle(c->idx, idx, (uint32_t)(gs >> 1));
+}
+
+/* A ProxyStep start for a step its ProxyOp started last, which has had no state since:
  * net.cc's recvProxyProgress starts a receive step before checks that may postpone its irecv
  * to a later pass, and starts it again there into the same handle slot (only the last handle
  * gets states and the stop). Returns that step's handle (the cell is reused, its restarts
@@ -593,9 +614,15 @@ NP_HOT uint64_t np_step_restarted(np_comm* c, np_cell* op, uint64_t parent, int3
   np_cell* s = np_cell_of(c, prev);
   if (s == NULL || __atomic_load_n(&s->type, __ATOMIC_RELAXED) != NP_T_PROXY_STEP ||
       __atomic_load_n(&s->parent, __ATOMIC_RELAXED) != parent ||
-      __atomic_load_n(&s->u.step.step, __ATOMIC_RELAXED) != step ||
       __atomic_load_n(&s->nstates, __ATOMIC_RELAXED) != 0)
     return 0;
+  int32_t last = __atomic_load_n(&s->u.step.step, __ATOMIC_RELAXED);
+  if (last != step) {
+    if (NP_LIKELY(op->abi != 1 || step > last)) return 0;
+    prev = np_run_step(c, prev, parent, step, (uint32_t)(last - step));
+    if (prev == 0) return 0;
+    s = &c->cells[np_h_cell(prev)];
+  }
   if (s->u.step.nrestarts != UINT16_MAX) s->u.step.nrestarts++;
   np_count(NP_C_STEP_RESTARTS);
   return prev;

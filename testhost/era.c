@@ -101,11 +101,15 @@ static void post(era_op* o, int k) {
   xfer* x = &o->x[k % 8];
   x->n = o->per;
   x->size = j->sizes[k];
-  for (int i = 0; i < x->n; i++) {
-    host_ev e = {.type = NPABI_PROXY_STEP, .parent = o->op, .rank = j->comm->rank,
-                 .step = k * o->per + i};
-    x->h[i] = start_event(j->ctx, &e, 0);
-  }
+  /* A receive's pass starts the step's events (2.23: its sliceSteps raw ones, in order) before
+   * the checks that may postpone its irecv; each later pass starts them again into the same
+   * handle slots (restarts), and only the last pass's are given states and stopped. */
+  for (int r = j->is_send ? 0 : j->restarts; r >= 0; r--)
+    for (int i = 0; i < x->n; i++) {
+      host_ev e = {.type = NPABI_PROXY_STEP, .parent = o->op, .rank = j->comm->rank,
+                   .step = k * o->per + i};
+      x->h[i] = start_event(j->ctx, &e, 0);
+    }
   op_state(o, j->is_send ? NPABI_PROXY_OP_SEND_POSTED : NPABI_PROXY_OP_RECV_POSTED, k + 1);
   steps_state(o, x, j->is_send ? NPABI_PROXY_STEP_SEND_GPU_WAIT : NPABI_PROXY_STEP_RECV_WAIT, 0);
   if (!j->is_send) x->deadline = deadline(j, x->size);

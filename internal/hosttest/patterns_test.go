@@ -161,11 +161,14 @@ func TestProxyThreadChurn(t *testing.T) {
 // release's figures are exact (2.23's send sizes aside), and no ProxyOp is retired but the
 // never-stopped CollNet ones of 2.27+. Before ABI v4 a receive head started with no step yet (its
 // shared buffers not free) was retired as none of net.cc's: 6,804 of the queued run's 2,000
-// operations at 2.24 and 2.26 and 5,998 of queuedp2p's, their steps orphaned.
+// operations at 2.24 and 2.26 and 5,998 of queuedp2p's, their steps orphaned. And 2.23 restarts
+// a transfer's 2 raw steps together, the first before the last: only a restart of the step
+// started last was known, so each pass took new cells (the arena full 670,973 times, 7,894
+// ProxyOps untracked in the restart run).
 func TestProxyPatternsPerRelease(t *testing.T) {
 	const iters, channels = 2000, 2
 	for _, rel := range ncclReleases {
-		for _, scenario := range []string{"nostop", "queued", "queuedp2p"} {
+		for _, scenario := range []string{"nostop", "queued", "queuedp2p", "restart"} {
 			t.Run(rel.name+"/"+scenario, func(t *testing.T) {
 				log := filepath.Join(t.TempDir(), "calls.log")
 				r := Start(t, Options{Args: []string{"--nccl", rel.name, "--iters", strconv.Itoa(iters), "--rate", "0", scenario},
@@ -201,6 +204,10 @@ func TestProxyPatternsPerRelease(t *testing.T) {
 					t.Errorf("at most %d ProxyOps open at once: from 2.27 receives queued 300 deep on 4 channels are started when appended", open)
 				case scenario == "queued" && !appends && open > 8:
 					t.Errorf("%d ProxyOps open at once: before 2.27 a queued receive is started only as its queue's head", open)
+				}
+				// restart: every receive step started 20 times, each raw step on 2.23 (2 a transfer)
+				if want := uint64(iters * channels * 4 * rel.perTransfer * 19); scenario == "restart" && tr.Counter(t, "STEP_RESTARTS") != want {
+					t.Errorf("%d step restarts counted, want %d", tr.Counter(t, "STEP_RESTARTS"), want)
 				}
 			})
 		}
