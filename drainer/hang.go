@@ -262,6 +262,7 @@ func direction(send bool) string {
 func (w *watchdog) liveProxy(cell *C.np_open_cell, steps []*C.np_open_cell) hang.ProxyOp {
 	p := hang.ProxyOp{Channel: int(cell.channel), Peer: int(cell.peer), Direction: direction(cell.is_send != 0),
 		NSteps: int(cell.nsteps), StepsDone: int(cell.steps_done), StartUnixNs: w.d.cpu.UnixNs(uint64(cell.t_start))}
+	p.State, _ = hang.OpState(int(cell.last_state)) // its own latest state: ABI v1-v3 only
 	slices.SortFunc(steps, func(a, b *C.np_open_cell) int { return int(a.step) - int(b.step) })
 	for _, s := range steps {
 		p.Open = append(p.Open, w.step(s, cell.is_send != 0))

@@ -65,6 +65,10 @@ typedef struct hstep {
 
 typedef struct hpop {
   int channel, peer, is_send, nsteps, done, nopen, stopped;
+  /* ABI v1-v3: a send whose next step's data is ready and whose isend the receiver has not
+   * taken records SendRemFifoWait on the ProxyOp (its step stays in SendGPUWait: no
+   * SendPeerWait before 2.27): 1 + that step; 0: none. */
+  int rem_fifo;
   hstep open[HSTEPS];
   int64_t start;
 } hpop;
@@ -115,6 +119,10 @@ typedef struct hcfg {
 
 static hspec specs[3];
 static int nspecs;
+/* The ABI NCCL drives the plugin at (--abi): before v4 (NCCL < 2.27) there is no SendPeerWait
+ * (net.cc sendProxyProgress at v2.26.6-1 records the ProxyOp's SendRemFifoWait before each
+ * isend try, and the step's SendWait only once the isend is taken). */
+static int hang_abi = 6;
 
 /* ------------------------------------------------------------------- the job's model */
 
@@ -190,9 +198,13 @@ static void send_pop(const hspec* s, const simr* m, hpop* p) {
   p->nsteps = T;
   p->done = m->done;
   p->stopped = m->done == T;
+  p->rem_fifo = 0;
   for (int k = m->done; k < T && k < m->done + HSTEPS; k++) {
-    int st = k < m->tx ? NPABI_PROXY_STEP_SEND_WAIT
-                       : (k == m->tx && k < m->prod ? NPABI_PROXY_STEP_SEND_PEER_WAIT : NPABI_PROXY_STEP_SEND_GPU_WAIT);
+    int st = k < m->tx ? NPABI_PROXY_STEP_SEND_WAIT : NPABI_PROXY_STEP_SEND_GPU_WAIT;
+    if (k == m->tx && k < m->prod) { /* refused for want of a receive buffer */
+      if (hang_abi >= 4) st = NPABI_PROXY_STEP_SEND_PEER_WAIT;
+      else p->rem_fifo = k + 1;
+    }
     p->open[p->nopen++] = (hstep){.step = k, .state = st};
   }
 }
@@ -427,6 +439,7 @@ static void play_op(hcomm* c, const hspec* s, hplan* pl, int channels, void* cap
       size_t cum = 0;
       for (int st = 0; st < q->done; st++) play_step(c->ctx, r, op, st, q->is_send, -1, &cum);
       for (int j = 0; j < q->nopen; j++) q->open[j].since = play_step(c->ctx, r, op, q->open[j].step, q->is_send, q->open[j].state, &cum);
+      if (q->rem_fifo) host_op_state(p, op, NPABI_PROXY_OP_SEND_REM_FIFO_WAIT, q->rem_fifo, cum);
       if (q->stopped) host_stop(p, op);
     }
     if (k->stopped) {
@@ -499,6 +512,30 @@ static void write_recent(FILE* f, const hspec* s, const hcfg* c, int r, int done
   fprintf(f, "],");
 }
 
+/* The ProxyOp's own latest state as NCCL before 2.27 leaves it (ABI v1-v3; -1: none, or a
+ * later ABI): what play_op recorded last, each step state bringing its op state
+ * (emit.c host_step_state), then a refused isend's SendRemFifoWait. */
+static int v1_last_op_state(const hpop* q) {
+  if (hang_abi >= 4 || q->stopped) return -1;
+  if (q->rem_fifo) return NPABI_PROXY_OP_SEND_REM_FIFO_WAIT;
+  int st = q->nopen ? q->open[q->nopen - 1].state
+                    : q->done ? (q->is_send ? NPABI_PROXY_STEP_SEND_WAIT : NPABI_PROXY_STEP_RECV_GPU_WAIT) : -1;
+  switch (st) {
+  case NPABI_PROXY_STEP_SEND_GPU_WAIT: return NPABI_PROXY_OP_SEND_POSTED;
+  case NPABI_PROXY_STEP_SEND_WAIT: return NPABI_PROXY_OP_SEND_TRANSMITTED;
+  case NPABI_PROXY_STEP_RECV_WAIT: return NPABI_PROXY_OP_RECV_POSTED;
+  case NPABI_PROXY_STEP_RECV_FLUSH_WAIT: return NPABI_PROXY_OP_RECV_RECEIVED;
+  case NPABI_PROXY_STEP_RECV_GPU_WAIT: return NPABI_PROXY_OP_RECV_TRANSMITTED;
+  default: return -1;
+  }
+}
+
+static const char* op_state_name(int s) {
+  static const char* names[] = {"SendPosted", "SendRemFifoWait", "SendTransmitted", "SendDone",
+                                "RecvPosted", "RecvReceived", "RecvTransmitted", "RecvDone"};
+  return names[s];
+}
+
 static void write_op(FILE* f, const hplan* pl, int channels, int abi) {
   fprintf(f, "{");
   write_call(f, pl);
@@ -516,9 +553,11 @@ static void write_op(FILE* f, const hplan* pl, int channels, int abi) {
   fprintf(f, "],\"proxy_ops\":[");
   for (int i = 0; i < pl->npop; i++) {
     const hpop* q = &pl->pops[i];
-    fprintf(f, "%s{\"channel\":%d,\"peer\":%d,\"direction\":\"%s\",\"nsteps\":%d,\"steps_done\":%d,\"start_unix_ns\":%lld,\"stopped\":%s,\"open_steps\":[",
+    fprintf(f, "%s{\"channel\":%d,\"peer\":%d,\"direction\":\"%s\",\"nsteps\":%d,\"steps_done\":%d,\"start_unix_ns\":%lld,\"stopped\":%s,",
             i ? "," : "", q->channel, q->peer, q->is_send ? "send" : "recv", q->nsteps, q->done, (long long)q->start,
             q->stopped ? "true" : "false");
+    if (v1_last_op_state(q) >= 0) fprintf(f, "\"state\":\"%s\",", op_state_name(v1_last_op_state(q)));
+    fprintf(f, "\"open_steps\":[");
     for (int j = 0; j < q->nopen; j++)
       fprintf(f, "%s{\"step\":%d,\"state\":\"%s\",\"since_unix_ns\":%lld}", j ? "," : "", q->open[j].step,
               state_name(q->open[j].state), (long long)q->open[j].since);
@@ -557,7 +596,9 @@ static void write_truth(const char* path, const hcfg* c, int job_rank, const cha
     fprintf(f, "%s{\"comm_hash\":\"0x%016llx\",\"name\":\"%s\",\"rank\":%d,\"nranks\":%d,\"nnodes\":%d,\"abi_version\":%d,"
                "\"completed\":[{\"func\":\"%s\",\"ops\":%lld,\"replays\":%lld,\"last_seq\":%lld,\"last_repeat\":%lld,\"last_graph_replay\":%s}],"
                "\"p2p_completed\":[],\"ops_completed\":%lld,",
-            nc++ ? "," : "", (unsigned long long)s->hash, s->name, r, s->n, s->pattern == PAT_INTRA ? 1 : (s->n + 7) / 8, c->abi,
+            /* v1-v3's init gives neither name nor sizes (nranks, nnodes 0: unknown) */
+            nc++ ? "," : "", (unsigned long long)s->hash, c->abi >= 4 ? s->name : "", r, c->abi >= 4 ? s->n : 0,
+            c->abi < 4 ? 0 : s->pattern == PAT_INTRA ? 1 : (s->n + 7) / 8, c->abi,
             s->func, ops, s->replays ? ops : 0, last, last_rep, s->replays ? "true" : "false", ops);
     write_recent(f, s, c, r, done_hung);
     fprintf(f, "\"open_ops\":[");
@@ -722,6 +763,7 @@ static hcfg parse(int argc, char** argv) {
 
 int scenario_hang(int argc, char** argv) {
   hcfg c = parse(argc, argv);
+  hang_abi = c.abi;
   build_job(&c);
   return c.plan ? plan_all(&c) : live(&c);
 }

@@ -243,8 +243,28 @@ type ProxyOp struct {
 	StepsDone   int    `json:"steps_done"` // steps stopped, in order (net.cc completes them in order)
 	StartUnixNs int64  `json:"start_unix_ns"`
 	Stopped     bool   `json:"stopped"`
+	// State is the ProxyOp's own latest state, which NCCL before 2.27 (ABI v1-v3) records
+	// (OpStates); absent from 2.27 on. Before 2.27 a send refused for want of a receive buffer
+	// shows it only here: SendRemFifoWait, its step still in SendGPUWait (see peerWaitOf).
+	State string `json:"state,omitempty"`
 	// Open lists the steps started and not stopped (at most NCCL_STEPS, 8), oldest first.
 	Open []Step `json:"open_steps"`
+}
+
+// ProxyOp states of NCCL before 2.27 (ncclProfilerProxyOp*, ABI v1-v3), by their value.
+var OpStates = [...]string{"SendPosted", "SendRemFifoWait", "SendTransmitted", "SendDone",
+	"RecvPosted", "RecvReceived", "RecvTransmitted", "RecvDone"}
+
+// SendRemFifoWait: net.cc's sendProxyProgress (v2.23.4-1 to v2.26.6-1) records it on the ProxyOp
+// before each isend try of a step whose data is ready, and SendTransmitted once one is taken.
+const SendRemFifoWait = "SendRemFifoWait"
+
+// OpState names a ProxyOp state of ABI v1-v3; ok is false for any other value.
+func OpState(v int) (name string, ok bool) {
+	if v < 0 || v >= len(OpStates) {
+		return "", false
+	}
+	return OpStates[v], true
 }
 
 // Step is a ProxyStep in flight and the state it is in.

@@ -119,7 +119,11 @@ func (f *Found) Load() *Input {
 	in := &Input{Traces: f.Traces}
 	loaded := make([]*Dump, len(dumps))
 	errs := make([]error, len(dumps))
-	parallel.Each(len(dumps), func(i int) { loaded[i], errs[i] = ReadFile(dumps[i]) })
+	parallel.Each(len(dumps), func(i int) {
+		if loaded[i], errs[i] = ReadFile(dumps[i]); errs[i] == nil {
+			loaded[i].peerWaitOf()
+		}
+	})
 	seen := map[string]int{}
 	for i, d := range loaded {
 		if errs[i] != nil {
@@ -208,6 +212,29 @@ func Parse(b []byte) (*Dump, error) {
 		return nil, fmt.Errorf("invalid (%w): its process is treated as one without a dump", err)
 	}
 	return &d, nil
+}
+
+// peerWaitOf has the analysis read a send refused for want of a receive buffer as NCCL 2.27+
+// records it (the dump itself keeps what NCCL recorded). Before 2.27 (ABI v1-v3) net.cc records
+// no SendPeerWait: the refused step stays in SendGPUWait and the ProxyOp's own state says
+// SendRemFifoWait (its data was ready, the isend not taken), so the first step still in
+// SendGPUWait is the refused one. Read as it stood, a rank whose send waits for a stuck peer
+// looked like a stuck GPU (its receives full, no send waiting on the network).
+func (d *Dump) peerWaitOf() {
+	for i := range d.Comms {
+		for j := range d.Comms[i].Open {
+			for k := range d.Comms[i].Open[j].Proxy {
+				p := &d.Comms[i].Open[j].Proxy[k]
+				if p.Direction != Send || p.State != SendRemFifoWait ||
+					slices.ContainsFunc(p.Open, func(s Step) bool { return s.State == SendPeerWait }) {
+					continue
+				}
+				if at := slices.IndexFunc(p.Open, func(s Step) bool { return s.State == SendGPUWait }); at >= 0 {
+					p.Open[at].State = SendPeerWait
+				}
+			}
+		}
+	}
 }
 
 // Summary is what a communicator summary says about a rank: the plugin writes one when NCCL

@@ -181,3 +181,44 @@ func TestEveryPlacement(t *testing.T) {
 	}
 	t.Logf("%d placements", len(cases))
 }
+
+// NCCL before 2.27 (ABI v1-v3) records no SendPeerWait: a send refused for want of a receive
+// buffer keeps its step in SendGPUWait, and only its ProxyOp's own state says SendRemFifoWait
+// (net.cc sendProxyProgress, v2.23.4-1 to v2.26.6-1). The test host plays that at --abi 1-3,
+// and every planted hang is still named exactly, with the refused send read as a wait for the
+// peer. Read as it stood, the ranks upstream of a rank in another collective (the order cycle,
+// 64 ranks) had full receive buffers and no send waiting on the network, and four of them were
+// blamed as stopped GPUs beside the planted rank.
+func TestScenariosBefore227(t *testing.T) {
+	for _, abi := range []string{"1", "3"} {
+		cases := [][]string{
+			{"--scenario", "absent", "--culprit", "5"},
+			{"--scenario", "gpu", "--culprit", "5"},
+			{"--scenario", "link", "--culprit", "2", "--channel", "1", "--step", "3"},
+			{"--scenario", "twocomms", "--culprit", "1", "--culprit2", "2"},
+			{"--scenario", "finished", "--culprit", "3", "--step", "2"},
+			{"--scenario", "mismatch", "--what", "count", "--culprit", "33", "--nranks", "64", "--channels", "2"},
+			{"--scenario", "order", "--culprit", "33", "--nranks", "64", "--channels", "2"},
+		}
+		for i := range cases {
+			cases[i] = append(cases[i], "--abi", abi)
+		}
+		eachPlanted(t, cases, func(t *testing.T, res *hang.Result, truths []hangtruth.Truth) {
+			refused := 0 // sends the dumps show refused: SendRemFifoWait on the ProxyOp
+			for _, tr := range truths {
+				for _, c := range tr.Dump.Comms {
+					for _, o := range c.Open {
+						for _, p := range o.Proxy {
+							if p.State == hang.SendRemFifoWait {
+								refused++
+							}
+						}
+					}
+				}
+			}
+			if truths[0].Scenario == "order" && refused == 0 {
+				t.Error("no send refused for want of a buffer in the order cycle: the host does not play ABI < 4")
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package hang
 
 import (
 	"fmt"
+	"slices"
 )
 
 // MaxChannels is NCCL's MAXCHANNELS: channel ids are below it.
@@ -125,6 +126,8 @@ func (p *ProxyOp) validate(nranks int) error {
 		return fmt.Errorf("%d open steps: NCCL has at most %d in flight", len(p.Open), MaxOpenSteps)
 	case p.Stopped && len(p.Open) > 0:
 		return fmt.Errorf("stopped with %d steps open", len(p.Open))
+	case p.State != "" && !slices.Contains(OpStates[:], p.State):
+		return fmt.Errorf("state %q: want one of %v", p.State, OpStates)
 	}
 	prev := p.StepsDone - 1
 	for i, s := range p.Open {

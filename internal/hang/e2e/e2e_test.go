@@ -150,6 +150,10 @@ func TestWatchdogDumps(t *testing.T) {
 		// A CUDA graph's replays, one seq for all (NCCL 2.26+): the dump numbers them by repeat.
 		{"--scenario", "absent", "--culprit", "3", "--replays"},
 		{"--scenario", "mismatch", "--what", "count", "--culprit", "2", "--replays"},
+		// NCCL before 2.27 (ABI v3): a send refused for want of a buffer shows only on its
+		// ProxyOp (SendRemFifoWait), which the plugin's dump carries.
+		{"--scenario", "order", "--culprit", "6", "--abi", "3"},
+		{"--scenario", "link", "--culprit", "2", "--channel", "1", "--step", "3", "--abi", "3"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			j := runJob(t, lib, 8, []string{"NCCLPROF_HANG_TIMEOUT_S=" + strconv.Itoa(timeoutS)}, args...)
@@ -265,7 +269,7 @@ func compareOp(t *testing.T, where string, g, w *hang.Op) {
 	for i := range w.Proxy {
 		gp, wp := g.Proxy[i], w.Proxy[i]
 		same := gp.Channel == wp.Channel && gp.Peer == wp.Peer && gp.Direction == wp.Direction && gp.NSteps == wp.NSteps &&
-			gp.StepsDone == wp.StepsDone && gp.Stopped == wp.Stopped && len(gp.Open) == len(wp.Open)
+			gp.StepsDone == wp.StepsDone && gp.Stopped == wp.Stopped && gp.State == wp.State && len(gp.Open) == len(wp.Open)
 		for k := 0; same && k < len(wp.Open); k++ {
 			same = gp.Open[k].Step == wp.Open[k].Step && gp.Open[k].State == wp.Open[k].State && near(gp.Open[k].SinceUnixNs, wp.Open[k].SinceUnixNs)
 		}
