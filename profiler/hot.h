@@ -584,15 +584,17 @@ NP_HOT void np_cell_init(np_cell* cell, np_thread* t, int type, int abi, uint64_
 
 /* NCCL 2.23 (v1) starts a pass's sliceSteps raw steps in one call, in order
  * (ncclProfilerStartRecvProxyStepEvents, misc/profiler.cc at v2.23.4-1), and a restart pass
- * starts them again from the first. The cells of one pass were claimed one after another from
- * the thread's block, so the one of `step` is `back` cells before the last one's (handle
- * `last`), unless a block boundary fell between them: then it is not found, and the restart
- * takes a new cell (once per crossing; the next pass finds them all). Returns its handle if it
- * is that step of the same ProxyOp, still without a state, else 0. */
+ * starts them again from the first. The cells of one pass were claimed one after another by
+ * the communicator's proxy thread, so the one of `step` is `back` cells before the last one's
+ * (handle `last`), unless the thread's next block was not the adjacent one (another thread held
+ * it): then it is not found, the restart takes new cells and the pass's old ones stay taken
+ * (the next pass finds the new ones). Returns its handle if it is that step of the same
+ * ProxyOp, still without a state, else 0. */
 static uint64_t np_run_step(np_comm* c, uint64_t last, uint64_t parent, int32_t step, uint32_t back) {
-  uint32_t idx = np_h_cell(last);
-  if (back >= 8 || idx < back) return 0; /* NCCL_STEPS raw steps at most in one pass */
-  idx -= back;
+  if (back >= 8) return 0; /* NCCL_STEPS raw steps at most in one pass */
+  /* The next block is the next one in the arena unless another thread held it: the cells of a
+   * pass are adjacent, across the arena's end too. */
+  uint32_t idx = (np_h_cell(last) + c->ncells - back) % c->ncells;
   np_cell* s = &c->cells[idx];
   uint64_t gs = __atomic_load_n(&s->gs, __ATOMIC_ACQUIRE);
   if (!(gs & 1) || __atomic_load_n(&s->type, __ATOMIC_RELAXED) != NP_T_PROXY_STEP ||
