@@ -466,7 +466,7 @@ static void record_v4(host_plugin* p, void* h, int s, npabi_args_v4_t* a) {
 void host_raw_state(host_plugin* p, void* h, int s, void* args) { call_record(p, h, s, args); }
 
 /* The v1–v3 ProxyOp state NCCL records just before a step state (net.cc at 2.26). */
-static int v1_op_state_for(int step_state) {
+int v1_op_state_for(int step_state) {
   switch (step_state) {
   case NPABI_PROXY_STEP_SEND_GPU_WAIT: return NPABI_PROXY_OP_SEND_POSTED;
   case NPABI_PROXY_STEP_SEND_WAIT: return NPABI_PROXY_OP_SEND_TRANSMITTED;

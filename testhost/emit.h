@@ -90,6 +90,9 @@ void host_op_in_progress(host_plugin* p, void* op);
 /* One state exactly as a release records it (era.c): a ProxyOp state with v1–v3's arguments
  * (steps done, cumulative bytes), or a ProxyStep state alone (v4+: with transSize). */
 void host_op_state(host_plugin* p, void* op, int state, int steps, size_t cum);
+/* The ProxyOp state (v1-v3) that comes with a ProxyStep state, as net.cc records them
+ * together; -1: none. */
+int v1_op_state_for(int step_state);
 void host_step_only(host_plugin* p, void* step, int state, size_t trans);
 void host_ctrl_state(host_plugin* p, void* h, int state, int appended);
 void host_kernel_stop(host_plugin* p, void* h, uint64_t ptimer);

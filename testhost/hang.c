@@ -520,14 +520,7 @@ static int v1_last_op_state(const hpop* q) {
   if (q->rem_fifo) return NPABI_PROXY_OP_SEND_REM_FIFO_WAIT;
   int st = q->nopen ? q->open[q->nopen - 1].state
                     : q->done ? (q->is_send ? NPABI_PROXY_STEP_SEND_WAIT : NPABI_PROXY_STEP_RECV_GPU_WAIT) : -1;
-  switch (st) {
-  case NPABI_PROXY_STEP_SEND_GPU_WAIT: return NPABI_PROXY_OP_SEND_POSTED;
-  case NPABI_PROXY_STEP_SEND_WAIT: return NPABI_PROXY_OP_SEND_TRANSMITTED;
-  case NPABI_PROXY_STEP_RECV_WAIT: return NPABI_PROXY_OP_RECV_POSTED;
-  case NPABI_PROXY_STEP_RECV_FLUSH_WAIT: return NPABI_PROXY_OP_RECV_RECEIVED;
-  case NPABI_PROXY_STEP_RECV_GPU_WAIT: return NPABI_PROXY_OP_RECV_TRANSMITTED;
-  default: return -1;
-  }
+  return st < 0 ? -1 : v1_op_state_for(st);
 }
 
 static const char* op_state_name(int s) {
