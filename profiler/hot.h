@@ -621,7 +621,7 @@ NP_HOT uint64_t np_step_restarted(np_comm* c, np_cell* op, uint64_t parent, int3
   int32_t last = __atomic_load_n(&s->u.step.step, __ATOMIC_RELAXED);
   if (last != step) {
     if (NP_LIKELY(op->abi != 1 || step > last)) return 0;
-    prev = np_run_step(c, prev, parent, step, (uint32_t)(last - step));
+    prev = np_run_step(c, prev, parent, step, (uint32_t)last - (uint32_t)step); /* last > step */
     if (prev == 0) return 0;
     s = &c->cells[np_h_cell(prev)];
   }
