@@ -493,3 +493,37 @@ func TestRankWithoutDumpOrReplaysNotBlamed(t *testing.T) {
 		t.Errorf("suspects %+v, rank 3 %s %q; want none and %s", sus, hg.Ranks[3].State, hg.Ranks[3].Text, StateNoReplays)
 	}
 }
+
+// P2P receives over the network share one queue per channel whatever their peer (net.cc
+// recvConnect, shared buffers): rank 1's Recv #0 from rank 0 waits in its channel's queue behind
+// its Recv #0 from rank 2, which starves (RecvWait at step 0: rank 2 never sent). From 2.27 the
+// queued receive has a ProxyOp with no state and no step; before, none. Rank 0's Send waits for
+// the buffer the queued receive has not posted. Rank 2 (in another Send, to rank 3) is the one
+// to blame, for never posting its Send to rank 1; rank 1's queued receive is posted (its P2p is
+// in its dump), so rank 1 is not read as never posting it, and rank 0 is not blamed.
+func TestP2pQueuedBehindAnotherPeer(t *testing.T) {
+	queued := []ProxyOp{{Channel: 0, Peer: 0, Direction: Recv, NSteps: 8, StartUnixNs: t0 + 1000}}
+	for name, proxy := range map[string][]ProxyOp{"2.27+": queued, "before 2.27": nil} {
+		t.Run(name, func(t *testing.T) {
+			r := run(t, []*Dump{
+				proc("a", 1, comm("0x00000000000000bb", 0, 4, p2p("Send", 0, 1, pop(Send, 1, 0, SendPeerWait)))),
+				proc("b", 2, comm("0x00000000000000bb", 1, 4,
+					p2p("Recv", 0, 2, pop(Recv, 2, 0, RecvWait)), p2p("Recv", 0, 0, proxy...))),
+				proc("c", 3, comm("0x00000000000000bb", 2, 4, p2p("Send", 0, 3, pop(Send, 3, 0, SendPeerWait)))),
+				proc("d", 4, comm("0x00000000000000bb", 3, 4)),
+			}, nil)
+			for _, s := range r.Suspects {
+				if s.Rank == 0 || s.Rank == 1 {
+					t.Errorf("rank %d blamed (%s): %s", s.Rank, s.Kind, s.Why)
+				}
+			}
+			blamed2 := false
+			for _, s := range r.Suspects {
+				blamed2 = blamed2 || s.Rank == 2 && s.Func == "Send" && s.P2pPeer != nil && *s.P2pPeer == 1
+			}
+			if !blamed2 {
+				t.Errorf("rank 2, which never posted its Send to rank 1, is not named:\n%s", r.Verdict)
+			}
+		})
+	}
+}
