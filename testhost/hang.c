@@ -538,7 +538,7 @@ static void write_op(FILE* f, const hplan* pl, int channels, int abi) {
   fprintf(f, "\"kernel_channels\":[");
   for (int ch = 0, n = 0; ch < channels; ch++) {
     const hkch* k = &pl->k[ch];
-    if (!k->started) continue;
+    if (!k->started || !(npabi_types_of(abi) & NPABI_KERNEL_CH)) continue; /* KernelCh: v3+ */
     fprintf(f, "%s{\"channel\":%d,\"started\":true,\"stopped\":%s,\"start_unix_ns\":%lld,\"gpu_start_ns\":%llu,\"gpu_stop_ns\":%llu}",
             n++ ? "," : "", ch, k->stopped ? "true" : "false", (long long)k->start,
             (unsigned long long)(abi >= 4 ? k->gpu_start : 0), (unsigned long long)(abi >= 4 ? k->gpu_stop : 0));
@@ -756,6 +756,11 @@ static hcfg parse(int argc, char** argv) {
 
 int scenario_hang(int argc, char** argv) {
   hcfg c = parse(argc, argv);
+  if (!strcmp(c.scenario, "intra") && !(npabi_types_of(c.abi) & NPABI_KERNEL_CH)) {
+    fprintf(stderr, "testhost: --scenario intra needs KernelCh, which NCCL reports from 2.26 (ABI v3) on: "
+                    "before it an intra-node hang leaves no evidence; give --abi 3 or later\n");
+    return 2;
+  }
   hang_abi = c.abi;
   build_job(&c);
   return c.plan ? plan_all(&c) : live(&c);

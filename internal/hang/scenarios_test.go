@@ -219,6 +219,21 @@ func TestScenariosBefore227(t *testing.T) {
 			if truths[0].Scenario == "order" && refused == 0 {
 				t.Error("no send refused for want of a buffer in the order cycle: the host does not play ABI < 4")
 			}
+			for _, tr := range truths {
+				for _, c := range tr.Dump.Comms {
+					for _, o := range c.Open {
+						if len(o.Kernel) > 0 && abi == "1" {
+							t.Fatalf("rank %d shows KernelCh, which NCCL 2.23 (ABI v1) never reports", tr.JobRank)
+						}
+					}
+				}
+			}
 		})
+	}
+	// Intra-node, only KernelCh says anything (no ProxyOps): before ABI v3 nothing does, and the
+	// host says so rather than plant a hang no dump could show.
+	host := hangtest.Built(t, "ncclprof-testhost")
+	if _, err := hangtruth.Plan(host, t.TempDir(), "--scenario", "intra", "--kind", "gpu", "--culprit", "3", "--abi", "2"); err == nil || !strings.Contains(err.Error(), "needs KernelCh") {
+		t.Errorf("intra-node hang at ABI v2: %v, want it refused (no KernelCh before 2.26)", err)
 	}
 }
