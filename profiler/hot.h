@@ -582,6 +582,13 @@ NP_HOT void np_cell_init(np_cell* cell, np_thread* t, int type, int abi, uint64_
 
 /* ------------------------------------------------------------------- NCCL's patterns */
 
+/* Whether cell s is a step of the ProxyOp `parent` with no state yet: one a restart reuses. */
+NP_HOT int np_step_unstated(const np_cell* s, uint64_t parent) {
+  return __atomic_load_n(&s->type, __ATOMIC_RELAXED) == NP_T_PROXY_STEP &&
+         __atomic_load_n(&s->parent, __ATOMIC_RELAXED) == parent &&
+         __atomic_load_n(&s->nstates, __ATOMIC_RELAXED) == 0;
+}
+
 /* NCCL 2.23 (v1) starts a pass's sliceSteps raw steps in one call, in order
  * (ncclProfilerStartRecvProxyStepEvents, misc/profiler.cc at v2.23.4-1), and a restart pass
  * starts them again from the first. The cells of one pass were claimed one after another by
@@ -597,10 +604,8 @@ static uint64_t np_run_step(np_comm* c, uint64_t last, uint64_t parent, int32_t 
   uint32_t idx = (np_h_cell(last) + c->ncells - back) % c->ncells;
   np_cell* s = &c->cells[idx];
   uint64_t gs = __atomic_load_n(&s->gs, __ATOMIC_ACQUIRE);
-  if (!(gs & 1) || __atomic_load_n(&s->type, __ATOMIC_RELAXED) != NP_T_PROXY_STEP ||
-      __atomic_load_n(&s->parent, __ATOMIC_RELAXED) != parent ||
-      __atomic_load_n(&s->u.step.step, __ATOMIC_RELAXED) != step ||
-      __atomic_load_n(&s->nstates, __ATOMIC_RELAXED) != 0)
+  if (!(gs & 1) || !np_step_unstated(s, parent) ||
+      __atomic_load_n(&s->u.step.step, __ATOMIC_RELAXED) != step)
     return 0;
   return np_ahandle(c->idx, idx, (uint32_t)(gs >> 1));
 }
@@ -614,10 +619,7 @@ NP_HOT uint64_t np_step_restarted(np_comm* c, np_cell* op, uint64_t parent, int3
   uint64_t prev = op->u.op.last_step;
   if (prev == 0) return 0;
   np_cell* s = np_cell_of(c, prev);
-  if (s == NULL || __atomic_load_n(&s->type, __ATOMIC_RELAXED) != NP_T_PROXY_STEP ||
-      __atomic_load_n(&s->parent, __ATOMIC_RELAXED) != parent ||
-      __atomic_load_n(&s->nstates, __ATOMIC_RELAXED) != 0)
-    return 0;
+  if (s == NULL || !np_step_unstated(s, parent)) return 0;
   int32_t last = __atomic_load_n(&s->u.step.step, __ATOMIC_RELAXED);
   if (last != step) {
     if (NP_LIKELY(op->abi != 1 || step > last)) return 0;
