@@ -452,7 +452,11 @@ static void play_op(hcomm* c, const hspec* s, hplan* pl, int channels, void* cap
 
 /* ------------------------------------------------------------------- the truth */
 
+/* A ProxyStep state's name, or a ProxyOp state's (v1-v3, NPABI_PROXY_OP_*: 0-7). */
 static const char* state_name(int s) {
+  static const char* op_states[] = {"SendPosted", "SendRemFifoWait", "SendTransmitted", "SendDone",
+                                    "RecvPosted", "RecvReceived", "RecvTransmitted", "RecvDone"};
+  if (s >= 0 && s < (int)(sizeof op_states / sizeof op_states[0])) return op_states[s];
   switch (s) {
   case NPABI_PROXY_STEP_SEND_GPU_WAIT: return "SendGPUWait";
   case NPABI_PROXY_STEP_SEND_PEER_WAIT: return "SendPeerWait";
@@ -523,12 +527,6 @@ static int v1_last_op_state(const hpop* q) {
   return st < 0 ? -1 : v1_op_state_for(st);
 }
 
-static const char* op_state_name(int s) {
-  static const char* names[] = {"SendPosted", "SendRemFifoWait", "SendTransmitted", "SendDone",
-                                "RecvPosted", "RecvReceived", "RecvTransmitted", "RecvDone"};
-  return names[s];
-}
-
 static void write_op(FILE* f, const hplan* pl, int channels, int abi) {
   fprintf(f, "{");
   write_call(f, pl);
@@ -549,7 +547,8 @@ static void write_op(FILE* f, const hplan* pl, int channels, int abi) {
     fprintf(f, "%s{\"channel\":%d,\"peer\":%d,\"direction\":\"%s\",\"nsteps\":%d,\"steps_done\":%d,\"start_unix_ns\":%lld,\"stopped\":%s,",
             i ? "," : "", q->channel, q->peer, q->is_send ? "send" : "recv", q->nsteps, q->done, (long long)q->start,
             q->stopped ? "true" : "false");
-    if (v1_last_op_state(q) >= 0) fprintf(f, "\"state\":\"%s\",", op_state_name(v1_last_op_state(q)));
+    int op_state = v1_last_op_state(q);
+    if (op_state >= 0) fprintf(f, "\"state\":\"%s\",", state_name(op_state));
     fprintf(f, "\"open_steps\":[");
     for (int j = 0; j < q->nopen; j++)
       fprintf(f, "%s{\"step\":%d,\"state\":\"%s\",\"since_unix_ns\":%lld}", j ? "," : "", q->open[j].step,

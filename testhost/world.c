@@ -367,8 +367,10 @@ static void queue_first_pass(int ch) {
   uint64_t plan = queue_at(ch, 0)->j.plan;
   for (int k = 0; k < conn_n[ch] && queue_at(ch, k)->j.plan == plan; k++) {
     queued* q = queue_at(ch, k);
-    if (!q->passed && queue_starts_at_append()) host_op_in_progress(&W.plugin, q->op);
-    else if (!q->passed) q->op = queue_op_begin(&q->j);
+    if (!q->passed) {
+      if (queue_starts_at_append()) host_op_in_progress(&W.plugin, q->op);
+      else q->op = queue_op_begin(&q->j); /* before 2.27 its first pass starts it */
+    }
     q->passed = 1;
   }
 }
